@@ -1,0 +1,358 @@
+//! Content-addressed, crash-safe stage output directories.
+//!
+//! A stage run lives in `<root>/<stage>/<fingerprint>/`, where the fingerprint hashes the
+//! stage name, its format version, its effective config and its inputs' content hashes.
+//! Work happens in a hidden temporary sibling (`.tmp-<fingerprint>-<pid>`) that is renamed
+//! into place only after every file and `manifest.json` are written, so a crash or
+//! `kill -9` never leaves a directory that looks complete.
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{hash, CoreError, GAUGE_VERSION, GIT_COMMIT};
+
+/// File name of the manifest inside every artifact directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// One input or output file of a stage run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileEntry {
+    /// Path as given on the command line (inputs) or file name inside the artifact (outputs).
+    pub path: String,
+    /// The name that determines the output (e.g. the source path relative to the input root);
+    /// part of the fingerprint, unlike `path`, so moving a corpus keeps its cache.
+    pub name: String,
+    /// BLAKE3 hash of the file's bytes.
+    pub hash: String,
+    /// Rows contributed (inputs) or written (outputs), where that means something.
+    pub rows: Option<u64>,
+}
+
+/// `manifest.json`: everything needed to know how an artifact was made.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Stage name (`extract`, `chunk`, ...).
+    pub stage: String,
+    /// Version of the stage's output format; part of the fingerprint.
+    pub format_version: u32,
+    /// Content fingerprint naming the directory.
+    pub fingerprint: String,
+    /// gauge version that wrote it.
+    pub gauge_version: String,
+    /// Git commit gauge was built from.
+    pub git_commit: String,
+    /// The full effective configuration, after defaults.
+    pub config: serde_json::Value,
+    /// Every input file.
+    pub inputs: Vec<FileEntry>,
+    /// Every output file.
+    pub outputs: Vec<FileEntry>,
+    /// Random seed, for stages that use one.
+    pub seed: Option<u64>,
+    /// RFC 3339 start time.
+    pub started_at: String,
+    /// RFC 3339 end time.
+    pub finished_at: String,
+    /// Wall-clock seconds of the run.
+    pub wall_seconds: f64,
+    /// Stage-specific counts (pages extracted, chunks filtered, ...).
+    pub stats: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Manifest {
+    /// Reads `manifest.json` from an artifact directory.
+    pub fn read(dir: &Path) -> Result<Manifest, CoreError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| CoreError::Artifact {
+            path: dir.to_path_buf(),
+            message: format!("not a complete gauge artifact (no readable {MANIFEST_FILE}: {e}); rerun the stage that makes it"),
+        })?;
+        serde_json::from_str(&text).map_err(|e| CoreError::Artifact {
+            path: path.clone(),
+            message: format!("invalid manifest: {e}"),
+        })
+    }
+}
+
+/// Root directory holding every stage's artifacts (usually `artifacts/`).
+#[derive(Debug, Clone)]
+pub struct ArtifactStore {
+    root: PathBuf,
+}
+
+/// What [`ArtifactStore::begin`] decided.
+pub enum StageOutcome {
+    /// The complete output already exists at this directory; nothing to do.
+    CacheHit(PathBuf),
+    /// The stage must run; write outputs into the run's temporary directory.
+    Run(StageRun),
+}
+
+/// The identity of a stage run, from which its fingerprint is computed.
+#[derive(Debug, Clone)]
+pub struct StageSpec<'a, C: Serialize> {
+    /// Stage name.
+    pub stage: &'a str,
+    /// Output format version; bump it when the output of the same config changes.
+    pub format_version: u32,
+    /// Effective config (after defaults).
+    pub config: &'a C,
+    /// Inputs with their content hashes.
+    pub inputs: Vec<FileEntry>,
+    /// Seed, if the stage is randomised.
+    pub seed: Option<u64>,
+}
+
+impl ArtifactStore {
+    /// A store rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        ArtifactStore { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Computes the fingerprint of a spec (16 hex characters).
+    pub fn fingerprint<C: Serialize>(spec: &StageSpec<'_, C>) -> Result<String, CoreError> {
+        let inputs: Vec<(&str, &str)> =
+            spec.inputs.iter().map(|i| (i.name.as_str(), i.hash.as_str())).collect();
+        let key = serde_json::json!({
+            "stage": spec.stage,
+            "format_version": spec.format_version,
+            "config": serde_json::to_value(spec.config).map_err(|e| CoreError::Artifact {
+                path: PathBuf::new(),
+                message: format!("config cannot be serialised: {e}"),
+            })?,
+            "inputs": inputs,
+            "seed": spec.seed,
+        });
+        Ok(hash::bytes_hash(key.to_string().as_bytes())[..16].to_string())
+    }
+
+    /// Starts a stage run: a cache hit if its complete output exists (and `force` is off),
+    /// else a [`StageRun`] writing into a fresh temporary directory.
+    pub fn begin<C: Serialize>(&self, spec: StageSpec<'_, C>, force: bool) -> Result<StageOutcome, CoreError> {
+        let fingerprint = Self::fingerprint(&spec)?;
+        let stage_dir = self.root.join(spec.stage);
+        let final_dir = stage_dir.join(&fingerprint);
+        std::fs::create_dir_all(&stage_dir).map_err(|e| CoreError::io(&stage_dir, e))?;
+        remove_stale_temporaries(&stage_dir);
+        if !force && final_dir.join(MANIFEST_FILE).is_file() {
+            return Ok(StageOutcome::CacheHit(final_dir));
+        }
+        let tmp_dir = stage_dir.join(format!(".tmp-{fingerprint}-{}", std::process::id()));
+        if tmp_dir.exists() {
+            std::fs::remove_dir_all(&tmp_dir).map_err(|e| CoreError::io(&tmp_dir, e))?;
+        }
+        std::fs::create_dir_all(&tmp_dir).map_err(|e| CoreError::io(&tmp_dir, e))?;
+        let config = serde_json::to_value(spec.config).map_err(|e| CoreError::Artifact {
+            path: tmp_dir.clone(),
+            message: format!("config cannot be serialised: {e}"),
+        })?;
+        let now = chrono::Utc::now();
+        Ok(StageOutcome::Run(StageRun {
+            manifest: Manifest {
+                stage: spec.stage.to_string(),
+                format_version: spec.format_version,
+                fingerprint,
+                gauge_version: GAUGE_VERSION.to_string(),
+                git_commit: GIT_COMMIT.to_string(),
+                config,
+                inputs: spec.inputs,
+                outputs: Vec::new(),
+                seed: spec.seed,
+                started_at: now.to_rfc3339(),
+                finished_at: String::new(),
+                wall_seconds: 0.0,
+                stats: serde_json::Map::new(),
+            },
+            final_dir,
+            tmp_dir,
+            started: Instant::now(),
+            committed: false,
+        }))
+    }
+}
+
+/// A stage run in progress: outputs go into [`StageRun::dir`] until [`StageRun::commit`].
+pub struct StageRun {
+    manifest: Manifest,
+    final_dir: PathBuf,
+    tmp_dir: PathBuf,
+    started: Instant,
+    committed: bool,
+}
+
+impl StageRun {
+    /// The temporary directory to write outputs into.
+    pub fn dir(&self) -> &Path {
+        &self.tmp_dir
+    }
+
+    /// Path of an output file inside the temporary directory.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.tmp_dir.join(file)
+    }
+
+    /// Where the artifact will live once committed.
+    pub fn final_dir(&self) -> &Path {
+        &self.final_dir
+    }
+
+    /// Records an output file already written into the run's directory (hashes it).
+    pub fn add_output(&mut self, file: &str, rows: Option<u64>) -> Result<(), CoreError> {
+        let hash = hash::file_hash(&self.path(file))?;
+        self.manifest.outputs.push(FileEntry { path: file.to_string(), name: file.to_string(), hash, rows });
+        Ok(())
+    }
+
+    /// Records a stage-specific statistic in the manifest.
+    pub fn set_stat(&mut self, key: &str, value: impl Into<serde_json::Value>) {
+        self.manifest.stats.insert(key.to_string(), value.into());
+    }
+
+    /// The manifest as it stands.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Writes `manifest.json` and renames the directory into place; returns the final path.
+    pub fn commit(mut self) -> Result<PathBuf, CoreError> {
+        let now = chrono::Utc::now();
+        self.manifest.finished_at = now.to_rfc3339();
+        self.manifest.wall_seconds = self.started.elapsed().as_secs_f64();
+        let manifest_path = self.path(MANIFEST_FILE);
+        let text = serde_json::to_string_pretty(&self.manifest).expect("manifest serialises");
+        std::fs::write(&manifest_path, text + "\n").map_err(|e| CoreError::io(&manifest_path, e))?;
+        fsync_dir(&self.tmp_dir);
+        // Test hook: pause after everything is written but before the rename, so tests can
+        // kill the process at the worst moment.
+        if let Some(ms) = std::env::var("GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+            eprintln!("gauge: pausing {ms} ms before commit (GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS)");
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        let mut trash = None;
+        if self.final_dir.exists() {
+            let old = self.final_dir.with_file_name(format!(
+                ".old-{}-{}",
+                self.manifest.fingerprint,
+                std::process::id()
+            ));
+            std::fs::rename(&self.final_dir, &old).map_err(|e| CoreError::io(&self.final_dir, e))?;
+            trash = Some(old);
+        }
+        std::fs::rename(&self.tmp_dir, &self.final_dir).map_err(|e| CoreError::io(&self.final_dir, e))?;
+        if let Some(parent) = self.final_dir.parent() {
+            fsync_dir(parent);
+        }
+        self.committed = true;
+        if let Some(old) = trash {
+            let _ = std::fs::remove_dir_all(old);
+        }
+        Ok(self.final_dir.clone())
+    }
+}
+
+impl Drop for StageRun {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.tmp_dir);
+        }
+    }
+}
+
+fn fsync_dir(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Removes `.tmp-*`/`.old-*` directories left by runs whose process no longer exists.
+fn remove_stale_temporaries(stage_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !(name.starts_with(".tmp-") || name.starts_with(".old-")) {
+            continue;
+        }
+        let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = match pid {
+            Some(pid) if pid == std::process::id() => true,
+            Some(pid) => Path::new("/proc").is_dir() && Path::new(&format!("/proc/{pid}")).exists(),
+            None => false,
+        };
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Resolves an artifact argument: the directory itself, or a file inside it.
+pub fn artifact_dir(arg: &Path) -> PathBuf {
+    if arg.is_file() {
+        arg.parent().map(Path::to_path_buf).unwrap_or_default()
+    } else {
+        arg.to_path_buf()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(config: &'a serde_json::Value) -> StageSpec<'a, serde_json::Value> {
+        StageSpec {
+            stage: "demo",
+            format_version: 1,
+            config,
+            inputs: vec![FileEntry { path: "x".into(), name: "x".into(), hash: "abc".into(), rows: Some(1) }],
+            seed: None,
+        }
+    }
+
+    #[test]
+    fn commit_then_cache_hit_and_force() {
+        let root = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({"size": 3});
+        let StageOutcome::Run(mut run) = store.begin(spec(&config), false).unwrap() else { panic!("expected a run") };
+        std::fs::write(run.path("out.txt"), "hello").unwrap();
+        run.add_output("out.txt", None).unwrap();
+        let dir = run.commit().unwrap();
+        let manifest = Manifest::read(&dir).unwrap();
+        assert_eq!(manifest.outputs[0].hash, hash::bytes_hash(b"hello"));
+        assert_eq!(manifest.config, config);
+        assert!(matches!(store.begin(spec(&config), false).unwrap(), StageOutcome::CacheHit(d) if d == dir));
+        assert!(matches!(store.begin(spec(&config), true).unwrap(), StageOutcome::Run(_)));
+        // A different config is a different directory.
+        let other = serde_json::json!({"size": 4});
+        assert!(matches!(store.begin(spec(&other), false).unwrap(), StageOutcome::Run(_)));
+    }
+
+    #[test]
+    fn dropped_run_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({});
+        let StageOutcome::Run(run) = store.begin(spec(&config), false).unwrap() else { panic!() };
+        let tmp = run.dir().to_path_buf();
+        assert!(tmp.exists());
+        drop(run);
+        assert!(!tmp.exists());
+        assert_eq!(std::fs::read_dir(root.path().join("demo")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn stale_temporaries_of_dead_processes_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let stale = root.path().join("demo/.tmp-0123456789abcdef-999999999");
+        std::fs::create_dir_all(&stale).unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({});
+        let _ = store.begin(spec(&config), false).unwrap();
+        assert!(!stale.exists());
+    }
+}

@@ -1,0 +1,80 @@
+//! Artifact conventions shared by every gauge stage.
+//!
+//! - [`schema`]: every Parquet column of every artifact, documented in one place.
+//! - [`table`]: reading and writing those tables (arrow-rs + parquet, zstd).
+//! - [`artifact`]: content-addressed, crash-safe output directories with a `manifest.json`.
+//! - [`hash`]: content hashes used for ids and fingerprints.
+
+pub mod artifact;
+pub mod hash;
+pub mod progress;
+pub mod schema;
+pub mod table;
+
+pub use artifact::{ArtifactStore, FileEntry, Manifest, StageOutcome, StageRun};
+
+/// Version of gauge, recorded in manifests.
+pub const GAUGE_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Git commit gauge was built from (`-dirty` when the tree had changes), recorded in manifests.
+pub const GIT_COMMIT: &str = env!("GAUGE_GIT_COMMIT");
+
+/// Errors from artifact I/O.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// An I/O failure on a named path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A Parquet file could not be read or written.
+    #[error("{path}: {message}")]
+    Parquet {
+        /// The Parquet file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A table does not have the columns the stage expects.
+    #[error("{path}: wrong schema: {message}")]
+    Schema {
+        /// The Parquet file.
+        path: std::path::PathBuf,
+        /// What was expected and what was found.
+        message: String,
+    },
+    /// An artifact directory is missing or incomplete.
+    #[error("{path}: {message}")]
+    Artifact {
+        /// The directory involved.
+        path: std::path::PathBuf,
+        /// What went wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl CoreError {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<std::path::PathBuf>, source: std::io::Error) -> Self {
+        CoreError::Io { path: path.into(), source }
+    }
+}
+
+/// Sets up `tracing` logs on stderr; `RUST_LOG` overrides the default `info` level.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Reads a typed config from a JSON or TOML-free JSON file, naming the file on error.
+pub fn read_config<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: invalid config: {e}", path.display()))
+}

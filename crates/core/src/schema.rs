@@ -1,0 +1,341 @@
+//! Every Parquet column of every gauge artifact, in one place.
+//!
+//! Each table has a `*_COLUMNS` list of [`ColumnDoc`] (name, Arrow type, meaning), from which
+//! its Arrow schema is built; the README's schema section lists the same columns (a test
+//! keeps the two in step). Character offsets count Unicode scalar values (Python `str`
+//! indices), not bytes.
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Int32Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+
+use crate::table::{read_parquet, write_parquet, Columns};
+use crate::CoreError;
+
+/// One documented column.
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnDoc {
+    /// Column name.
+    pub name: &'static str,
+    /// Arrow type.
+    pub dtype: ColumnType,
+    /// Whether nulls occur.
+    pub nullable: bool,
+    /// What the column means.
+    pub doc: &'static str,
+}
+
+/// The Arrow types gauge tables use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ColumnType {
+    /// UTF-8 string.
+    Utf8,
+    /// 32-bit signed integer.
+    Int32,
+    /// 64-bit signed integer.
+    Int64,
+    /// Boolean.
+    Bool,
+}
+
+impl ColumnType {
+    fn arrow(self) -> DataType {
+        match self {
+            ColumnType::Utf8 => DataType::Utf8,
+            ColumnType::Int32 => DataType::Int32,
+            ColumnType::Int64 => DataType::Int64,
+            ColumnType::Bool => DataType::Boolean,
+        }
+    }
+}
+
+const fn col(name: &'static str, dtype: ColumnType, doc: &'static str) -> ColumnDoc {
+    ColumnDoc { name, dtype, nullable: false, doc }
+}
+
+const fn nullable(name: &'static str, dtype: ColumnType, doc: &'static str) -> ColumnDoc {
+    ColumnDoc { name, dtype, nullable: true, doc }
+}
+
+use ColumnType::*;
+
+/// `extract/…/pages.parquet`: one row per PDF page, or per Markdown/text file or JSONL record.
+pub const PAGE_COLUMNS: &[ColumnDoc] = &[
+    col("doc_id", Utf8, "stable document id: first 16 hex of the BLAKE3 hash of the file bytes (JSONL: of the record line)"),
+    col("source", Utf8, "path relative to the input root (JSONL: `<path>#<id>`)"),
+    col("doc_type", Utf8, "first folder under the input root, empty if the file sits in the root"),
+    col("title", Utf8, "PDF Title metadata, first Markdown `#` heading, JSONL title field, else the file stem"),
+    col("page", Int32, "1-based page number as in the PDF file (1 for Markdown, text and JSONL)"),
+    col("text", Utf8, "cleaned page text; paragraphs separated by a blank line, one table row per line"),
+    col("n_chars", Int32, "characters (Unicode scalar values) in `text`"),
+    col("empty", Bool, "true when the page has no text layer or is blank after cleaning"),
+    col("metadata", Utf8, "JSON object: PDF info fields, or the JSONL record's other fields"),
+];
+
+/// `extract/…/errors.parquet`: one row per input that could not be extracted.
+pub const ERROR_COLUMNS: &[ColumnDoc] = &[
+    col("source", Utf8, "path relative to the input root"),
+    col("reason", Utf8, "why it failed (corrupt, encrypted, unsupported, …)"),
+];
+
+/// `chunk/…/chunks.parquet`: one row per retrievable chunk.
+pub const CHUNK_COLUMNS: &[ColumnDoc] = &[
+    col("chunk_id", Utf8, "stable id: 16 hex of BLAKE3(doc_id, char_start, char_end, text)"),
+    col("doc_id", Utf8, "document id (see pages)"),
+    col("source", Utf8, "document source path (see pages)"),
+    col("doc_type", Utf8, "document type (see pages)"),
+    col("title", Utf8, "document title"),
+    col("section", Utf8, "heading path (`CHAPTER 11 › 11.2 … › 11.2.2 …`) for the section strategy, else the nearest heading seen, empty if none"),
+    col("page_start", Int32, "first page the chunk's text comes from (1-based)"),
+    col("page_end", Int32, "last page the chunk's text comes from"),
+    col("char_start", Int64, "start offset in the document text (pages joined by a blank line)"),
+    col("char_end", Int64, "end offset (exclusive) in the document text"),
+    col("chunk_index", Int32, "0-based position of the chunk in its document, after filtering"),
+    nullable("prev_chunk_id", Utf8, "previous chunk of the same document, null for the first"),
+    nullable("next_chunk_id", Utf8, "next chunk of the same document, null for the last"),
+    col("text", Utf8, "chunk text, exactly `document_text[char_start:char_end]`"),
+    col("n_chars", Int32, "characters in `text`"),
+];
+
+/// Optional `chunks.parquet` column written with `--contextual-header`.
+pub const EMBED_TEXT_COLUMN: ColumnDoc =
+    col("embed_text", Utf8, "`title › section` line, a blank line, then `text`: what later stages embed when present");
+
+/// Builds the Arrow schema for a column list.
+pub fn arrow_schema(columns: &[ColumnDoc]) -> Arc<Schema> {
+    Arc::new(Schema::new(
+        columns.iter().map(|c| Field::new(c.name, c.dtype.arrow(), c.nullable)).collect::<Vec<_>>(),
+    ))
+}
+
+/// The separator placed between consecutive pages when a document's text is assembled.
+pub const PAGE_SEPARATOR: &str = "\n\n";
+
+/// A row of `pages.parquet`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageRecord {
+    /// Stable document id.
+    pub doc_id: String,
+    /// Path relative to the input root.
+    pub source: String,
+    /// First folder under the root.
+    pub doc_type: String,
+    /// Document title.
+    pub title: String,
+    /// 1-based page number.
+    pub page: i32,
+    /// Cleaned text.
+    pub text: String,
+    /// Whether the page has no text.
+    pub empty: bool,
+    /// JSON object of metadata.
+    pub metadata: String,
+}
+
+/// A row of `errors.parquet`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorRecord {
+    /// Path relative to the input root.
+    pub source: String,
+    /// Why it failed.
+    pub reason: String,
+}
+
+/// A row of `chunks.parquet`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkRecord {
+    /// Stable chunk id.
+    pub chunk_id: String,
+    /// Document id.
+    pub doc_id: String,
+    /// Document source.
+    pub source: String,
+    /// Document type.
+    pub doc_type: String,
+    /// Document title.
+    pub title: String,
+    /// Heading path.
+    pub section: String,
+    /// First page.
+    pub page_start: i32,
+    /// Last page.
+    pub page_end: i32,
+    /// Start offset in the document text (characters).
+    pub char_start: i64,
+    /// End offset in the document text (characters, exclusive).
+    pub char_end: i64,
+    /// Position in the document.
+    pub chunk_index: i32,
+    /// Previous chunk.
+    pub prev_chunk_id: Option<String>,
+    /// Next chunk.
+    pub next_chunk_id: Option<String>,
+    /// Chunk text.
+    pub text: String,
+    /// Contextual text to embed, when enabled.
+    pub embed_text: Option<String>,
+}
+
+fn strings<'a>(it: impl Iterator<Item = &'a str>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(it))
+}
+
+fn char_len(s: &str) -> i32 {
+    s.chars().count() as i32
+}
+
+/// Writes `pages.parquet`.
+pub fn write_pages(path: &Path, pages: &[PageRecord]) -> Result<u64, CoreError> {
+    let columns: Vec<ArrayRef> = vec![
+        strings(pages.iter().map(|p| p.doc_id.as_str())),
+        strings(pages.iter().map(|p| p.source.as_str())),
+        strings(pages.iter().map(|p| p.doc_type.as_str())),
+        strings(pages.iter().map(|p| p.title.as_str())),
+        Arc::new(Int32Array::from_iter_values(pages.iter().map(|p| p.page))),
+        strings(pages.iter().map(|p| p.text.as_str())),
+        Arc::new(Int32Array::from_iter_values(pages.iter().map(|p| char_len(&p.text)))),
+        Arc::new(BooleanArray::from(pages.iter().map(|p| p.empty).collect::<Vec<_>>())),
+        strings(pages.iter().map(|p| p.metadata.as_str())),
+    ];
+    write_parquet(path, arrow_schema(PAGE_COLUMNS), columns)
+}
+
+/// Reads `pages.parquet`, checking its schema.
+pub fn read_pages(path: &Path) -> Result<Vec<PageRecord>, CoreError> {
+    let batch = read_parquet(path, &arrow_schema(PAGE_COLUMNS))?;
+    let c = Columns::new(&batch);
+    let (doc_id, source, doc_type, title, page, text, empty, metadata) = (
+        c.strings_required("doc_id"),
+        c.strings_required("source"),
+        c.strings_required("doc_type"),
+        c.strings_required("title"),
+        c.i32s("page"),
+        c.strings_required("text"),
+        c.bools("empty"),
+        c.strings_required("metadata"),
+    );
+    Ok((0..batch.num_rows())
+        .map(|i| PageRecord {
+            doc_id: doc_id[i].clone(),
+            source: source[i].clone(),
+            doc_type: doc_type[i].clone(),
+            title: title[i].clone(),
+            page: page[i],
+            text: text[i].clone(),
+            empty: empty[i],
+            metadata: metadata[i].clone(),
+        })
+        .collect())
+}
+
+/// Writes `errors.parquet`.
+pub fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<u64, CoreError> {
+    let columns: Vec<ArrayRef> = vec![
+        strings(errors.iter().map(|e| e.source.as_str())),
+        strings(errors.iter().map(|e| e.reason.as_str())),
+    ];
+    write_parquet(path, arrow_schema(ERROR_COLUMNS), columns)
+}
+
+/// Reads `errors.parquet`.
+pub fn read_errors(path: &Path) -> Result<Vec<ErrorRecord>, CoreError> {
+    let batch = read_parquet(path, &arrow_schema(ERROR_COLUMNS))?;
+    let c = Columns::new(&batch);
+    let (source, reason) = (c.strings_required("source"), c.strings_required("reason"));
+    Ok(source.into_iter().zip(reason).map(|(source, reason)| ErrorRecord { source, reason }).collect())
+}
+
+/// Writes `chunks.parquet`; the `embed_text` column is written when any chunk has one.
+pub fn write_chunks(path: &Path, chunks: &[ChunkRecord]) -> Result<u64, CoreError> {
+    let mut docs: Vec<ColumnDoc> = CHUNK_COLUMNS.to_vec();
+    let mut columns: Vec<ArrayRef> = vec![
+        strings(chunks.iter().map(|c| c.chunk_id.as_str())),
+        strings(chunks.iter().map(|c| c.doc_id.as_str())),
+        strings(chunks.iter().map(|c| c.source.as_str())),
+        strings(chunks.iter().map(|c| c.doc_type.as_str())),
+        strings(chunks.iter().map(|c| c.title.as_str())),
+        strings(chunks.iter().map(|c| c.section.as_str())),
+        Arc::new(Int32Array::from_iter_values(chunks.iter().map(|c| c.page_start))),
+        Arc::new(Int32Array::from_iter_values(chunks.iter().map(|c| c.page_end))),
+        Arc::new(Int64Array::from_iter_values(chunks.iter().map(|c| c.char_start))),
+        Arc::new(Int64Array::from_iter_values(chunks.iter().map(|c| c.char_end))),
+        Arc::new(Int32Array::from_iter_values(chunks.iter().map(|c| c.chunk_index))),
+        Arc::new(StringArray::from(chunks.iter().map(|c| c.prev_chunk_id.clone()).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(chunks.iter().map(|c| c.next_chunk_id.clone()).collect::<Vec<_>>())),
+        strings(chunks.iter().map(|c| c.text.as_str())),
+        Arc::new(Int32Array::from_iter_values(chunks.iter().map(|c| char_len(&c.text)))),
+    ];
+    if chunks.iter().any(|c| c.embed_text.is_some()) {
+        docs.push(EMBED_TEXT_COLUMN);
+        columns.push(strings(chunks.iter().map(|c| c.embed_text.as_deref().unwrap_or(c.text.as_str()))));
+    }
+    write_parquet(path, arrow_schema(&docs), columns)
+}
+
+/// Reads `chunks.parquet`, checking its schema.
+pub fn read_chunks(path: &Path) -> Result<Vec<ChunkRecord>, CoreError> {
+    let batch = read_parquet(path, &arrow_schema(CHUNK_COLUMNS))?;
+    let c = Columns::new(&batch);
+    let s = |n: &str| c.strings_required(n);
+    let (chunk_id, doc_id, source, doc_type, title, section, text) =
+        (s("chunk_id"), s("doc_id"), s("source"), s("doc_type"), s("title"), s("section"), s("text"));
+    let (page_start, page_end, chunk_index) = (c.i32s("page_start"), c.i32s("page_end"), c.i32s("chunk_index"));
+    let (char_start, char_end) = (c.i64s("char_start"), c.i64s("char_end"));
+    let (prev, next) = (c.strings("prev_chunk_id"), c.strings("next_chunk_id"));
+    let embed = if c.has("embed_text") { Some(c.strings("embed_text")) } else { None };
+    Ok((0..batch.num_rows())
+        .map(|i| ChunkRecord {
+            chunk_id: chunk_id[i].clone(),
+            doc_id: doc_id[i].clone(),
+            source: source[i].clone(),
+            doc_type: doc_type[i].clone(),
+            title: title[i].clone(),
+            section: section[i].clone(),
+            page_start: page_start[i],
+            page_end: page_end[i],
+            char_start: char_start[i],
+            char_end: char_end[i],
+            chunk_index: chunk_index[i],
+            prev_chunk_id: prev[i].clone(),
+            next_chunk_id: next[i].clone(),
+            text: text[i].clone(),
+            embed_text: embed.as_ref().and_then(|e| e[i].clone()),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_round_trip_and_wrong_schema_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let pages = vec![PageRecord {
+            doc_id: "d".into(),
+            source: "a/b.pdf".into(),
+            doc_type: "a".into(),
+            title: "T".into(),
+            page: 1,
+            text: "héllo".into(),
+            empty: false,
+            metadata: "{}".into(),
+        }];
+        let path = dir.path().join("pages.parquet");
+        assert_eq!(write_pages(&path, &pages).unwrap(), 1);
+        assert_eq!(read_pages(&path).unwrap(), pages);
+        // A pages file is not a chunks file: the error names the file and the missing column.
+        let err = read_chunks(&path).unwrap_err().to_string();
+        assert!(err.contains("pages.parquet") && err.contains("missing column `chunk_id`"), "{err}");
+    }
+
+    #[test]
+    fn non_parquet_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chunks.parquet");
+        std::fs::write(&path, b"not parquet").unwrap();
+        let err = read_chunks(&path).unwrap_err().to_string();
+        assert!(err.contains("chunks.parquet") && err.contains("not a readable Parquet file"), "{err}");
+    }
+}

@@ -1,0 +1,128 @@
+//! Parquet tables: zstd-compressed writes via a temporary file, schema-checked reads.
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Schema};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::CoreError;
+
+/// Writes one table as Parquet (zstd), through `<path>.partial` renamed into place.
+pub fn write_parquet(path: &Path, schema: Arc<Schema>, columns: Vec<ArrayRef>) -> Result<u64, CoreError> {
+    let perr = |message: String| CoreError::Parquet { path: path.to_path_buf(), message };
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| perr(e.to_string()))?;
+    let rows = batch.num_rows() as u64;
+    let partial = path.with_extension("parquet.partial");
+    let file = std::fs::File::create(&partial).map_err(|e| CoreError::io(&partial, e))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid zstd level")))
+        .set_created_by(format!("gauge {}", crate::GAUGE_VERSION))
+        .build();
+    let mut writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| perr(e.to_string()))?;
+    writer.write(&batch).map_err(|e| perr(e.to_string()))?;
+    let file = writer.into_inner().map_err(|e| perr(e.to_string()))?;
+    file.sync_all().map_err(|e| CoreError::io(&partial, e))?;
+    drop(file);
+    std::fs::rename(&partial, path).map_err(|e| CoreError::io(path, e))?;
+    Ok(rows)
+}
+
+/// Reads a whole Parquet table into one batch, checking it has `expected` columns
+/// (name and type; extra columns are allowed).
+pub fn read_parquet(path: &Path, expected: &Schema) -> Result<RecordBatch, CoreError> {
+    let perr = |message: String| CoreError::Parquet { path: path.to_path_buf(), message };
+    let file = std::fs::File::open(path).map_err(|e| CoreError::io(path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| perr(format!("not a readable Parquet file ({e})")))?;
+    let schema = builder.schema().clone();
+    check_schema(path, &schema, expected)?;
+    let reader = builder.with_batch_size(65536).build().map_err(|e| perr(e.to_string()))?;
+    let mut batches = Vec::new();
+    for batch in reader {
+        batches.push(batch.map_err(|e| perr(e.to_string()))?);
+    }
+    arrow::compute::concat_batches(&schema, &batches).map_err(|e| perr(e.to_string()))
+}
+
+/// Checks that `actual` has every column of `expected` with the same type.
+pub fn check_schema(path: &Path, actual: &Schema, expected: &Schema) -> Result<(), CoreError> {
+    let mut problems = Vec::new();
+    for field in expected.fields() {
+        match actual.field_with_name(field.name()) {
+            Ok(found) if same_type(found.data_type(), field.data_type()) => {}
+            Ok(found) => problems.push(format!(
+                "column `{}` is {}, expected {}",
+                field.name(),
+                found.data_type(),
+                field.data_type()
+            )),
+            Err(_) => problems.push(format!("missing column `{}` ({})", field.name(), field.data_type())),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CoreError::Schema { path: path.to_path_buf(), message: problems.join("; ") })
+    }
+}
+
+fn same_type(a: &DataType, b: &DataType) -> bool {
+    use DataType::*;
+    matches!((a, b), (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View)) || a == b
+}
+
+/// Typed access to the columns of a batch already checked by [`read_parquet`].
+pub struct Columns<'a> {
+    batch: &'a RecordBatch,
+}
+
+impl<'a> Columns<'a> {
+    /// Wraps a batch.
+    pub fn new(batch: &'a RecordBatch) -> Self {
+        Columns { batch }
+    }
+
+    fn column(&self, name: &str) -> &'a ArrayRef {
+        self.batch.column_by_name(name).unwrap_or_else(|| panic!("column {name} checked by read_parquet"))
+    }
+
+    /// A string column as owned values (nulls become `None`).
+    pub fn strings(&self, name: &str) -> Vec<Option<String>> {
+        let col = self.column(name);
+        let col = arrow::compute::cast(col, &DataType::Utf8).expect("string column casts to Utf8");
+        let arr = col.as_any().downcast_ref::<arrow::array::StringArray>().expect("Utf8 array");
+        (0..arr.len()).map(|i| if arr.is_null(i) { None } else { Some(arr.value(i).to_string()) }).collect()
+    }
+
+    /// A non-null string column.
+    pub fn strings_required(&self, name: &str) -> Vec<String> {
+        self.strings(name).into_iter().map(Option::unwrap_or_default).collect()
+    }
+
+    /// An Int32 column.
+    pub fn i32s(&self, name: &str) -> Vec<i32> {
+        let arr = self.column(name).as_any().downcast_ref::<arrow::array::Int32Array>().expect("Int32 array");
+        arr.values().to_vec()
+    }
+
+    /// An Int64 column.
+    pub fn i64s(&self, name: &str) -> Vec<i64> {
+        let arr = self.column(name).as_any().downcast_ref::<arrow::array::Int64Array>().expect("Int64 array");
+        arr.values().to_vec()
+    }
+
+    /// A Boolean column.
+    pub fn bools(&self, name: &str) -> Vec<bool> {
+        let arr = self.column(name).as_any().downcast_ref::<arrow::array::BooleanArray>().expect("Boolean array");
+        (0..arr.len()).map(|i| arr.value(i)).collect()
+    }
+
+    /// Whether the batch has a column.
+    pub fn has(&self, name: &str) -> bool {
+        self.batch.column_by_name(name).is_some()
+    }
+}

@@ -1,0 +1,494 @@
+//! The `extract` stage: PDF, Markdown, text and JSONL documents to `pages.parquet`.
+//!
+//! PDFs give one row per page (1-based file page numbers); Markdown and text files one row
+//! each (page 1); JSONL files one row per record. Unreadable inputs go to `errors.parquet`
+//! and the rest go on.
+pub mod clean;
+pub mod pdf;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use gauge_core::artifact::StageSpec;
+use gauge_core::schema::{write_errors, write_pages, ErrorRecord, PageRecord};
+use gauge_core::{hash, ArtifactStore, FileEntry, StageOutcome};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+pub use clean::CleaningConfig;
+
+/// Stage name, also the artifact subdirectory.
+pub const STAGE: &str = "extract";
+/// Output format version (bump when the same config yields different output).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Field names of JSONL records.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct JsonlFields {
+    /// Field holding the record id.
+    pub id: String,
+    /// Field holding the title (optional in records).
+    pub title: String,
+    /// Field holding the text.
+    pub text: String,
+}
+
+impl Default for JsonlFields {
+    fn default() -> Self {
+        JsonlFields { id: "id".into(), title: "title".into(), text: "text".into() }
+    }
+}
+
+/// Effective configuration of `extract`, echoed into the manifest.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExtractConfig {
+    /// Cleaning steps.
+    pub cleaning: CleaningConfig,
+    /// JSONL field names.
+    pub jsonl: JsonlFields,
+}
+
+/// Errors that stop the stage.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtractError {
+    /// Artifact I/O.
+    #[error(transparent)]
+    Core(#[from] gauge_core::CoreError),
+    /// An input path does not exist.
+    #[error("{0}: no such file or directory")]
+    MissingInput(PathBuf),
+    /// No input file could be extracted.
+    #[error("nothing could be extracted from {inputs} input file(s); see {errors}")]
+    NothingExtracted {
+        /// Number of inputs seen.
+        inputs: usize,
+        /// The errors table.
+        errors: PathBuf,
+    },
+    /// `--strict` and some inputs failed.
+    #[error("{failed} input file(s) failed (--strict); see {errors}")]
+    Strict {
+        /// How many failed.
+        failed: usize,
+        /// The errors table (in the uncommitted run directory, now removed) or the message.
+        errors: String,
+    },
+}
+
+/// One input file with the name it gets in the output.
+#[derive(Debug, Clone)]
+pub struct InputFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Path relative to its input root, with `/` separators.
+    pub source: String,
+    /// First folder under the root, empty if none.
+    pub doc_type: String,
+}
+
+/// Finds the input files: folders are walked recursively (hidden entries skipped, sorted);
+/// a file's root is its parent folder.
+pub fn discover(inputs: &[PathBuf]) -> Result<Vec<InputFile>, ExtractError> {
+    let mut files = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            walk(input, input, &mut files)?;
+        } else if input.is_file() {
+            let name = input.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            files.push(InputFile { path: input.clone(), source: name, doc_type: String::new() });
+        } else {
+            return Err(ExtractError::MissingInput(input.clone()));
+        }
+    }
+    files.sort_by(|a, b| a.source.cmp(&b.source).then(a.path.cmp(&b.path)));
+    Ok(files)
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<InputFile>) -> Result<(), ExtractError> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| gauge_core::CoreError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            walk(root, &path, out)?;
+        } else if path.is_file() {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().to_string()).collect();
+            let doc_type = if parts.len() > 1 { parts[0].clone() } else { String::new() };
+            out.push(InputFile { path: path.clone(), source: parts.join("/"), doc_type });
+        }
+    }
+    Ok(())
+}
+
+/// What kind of document a file is, from its extension.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Format {
+    Pdf,
+    Text,
+    Markdown,
+    Jsonl,
+}
+
+fn format_of(path: &Path) -> Option<Format> {
+    match path.extension()?.to_string_lossy().to_lowercase().as_str() {
+        "pdf" => Some(Format::Pdf),
+        "txt" | "text" => Some(Format::Text),
+        "md" | "markdown" => Some(Format::Markdown),
+        "jsonl" | "ndjson" => Some(Format::Jsonl),
+        _ => None,
+    }
+}
+
+/// A document's raw pages before document-level cleaning.
+struct RawDoc {
+    file: InputFile,
+    doc_id: String,
+    title: String,
+    metadata: serde_json::Value,
+    pages: Vec<String>,
+    /// JSONL records keep their own source/doc_id per row.
+    record_sources: Option<Vec<(String, String, String, serde_json::Value)>>,
+}
+
+/// Counts reported in the summary and the manifest.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ExtractStats {
+    /// Input files seen.
+    pub files: usize,
+    /// Input files that failed.
+    pub failed_files: usize,
+    /// Documents extracted (JSONL records count one each).
+    pub documents: usize,
+    /// Rows in pages.parquet.
+    pub pages: usize,
+    /// Pages with no text.
+    pub empty_pages: usize,
+    /// Header/footer lines removed.
+    pub header_footer_lines_removed: usize,
+    /// Line-end hyphens joined as word splits.
+    pub hyphen_splits_joined: usize,
+    /// Line-end hyphens kept as compounds.
+    pub hyphen_compounds_kept: usize,
+}
+
+/// The result of a run.
+pub struct ExtractOutput {
+    /// The artifact directory.
+    pub dir: PathBuf,
+    /// Whether it already existed.
+    pub cache_hit: bool,
+    /// Counts (default on a cache hit).
+    pub stats: ExtractStats,
+    /// Inputs that failed, with reasons.
+    pub errors: Vec<ErrorRecord>,
+}
+
+/// Options of a run that do not affect its output.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Recompute even if the output exists.
+    pub force: bool,
+    /// Fail when any input fails.
+    pub strict: bool,
+}
+
+/// Runs the stage over `inputs`, writing under `store`.
+pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, opts: &RunOptions) -> Result<ExtractOutput, ExtractError> {
+    let files = discover(inputs)?;
+    let entries: Vec<FileEntry> = files
+        .par_iter()
+        .map(|f| {
+            Ok(FileEntry {
+                path: f.path.to_string_lossy().to_string(),
+                name: f.source.clone(),
+                hash: hash::file_hash(&f.path)?,
+                rows: None,
+            })
+        })
+        .collect::<Result<_, gauge_core::CoreError>>()?;
+    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config, inputs: entries.clone(), seed: None };
+    let mut run = match store.begin(spec, opts.force)? {
+        StageOutcome::CacheHit(dir) => {
+            return Ok(ExtractOutput { dir, cache_hit: true, stats: ExtractStats::default(), errors: Vec::new() })
+        }
+        StageOutcome::Run(run) => run,
+    };
+
+    pdf::quiet_pdf_panics();
+    let mut errors = Vec::new();
+    let mut docs = Vec::new();
+    let mut pdfs = Vec::new();
+    for (file, entry) in files.iter().zip(&entries) {
+        match format_of(&file.path) {
+            None => errors.push(ErrorRecord {
+                source: file.source.clone(),
+                reason: format!(
+                    "unsupported file type `{}` (expected .pdf, .md, .txt or .jsonl)",
+                    file.path.extension().map(|e| e.to_string_lossy().to_string()).unwrap_or_default()
+                ),
+            }),
+            Some(Format::Pdf) => pdfs.push((file.clone(), entry.hash.clone())),
+            Some(fmt) => match read_text_document(file, &entry.hash, fmt, &config.jsonl) {
+                Ok(doc) => docs.push(doc),
+                Err(reason) => errors.push(ErrorRecord { source: file.source.clone(), reason }),
+            },
+        }
+    }
+    // PDFs: load in parallel, then extract every page in parallel.
+    let loaded: Vec<(InputFile, String, Result<pdf::PdfDocument, String>)> = pdfs
+        .into_par_iter()
+        .map(|(file, h)| {
+            let r = std::fs::read(&file.path).map_err(|e| format!("cannot read: {e}")).and_then(|b| {
+                if b.is_empty() {
+                    Err("empty file (0 bytes)".to_string())
+                } else {
+                    pdf::PdfDocument::load(&b)
+                }
+            });
+            (file, h, r)
+        })
+        .collect();
+    let mut ok_pdfs = Vec::new();
+    for (file, h, r) in loaded {
+        match r {
+            Ok(doc) => ok_pdfs.push((file, h, doc)),
+            Err(reason) => errors.push(ErrorRecord { source: file.source.clone(), reason }),
+        }
+    }
+    let total_pages: usize = ok_pdfs.iter().map(|(_, _, d)| d.pages.len()).sum();
+    let bar = gauge_core::progress::bar(total_pages as u64, "pages");
+    let jobs: Vec<(usize, u32)> =
+        ok_pdfs.iter().enumerate().flat_map(|(i, (_, _, d))| d.pages.iter().map(move |&p| (i, p))).collect();
+    let page_texts: Vec<(usize, Result<String, String>)> = jobs
+        .par_iter()
+        .map(|&(i, p)| {
+            let t = ok_pdfs[i].2.page_text(p);
+            bar.inc(1);
+            (i, t)
+        })
+        .collect();
+    bar.finish_and_clear();
+    let mut per_doc: Vec<Vec<String>> = ok_pdfs.iter().map(|_| Vec::new()).collect();
+    let mut page_failures: Vec<Vec<String>> = ok_pdfs.iter().map(|_| Vec::new()).collect();
+    for (i, t) in page_texts {
+        match t {
+            Ok(t) => per_doc[i].push(t),
+            Err(e) => {
+                page_failures[i].push(e);
+                per_doc[i].push(String::new());
+            }
+        }
+    }
+    for ((file, h, doc), (pages, failures)) in ok_pdfs.into_iter().zip(per_doc.into_iter().zip(page_failures)) {
+        let info = doc.info();
+        let title = info
+            .get("Title")
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .filter(|t| !t.trim().is_empty())
+            .unwrap_or_else(|| file_stem(&file.path));
+        if failures.len() == pages.len() {
+            errors.push(ErrorRecord { source: file.source.clone(), reason: failures[0].clone() });
+            continue;
+        }
+        let mut metadata = serde_json::json!({ "pdf_info": info, "n_pages": pages.len() });
+        if !failures.is_empty() {
+            metadata["page_errors"] = serde_json::json!(failures);
+        }
+        docs.push(RawDoc { doc_id: h[..16].to_string(), file, title, metadata, pages, record_sources: None });
+    }
+    docs.sort_by(|a, b| a.file.source.cmp(&b.file.source));
+
+    let (pages, stats) = clean_documents(docs, &config.cleaning, files.len(), errors.len());
+    errors.sort_by(|a, b| a.source.cmp(&b.source));
+
+    let rows = write_pages(&run.path("pages.parquet"), &pages)?;
+    run.add_output("pages.parquet", Some(rows))?;
+    let n_err = write_errors(&run.path("errors.parquet"), &errors)?;
+    run.add_output("errors.parquet", Some(n_err))?;
+    if let serde_json::Value::Object(map) = serde_json::to_value(&stats).expect("stats serialise") {
+        for (k, v) in map {
+            run.set_stat(&k, v);
+        }
+    }
+    if pages.is_empty() {
+        return Err(ExtractError::NothingExtracted { inputs: files.len(), errors: summarize_errors(&errors) });
+    }
+    if opts.strict && !errors.is_empty() {
+        return Err(ExtractError::Strict { failed: errors.len(), errors: summarize_errors(&errors).display().to_string() });
+    }
+    let dir = run.commit()?;
+    Ok(ExtractOutput { dir, cache_hit: false, stats, errors })
+}
+
+fn summarize_errors(errors: &[ErrorRecord]) -> PathBuf {
+    PathBuf::from(errors.iter().map(|e| format!("{}: {}", e.source, e.reason)).collect::<Vec<_>>().join("; "))
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default()
+}
+
+/// Decodes text bytes: UTF-8 (with or without BOM), else Windows-1252; binary data is an error.
+fn decode_text(bytes: &[u8]) -> Result<(String, &'static str), String> {
+    if bytes.contains(&0) {
+        return Err("binary data in a text file (NUL bytes)".into());
+    }
+    let bytes = bytes.strip_prefix(&[0xEF, 0xBB, 0xBF]).unwrap_or(bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Ok((s.to_string(), "utf-8")),
+        Err(_) => Ok((bytes.iter().map(|&b| windows_1252(b)).collect(), "windows-1252")),
+    }
+}
+
+fn windows_1252(b: u8) -> char {
+    const HIGH: [char; 32] = [
+        '€', '\u{81}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{8D}', 'Ž', '\u{8F}', '\u{90}', '‘', '’', '“', '”',
+        '•', '–', '—', '˜', '™', 'š', '›', 'œ', '\u{9D}', 'ž', 'Ÿ',
+    ];
+    match b {
+        0x80..=0x9F => HIGH[(b - 0x80) as usize],
+        _ => b as char,
+    }
+}
+
+fn read_text_document(file: &InputFile, file_hash: &str, fmt: Format, fields: &JsonlFields) -> Result<RawDoc, String> {
+    let bytes = std::fs::read(&file.path).map_err(|e| format!("cannot read: {e}"))?;
+    let (text, encoding) = decode_text(&bytes)?;
+    let doc_id = file_hash[..16].to_string();
+    match fmt {
+        Format::Text | Format::Markdown => {
+            let title = if fmt == Format::Markdown {
+                text.lines().find_map(|l| l.strip_prefix("# ").map(|t| t.trim().to_string()))
+            } else {
+                None
+            }
+            .unwrap_or_else(|| file_stem(&file.path));
+            Ok(RawDoc {
+                file: file.clone(),
+                doc_id,
+                title,
+                metadata: serde_json::json!({ "encoding": encoding }),
+                pages: vec![text],
+                record_sources: None,
+            })
+        }
+        Format::Jsonl => {
+            let mut pages = Vec::new();
+            let mut records = Vec::new();
+            for (n, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let value: serde_json::Value =
+                    serde_json::from_str(line).map_err(|e| format!("line {}: invalid JSON ({e})", n + 1))?;
+                let serde_json::Value::Object(mut obj) = value else {
+                    return Err(format!("line {}: expected a JSON object", n + 1));
+                };
+                let text = match obj.remove(&fields.text) {
+                    Some(serde_json::Value::String(s)) => s,
+                    _ => return Err(format!("line {}: no string field `{}` (set --jsonl-text-field)", n + 1, fields.text)),
+                };
+                let id = match obj.remove(&fields.id) {
+                    Some(serde_json::Value::String(s)) => s,
+                    Some(v @ serde_json::Value::Number(_)) => v.to_string(),
+                    _ => return Err(format!("line {}: no field `{}` (set --jsonl-id-field)", n + 1, fields.id)),
+                };
+                let title = match obj.remove(&fields.title) {
+                    Some(serde_json::Value::String(s)) => s,
+                    _ => id.clone(),
+                };
+                let rec_id = hash::short_id(&[line.as_bytes()]);
+                records.push((format!("{}#{id}", file.source), rec_id, title, serde_json::Value::Object(obj)));
+                pages.push(text);
+            }
+            if records.is_empty() {
+                return Err("JSONL file holds no records".into());
+            }
+            Ok(RawDoc {
+                file: file.clone(),
+                doc_id,
+                title: String::new(),
+                metadata: serde_json::Value::Null,
+                pages,
+                record_sources: Some(records),
+            })
+        }
+        Format::Pdf => unreachable!("PDFs are read by the pdf module"),
+    }
+}
+
+/// Applies character- and document-level cleaning and flattens documents into page rows.
+fn clean_documents(docs: Vec<RawDoc>, cfg: &CleaningConfig, n_files: usize, n_failed: usize) -> (Vec<PageRecord>, ExtractStats) {
+    let mut stats = ExtractStats { files: n_files, failed_files: n_failed, ..Default::default() };
+    let mut cleaned: Vec<(RawDoc, Vec<String>)> = docs
+        .into_par_iter()
+        .map(|doc| {
+            let pages: Vec<String> = doc.pages.iter().map(|p| clean::clean_chars(p, cfg)).collect();
+            (doc, pages)
+        })
+        .collect();
+    for (doc, pages) in cleaned.iter_mut() {
+        if cfg.headers_footers && doc.record_sources.is_none() {
+            stats.header_footer_lines_removed += clean::remove_headers_footers(pages, cfg);
+        }
+    }
+    if cfg.hyphen_join {
+        let vocabulary: HashSet<String> = cleaned.iter().flat_map(|(_, p)| p.iter().flat_map(|t| clean::words(t))).collect();
+        for (_, pages) in cleaned.iter_mut() {
+            for page in pages.iter_mut() {
+                let (t, s, c) = clean::join_hyphens(page, &vocabulary);
+                *page = t;
+                stats.hyphen_splits_joined += s;
+                stats.hyphen_compounds_kept += c;
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (doc, pages) in cleaned {
+        match &doc.record_sources {
+            Some(records) => {
+                for ((source, doc_id, title, meta), text) in records.iter().zip(pages) {
+                    stats.documents += 1;
+                    let empty = text.trim().is_empty();
+                    rows.push(PageRecord {
+                        doc_id: doc_id.clone(),
+                        source: source.clone(),
+                        doc_type: doc.file.doc_type.clone(),
+                        title: title.clone(),
+                        page: 1,
+                        text: if empty { String::new() } else { text },
+                        empty,
+                        metadata: meta.to_string(),
+                    });
+                }
+            }
+            None => {
+                stats.documents += 1;
+                let metadata = doc.metadata.to_string();
+                for (i, text) in pages.into_iter().enumerate() {
+                    let empty = text.trim().is_empty();
+                    rows.push(PageRecord {
+                        doc_id: doc.doc_id.clone(),
+                        source: doc.file.source.clone(),
+                        doc_type: doc.file.doc_type.clone(),
+                        title: doc.title.clone(),
+                        page: i as i32 + 1,
+                        text: if empty { String::new() } else { text },
+                        empty,
+                        metadata: metadata.clone(),
+                    });
+                }
+            }
+        }
+    }
+    stats.pages = rows.len();
+    stats.empty_pages = rows.iter().filter(|r| r.empty).count();
+    (rows, stats)
+}
