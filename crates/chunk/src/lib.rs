@@ -1,1 +1,393 @@
+//! The `chunk` stage: `pages.parquet` to `chunks.parquet`.
+//!
+//! Pages of a document are joined into one document text (pages separated by a blank
+//! line, [`gauge_core::schema::PAGE_SEPARATOR`]); chunks are slices of it, so each carries
+//! exact character offsets and the pages it spans, whatever the strategy.
+pub mod headings;
+pub mod recursive;
+pub mod tokens;
 
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use gauge_core::artifact::{artifact_dir, StageSpec};
+use gauge_core::schema::{read_pages, write_chunks, ChunkRecord, PageRecord, PAGE_SEPARATOR};
+use gauge_core::{hash, ArtifactStore, FileEntry, StageOutcome};
+use serde::{Deserialize, Serialize};
+
+pub use recursive::RecursiveSplitter;
+
+/// Stage name.
+pub const STAGE: &str = "chunk";
+/// Output format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// How a document is cut into chunks.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// LangChain-compatible recursive character splitting (size/overlap in characters).
+    Recursive,
+    /// Windows of `size` tokens overlapping by `overlap` tokens, from a `tokenizer.json`.
+    Tokens,
+    /// Split at headings, then recursively inside sections longer than `size`.
+    Section,
+    /// One chunk per page.
+    Page,
+}
+
+/// Chunk filters, each switchable.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilterConfig {
+    /// Drop chunks shorter than this many characters (0 keeps all).
+    pub min_chars: usize,
+    /// Drop table-of-contents chunks: more than half of the lines are dot leaders, or
+    /// more than half of the non-space characters are dots.
+    pub toc: bool,
+    /// Drop exact duplicates (same text after whitespace normalisation), keeping the first.
+    pub duplicates: bool,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig { min_chars: 100, toc: true, duplicates: true }
+    }
+}
+
+/// Effective configuration of `chunk`, echoed into the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChunkConfig {
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Chunk size: characters, or tokens for `tokens`.
+    pub size: usize,
+    /// Overlap: characters, or tokens for `tokens`.
+    pub overlap: usize,
+    /// Separators for `recursive` and `section`, tried in order.
+    pub separators: Vec<String>,
+    /// Filters.
+    pub filters: FilterConfig,
+    /// Add an `embed_text` column: `title › section`, a blank line, then the text.
+    pub contextual_header: bool,
+}
+
+impl Default for ChunkConfig {
+    fn default() -> Self {
+        ChunkConfig {
+            strategy: Strategy::Recursive,
+            size: 1000,
+            overlap: 150,
+            separators: recursive::DEFAULT_SEPARATORS.iter().map(|s| s.to_string()).collect(),
+            filters: FilterConfig::default(),
+            contextual_header: false,
+        }
+    }
+}
+
+/// Errors of the chunk stage.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    /// Artifact I/O.
+    #[error(transparent)]
+    Core(#[from] gauge_core::CoreError),
+    /// Bad settings.
+    #[error("invalid chunk config: {0}")]
+    Config(String),
+    /// The tokenizer file could not be loaded.
+    #[error("{path}: cannot load tokenizer ({message}); pass a tokenizer.json or a model folder holding one")]
+    Tokenizer {
+        /// Tokenizer path.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+impl ChunkConfig {
+    /// Checks sizes and strategy requirements.
+    pub fn validate(&self, tokenizer: Option<&Path>) -> Result<(), ChunkError> {
+        if self.size == 0 {
+            return Err(ChunkError::Config("size must be at least 1".into()));
+        }
+        if self.overlap >= self.size {
+            return Err(ChunkError::Config(format!("overlap ({}) must be smaller than size ({})", self.overlap, self.size)));
+        }
+        if self.strategy == Strategy::Tokens && tokenizer.is_none() {
+            return Err(ChunkError::Config("--strategy tokens needs --tokenizer (a tokenizer.json or model folder)".into()));
+        }
+        Ok(())
+    }
+}
+
+/// One document assembled from its pages.
+pub struct Document<'a> {
+    /// First page row (ids, title, …).
+    pub meta: &'a PageRecord,
+    /// Pages joined by [`PAGE_SEPARATOR`].
+    pub text: String,
+    /// (byte offset where the page's text starts, page number).
+    pub page_starts: Vec<(usize, i32)>,
+}
+
+impl<'a> Document<'a> {
+    /// Assembles a document from its pages (in page order).
+    pub fn assemble(pages: &[&'a PageRecord]) -> Document<'a> {
+        let mut text = String::new();
+        let mut page_starts = Vec::with_capacity(pages.len());
+        for (i, p) in pages.iter().enumerate() {
+            if i > 0 {
+                text.push_str(PAGE_SEPARATOR);
+            }
+            page_starts.push((text.len(), p.page));
+            text.push_str(&p.text);
+        }
+        Document { meta: pages[0], text, page_starts }
+    }
+
+    /// The page holding byte `offset`.
+    pub fn page_at(&self, offset: usize) -> i32 {
+        let i = self.page_starts.partition_point(|&(start, _)| start <= offset);
+        self.page_starts[i.saturating_sub(1)].1
+    }
+}
+
+/// A chunk before filtering: a byte range of the document text and its section path.
+#[derive(Debug, Clone)]
+pub struct Span {
+    /// Byte start.
+    pub start: usize,
+    /// Byte end.
+    pub end: usize,
+    /// Heading path.
+    pub section: String,
+}
+
+/// Cuts one document into spans with the configured strategy.
+pub fn split_document(doc: &Document<'_>, config: &ChunkConfig, tokenizer: Option<&tokens::TokenWindows>) -> Vec<Span> {
+    let text = doc.text.as_str();
+    let headings = headings::find_headings(text);
+    let paths = headings::heading_paths(&headings);
+    let section_at = |offset: usize| -> String {
+        let i = headings.partition_point(|h| h.offset <= offset);
+        if i == 0 { String::new() } else { paths[i - 1].clone() }
+    };
+    let splitter = RecursiveSplitter { size: config.size, overlap: config.overlap, separators: config.separators.clone() };
+    let ranges: Vec<(usize, usize)> = match config.strategy {
+        Strategy::Recursive => splitter.split_range(text, 0, text.len()),
+        Strategy::Tokens => tokenizer.expect("validated: tokens strategy has a tokenizer").windows(text, config.size, config.overlap),
+        Strategy::Page => {
+            let mut out = Vec::new();
+            for (i, &(start, _)) in doc.page_starts.iter().enumerate() {
+                let end = doc.page_starts.get(i + 1).map_or(text.len(), |&(s, _)| s - PAGE_SEPARATOR.len());
+                let slice = &text[start..end];
+                let lead = slice.len() - slice.trim_start().len();
+                let trimmed = slice.trim();
+                if !trimmed.is_empty() {
+                    out.push((start + lead, start + lead + trimmed.len()));
+                }
+            }
+            out
+        }
+        Strategy::Section => {
+            let mut bounds: Vec<usize> = vec![0];
+            bounds.extend(headings.iter().map(|h| h.offset).filter(|&o| o > 0));
+            bounds.push(text.len());
+            let mut out = Vec::new();
+            for w in bounds.windows(2) {
+                out.extend(splitter.split_range(text, w[0], w[1]));
+            }
+            out
+        }
+    };
+    ranges.into_iter().map(|(start, end)| Span { start, end, section: section_at(start) }).collect()
+}
+
+/// Whether a chunk is table-of-contents material (dot leaders).
+pub fn is_toc(text: &str) -> bool {
+    let non_space = text.chars().filter(|c| !c.is_whitespace()).count();
+    let dots = text.chars().filter(|&c| c == '.' || c == '…').count();
+    if non_space > 0 && dots * 2 > non_space {
+        return true;
+    }
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let leaders = lines.iter().filter(|l| l.contains("....") || l.contains(". . . .") || l.contains("……")).count();
+    !lines.is_empty() && leaders * 2 > lines.len()
+}
+
+/// Counts of what each step produced or removed (for the manifest).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ChunkStats {
+    /// Documents chunked.
+    pub documents: usize,
+    /// Chunks before filters.
+    pub chunks_before_filters: usize,
+    /// Removed for being shorter than `min_chars`.
+    pub removed_min_chars: usize,
+    /// Removed as table of contents.
+    pub removed_toc: usize,
+    /// Removed as exact duplicates.
+    pub removed_duplicates: usize,
+    /// Chunks written.
+    pub chunks: usize,
+}
+
+/// Chunks all documents of a pages table (grouped by `doc_id`, in table order).
+pub fn chunk_pages(pages: &[PageRecord], config: &ChunkConfig, tokenizer: Option<&tokens::TokenWindows>) -> (Vec<ChunkRecord>, ChunkStats) {
+    let mut stats = ChunkStats::default();
+    // Group pages by document, keeping the order of first appearance.
+    let mut order: Vec<&str> = Vec::new();
+    let mut groups: std::collections::HashMap<&str, Vec<&PageRecord>> = std::collections::HashMap::new();
+    for p in pages {
+        groups.entry(p.doc_id.as_str()).or_insert_with(|| {
+            order.push(p.doc_id.as_str());
+            Vec::new()
+        });
+        groups.get_mut(p.doc_id.as_str()).expect("inserted").push(p);
+    }
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    for doc_id in order {
+        let mut doc_pages = groups.remove(doc_id).expect("grouped");
+        doc_pages.sort_by_key(|p| p.page);
+        let doc = Document::assemble(&doc_pages);
+        stats.documents += 1;
+        let spans = split_document(&doc, config, tokenizer);
+        stats.chunks_before_filters += spans.len();
+        // Byte → character offsets, walking forward once.
+        let mut char_pos = 0usize;
+        let mut byte_pos = 0usize;
+        let mut to_char = |b: usize| -> usize {
+            if b < byte_pos {
+                char_pos = doc.text[..b].chars().count();
+            } else {
+                char_pos += doc.text[byte_pos..b].chars().count();
+            }
+            byte_pos = b;
+            char_pos
+        };
+        let mut kept: Vec<ChunkRecord> = Vec::new();
+        for span in spans {
+            let text = &doc.text[span.start..span.end];
+            let n_chars = text.chars().count();
+            if n_chars < config.filters.min_chars {
+                stats.removed_min_chars += 1;
+                continue;
+            }
+            if config.filters.toc && is_toc(text) {
+                stats.removed_toc += 1;
+                continue;
+            }
+            if config.filters.duplicates {
+                let key = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !seen.insert(key) {
+                    stats.removed_duplicates += 1;
+                    continue;
+                }
+            }
+            let char_start = to_char(span.start) as i64;
+            let char_end = char_start + n_chars as i64;
+            let chunk_id = hash::short_id(&[
+                doc.meta.doc_id.as_bytes(),
+                &char_start.to_le_bytes(),
+                &char_end.to_le_bytes(),
+                text.as_bytes(),
+            ]);
+            let embed_text = config.contextual_header.then(|| {
+                let header = if span.section.is_empty() {
+                    doc.meta.title.clone()
+                } else {
+                    format!("{} › {}", doc.meta.title, span.section)
+                };
+                format!("{header}\n\n{text}")
+            });
+            kept.push(ChunkRecord {
+                chunk_id,
+                doc_id: doc.meta.doc_id.clone(),
+                source: doc.meta.source.clone(),
+                doc_type: doc.meta.doc_type.clone(),
+                title: doc.meta.title.clone(),
+                section: span.section,
+                page_start: doc.page_at(span.start),
+                page_end: doc.page_at(span.end.saturating_sub(1).max(span.start)),
+                char_start,
+                char_end,
+                chunk_index: 0,
+                prev_chunk_id: None,
+                next_chunk_id: None,
+                text: text.to_string(),
+                embed_text,
+            });
+        }
+        let ids: Vec<String> = kept.iter().map(|c| c.chunk_id.clone()).collect();
+        for (i, c) in kept.iter_mut().enumerate() {
+            c.chunk_index = i as i32;
+            c.prev_chunk_id = i.checked_sub(1).map(|j| ids[j].clone());
+            c.next_chunk_id = ids.get(i + 1).cloned();
+        }
+        out.extend(kept);
+    }
+    stats.chunks = out.len();
+    (out, stats)
+}
+
+/// The result of a run.
+pub struct ChunkOutput {
+    /// Artifact directory.
+    pub dir: PathBuf,
+    /// Whether it already existed.
+    pub cache_hit: bool,
+    /// Counts (default on a cache hit).
+    pub stats: ChunkStats,
+}
+
+/// Runs the stage on a pages artifact (directory or `pages.parquet`).
+pub fn run(pages_arg: &Path, tokenizer: Option<&Path>, config: &ChunkConfig, store: &ArtifactStore, force: bool) -> Result<ChunkOutput, ChunkError> {
+    config.validate(tokenizer)?;
+    let pages_dir = artifact_dir(pages_arg);
+    let pages_path = pages_dir.join("pages.parquet");
+    if !pages_path.is_file() {
+        return Err(gauge_core::CoreError::Artifact {
+            path: pages_dir.clone(),
+            message: "no pages.parquet here; pass the directory printed by `extract`".into(),
+        }
+        .into());
+    }
+    let mut inputs = vec![FileEntry {
+        path: pages_path.to_string_lossy().to_string(),
+        name: "pages.parquet".into(),
+        hash: hash::file_hash(&pages_path)?,
+        rows: None,
+    }];
+    let token_windows = match (config.strategy, tokenizer) {
+        (Strategy::Tokens, Some(path)) => {
+            let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+            let tw = tokens::TokenWindows::from_file(&file)?;
+            inputs.push(FileEntry {
+                path: file.to_string_lossy().to_string(),
+                name: "tokenizer.json".into(),
+                hash: hash::file_hash(&file)?,
+                rows: None,
+            });
+            Some(tw)
+        }
+        _ => None,
+    };
+    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config, inputs, seed: None };
+    let mut run = match store.begin(spec, force)? {
+        StageOutcome::CacheHit(dir) => return Ok(ChunkOutput { dir, cache_hit: true, stats: ChunkStats::default() }),
+        StageOutcome::Run(run) => run,
+    };
+    let pages = read_pages(&pages_path)?;
+    let (chunks, stats) = chunk_pages(&pages, config, token_windows.as_ref());
+    let rows = write_chunks(&run.path("chunks.parquet"), &chunks)?;
+    run.add_output("chunks.parquet", Some(rows))?;
+    if let serde_json::Value::Object(map) = serde_json::to_value(&stats).expect("stats serialise") {
+        for (k, v) in map {
+            run.set_stat(&k, v);
+        }
+    }
+    let dir = run.commit()?;
+    Ok(ChunkOutput { dir, cache_hit: false, stats })
+}

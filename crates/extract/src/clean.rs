@@ -121,11 +121,12 @@ pub fn is_page_label(line: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let re = RE.get_or_init(|| {
         regex::Regex::new(
-            r"(?i)^(?:page\s+)?(?:\d{1,4}(?:[-.–]\d{1,4}){0,3}|[ivxlc]{1,7}|[A-Z]-\d{1,3})(?:\s+of\s+\d{1,4})?$|^[-–]\s*\d{1,4}\s*[-–]$",
+            r"(?i)^(?:page\s+)?(?:\d{1,4}(?:[-.–]\d{1,4}){0,3}|c{0,3}(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})|[A-Z]-\d{1,3})(?:\s+of\s+\d{1,4})?$|^[-–]\s*\d{1,4}\s*[-–]$",
         )
         .expect("valid regex")
     });
-    re.is_match(line.trim())
+    let line = line.trim();
+    !line.is_empty() && re.is_match(line)
 }
 
 /// Indices of the non-empty lines within the first/last `window` non-empty lines.
@@ -247,13 +248,20 @@ mod tests {
 
     #[test]
     fn running_headers_and_page_labels_are_removed_but_body_stays() {
-        let mut pages: Vec<String> = (1..=6)
-            .map(|i| format!("HAZARDOUS MATERIALS COMPLIANCE MANUAL\nBody text number {i} is unique.\nAnother line {}\n234-{}", i * 7, i + 20))
+        let bodies = ["Gate arms shall be maintained.", "Flashing lights must be visible.", "Track circuits are tested yearly.",
+            "Records are kept two years.", "Inspectors verify warning times.", "Bells sound when gates descend."];
+        let mut pages: Vec<String> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("HAZARDOUS MATERIALS COMPLIANCE MANUAL\n{b}\nfirst {b}\nsecond {b}\nthird {b}\nlast {b}\n234-{}", i + 20))
             .collect();
-        let cfg = CleaningConfig::default();
-        let removed = remove_headers_footers(&mut pages, &cfg);
+        let removed = remove_headers_footers(&mut pages, &CleaningConfig::default());
         assert_eq!(removed, 12);
-        assert_eq!(pages[0], "Body text number 1 is unique.\nAnother line 7");
+        assert_eq!(pages[0], "Gate arms shall be maintained.\nfirst Gate arms shall be maintained.\nsecond Gate arms shall be maintained.\nthird Gate arms shall be maintained.\nlast Gate arms shall be maintained.");
+        // Switched off, nothing changes.
+        let mut again = vec![pages[0].clone(); 4];
+        let off = CleaningConfig { header_min_share: 1.1, ..CleaningConfig::default() };
+        assert_eq!(remove_headers_footers(&mut again, &off), 0);
     }
 
     #[test]

@@ -1,0 +1,126 @@
+//! Heading detection for the `section` strategy and the `section` column.
+//!
+//! A heading is a whole line that looks like one of: a Markdown heading (`## Title`),
+//! `CHAPTER 11 – Title`, `PART 214`/`Subpart B`, `Appendix A`, a section-symbol heading
+//! (`§ 236.405 Title`) or a numbered heading (`11.2.2 Title`, two to five numbers of at
+//! most two digits each, so rule numbers like `234.219` and defect codes are not
+//! headings). Table-of-contents lines (dot leaders) never are.
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+/// A heading found in a text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heading {
+    /// Byte offset of the heading line.
+    pub offset: usize,
+    /// Nesting level (1 = chapter).
+    pub level: usize,
+    /// The heading line.
+    pub title: String,
+}
+
+fn patterns() -> &'static [(Regex, fn(&regex::Captures) -> usize)] {
+    static P: OnceLock<Vec<(Regex, fn(&regex::Captures) -> usize)>> = OnceLock::new();
+    P.get_or_init(|| {
+        let r = |s: &str| Regex::new(s).expect("valid heading regex");
+        vec![
+            (r(r"^(#{1,6})\s+\S"), (|c: &regex::Captures| c[1].len()) as fn(&regex::Captures) -> usize),
+            (r(r"^(?:CHAPTER|Chapter)\s+(?:\d{1,3}|[IVXL]{1,6})\b"), |_| 1),
+            (r(r"^(?:APPENDIX|Appendix)\s+[A-Z0-9]{1,3}\b"), |_| 1),
+            (r(r"^(?:PART|Part)\s+\d{1,4}\s*$|^(?:PART|Part)\s+\d{1,4}\s*[–—:-]"), |_| 1),
+            (r(r"^(?:SUBPART|Subpart)\s+[A-Z]\b"), |_| 2),
+            (r(r"^§\s*\d{1,4}\.\d{1,5}\s+[A-Z]"), |_| 3),
+            (r(r"^(\d{1,2}(?:\.\d{1,2}){1,4})\.?\s+[A-Z]"), |c: &regex::Captures| c[1].split('.').count() + 1),
+        ]
+    })
+}
+
+fn dot_leader() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| Regex::new(r"(?:\.\s?){4,}|…{2,}").expect("valid regex"))
+}
+
+/// The heading level of a line, if it is a heading.
+pub fn heading_level(line: &str) -> Option<usize> {
+    let line = line.trim();
+    if line.is_empty() || line.chars().count() > 120 || dot_leader().is_match(line) {
+        return None;
+    }
+    if line.ends_with(',') || line.ends_with(';') {
+        return None;
+    }
+    patterns().iter().find_map(|(re, level)| re.captures(line).map(|c| level(&c)))
+}
+
+/// Every heading in a text, in order.
+pub fn find_headings(text: &str) -> Vec<Heading> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(level) = heading_level(line) {
+            out.push(Heading { offset, level, title: line.trim().to_string() });
+        }
+        offset += line.len();
+    }
+    out
+}
+
+/// Heading paths: for each heading, the titles of it and its open ancestors, joined by ` › `.
+pub fn heading_paths(headings: &[Heading]) -> Vec<String> {
+    let mut stack: Vec<&Heading> = Vec::new();
+    headings
+        .iter()
+        .map(|h| {
+            while stack.last().is_some_and(|top| top.level >= h.level) {
+                stack.pop();
+            }
+            stack.push(h);
+            stack.iter().map(|h| h.title.as_str()).collect::<Vec<_>>().join(" › ")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_the_manuals_heading_styles() {
+        assert_eq!(heading_level("CHAPTER 11 – NOTIFICATIONS AND APPROVALS"), Some(1));
+        assert_eq!(heading_level("11.2 Approvals"), Some(3));
+        assert_eq!(heading_level("11.2.2 COFC/TOFC Approval"), Some(4));
+        assert_eq!(heading_level("§ 236.405 Track circuits."), Some(3));
+        assert_eq!(heading_level("## Scope"), Some(2));
+        assert_eq!(heading_level("Subpart B—Roadway Worker Protection"), Some(2));
+        assert_eq!(heading_level("Appendix A"), Some(1));
+    }
+
+    #[test]
+    fn rejects_codes_toc_lines_and_prose() {
+        assert_eq!(heading_level("234.219.A1 Gate arm light burned out or missing."), None);
+        assert_eq!(heading_level("§ 236.1005.A1 Failure of the PTC system to reliably"), None);
+        assert_eq!(heading_level("11.2.2 COFC/TOFC Approval ............................ 35"), None);
+        assert_eq!(heading_level("174.63 applies to portable tanks"), None);
+        assert_eq!(heading_level("The shipper shall notify the Federal Railroad Administration"), None);
+        assert_eq!(heading_level("Part 214 general provisions do not apply,"), None);
+    }
+
+    #[test]
+    fn paths_nest_and_close() {
+        let text = "CHAPTER 11 – X\n11.1 A\ntext\n11.2 B\n11.2.1 C\nbody\nCHAPTER 12 – Y\n";
+        let hs = find_headings(text);
+        assert_eq!(hs.len(), 5);
+        assert_eq!(&text[hs[2].offset..hs[2].offset + 6], "11.2 B");
+        assert_eq!(
+            heading_paths(&hs),
+            vec![
+                "CHAPTER 11 – X",
+                "CHAPTER 11 – X › 11.1 A",
+                "CHAPTER 11 – X › 11.2 B",
+                "CHAPTER 11 – X › 11.2 B › 11.2.1 C",
+                "CHAPTER 12 – Y",
+            ]
+        );
+    }
+}
