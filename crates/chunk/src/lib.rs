@@ -380,6 +380,7 @@ pub fn run(pages_arg: &Path, tokenizer: Option<&Path>, config: &ChunkConfig, sto
         StageOutcome::Run(run) => run,
     };
     let pages = read_pages(&pages_path)?;
+    run.set_input_rows("pages.parquet", pages.len() as u64);
     let (chunks, stats) = chunk_pages(&pages, config, token_windows.as_ref());
     let rows = write_chunks(&run.path("chunks.parquet"), &chunks)?;
     run.add_output("chunks.parquet", Some(rows))?;
@@ -390,4 +391,129 @@ pub fn run(pages_arg: &Path, tokenizer: Option<&Path>, config: &ChunkConfig, sto
     }
     let dir = run.commit()?;
     Ok(ChunkOutput { dir, cache_hit: false, stats })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(doc: &str, n: i32, text: &str) -> PageRecord {
+        PageRecord {
+            doc_id: doc.into(),
+            source: format!("{doc}.pdf"),
+            doc_type: String::new(),
+            title: format!("Title {doc}"),
+            page: n,
+            text: text.into(),
+            empty: text.is_empty(),
+            metadata: "{}".into(),
+        }
+    }
+
+    fn para(words: &str, n: usize) -> String {
+        vec![words; n].join(" ")
+    }
+
+    #[test]
+    fn page_strategy_one_chunk_per_nonempty_page_with_offsets() {
+        let pages = vec![page("a", 1, &para("alpha", 30)), page("a", 2, ""), page("a", 3, &para("gamma", 30))];
+        let cfg = ChunkConfig { strategy: Strategy::Page, ..ChunkConfig::default() };
+        let (chunks, stats) = chunk_pages(&pages, &cfg, None);
+        assert_eq!(stats.chunks, 2);
+        assert_eq!((chunks[1].page_start, chunks[1].page_end), (3, 3));
+        let doc_text = format!("{}\n\n\n\n{}", pages[0].text, pages[2].text);
+        for c in &chunks {
+            let slice: String = doc_text.chars().skip(c.char_start as usize).take((c.char_end - c.char_start) as usize).collect();
+            assert_eq!(slice, c.text);
+        }
+        assert_eq!(chunks[0].next_chunk_id.as_deref(), Some(chunks[1].chunk_id.as_str()));
+        assert_eq!(chunks[1].prev_chunk_id.as_deref(), Some(chunks[0].chunk_id.as_str()));
+        assert_eq!((chunks[0].prev_chunk_id.as_ref(), chunks[1].next_chunk_id.as_ref()), (None, None));
+    }
+
+    #[test]
+    fn chunks_spanning_pages_record_both() {
+        let pages = vec![page("a", 1, &para("alpha", 20)), page("a", 2, &para("beta", 20))];
+        let cfg = ChunkConfig { size: 1000, overlap: 0, ..ChunkConfig::default() };
+        let (chunks, _) = chunk_pages(&pages, &cfg, None);
+        assert_eq!(chunks.len(), 1);
+        assert_eq!((chunks[0].page_start, chunks[0].page_end), (1, 2));
+    }
+
+    #[test]
+    fn section_strategy_splits_at_headings_and_records_paths() {
+        let text = format!(
+            "CHAPTER 11 – NOTIFICATIONS\n\n11.1 Notifications\n\n{}\n\n11.2 Approvals\n\n11.2.2 COFC/TOFC Approval\n\n{}",
+            para("notify the administration", 10),
+            para("a carrier may not transport", 10)
+        );
+        let pages = vec![page("h", 1, &text)];
+        let cfg = ChunkConfig { strategy: Strategy::Section, filters: FilterConfig { min_chars: 50, ..FilterConfig::default() }, ..ChunkConfig::default() };
+        let (chunks, stats) = chunk_pages(&pages, &cfg, None);
+        assert_eq!(chunks.len(), 2, "{chunks:#?}");
+        assert!(stats.removed_min_chars >= 2); // the bare chapter and 11.2 headings
+        assert_eq!(chunks[0].section, "CHAPTER 11 – NOTIFICATIONS › 11.1 Notifications");
+        assert!(chunks[0].text.starts_with("11.1 Notifications"));
+        assert_eq!(chunks[1].section, "CHAPTER 11 – NOTIFICATIONS › 11.2 Approvals › 11.2.2 COFC/TOFC Approval");
+        assert!(chunks[1].text.starts_with("11.2.2 COFC/TOFC Approval"));
+    }
+
+    #[test]
+    fn filters_remove_short_toc_and_duplicate_chunks_and_can_be_switched_off() {
+        let toc = "Contents\n1.1 Scope ........................ 3\n1.2 Terms ........................ 4\n1.3 Rules ........................ 9";
+        let body = para("the inspector shall verify the crossing warning time", 3);
+        let pages = vec![page("a", 1, toc), page("a", 2, &body), page("a", 3, "short"), page("b", 1, &body)];
+        let cfg = ChunkConfig { strategy: Strategy::Page, filters: FilterConfig { min_chars: 20, ..FilterConfig::default() }, ..ChunkConfig::default() };
+        let (chunks, stats) = chunk_pages(&pages, &cfg, None);
+        assert_eq!((stats.removed_toc, stats.removed_min_chars, stats.removed_duplicates, stats.chunks), (1, 1, 1, 1));
+        assert_eq!(chunks[0].page_start, 2);
+        let off = ChunkConfig { filters: FilterConfig { min_chars: 0, toc: false, duplicates: false }, ..cfg };
+        assert_eq!(chunk_pages(&pages, &off, None).1.chunks, 4);
+    }
+
+    #[test]
+    fn contextual_header_goes_to_embed_text_only() {
+        let pages = vec![page("a", 1, &format!("11.1 Scope\n\n{}", para("rules apply", 20)))];
+        let cfg = ChunkConfig { contextual_header: true, ..ChunkConfig::default() };
+        let (chunks, _) = chunk_pages(&pages, &cfg, None);
+        let c = &chunks[0];
+        assert!(c.text.starts_with("11.1 Scope"));
+        assert_eq!(c.embed_text.as_deref().unwrap(), format!("Title a › 11.1 Scope\n\n{}", c.text));
+    }
+
+    #[test]
+    fn chunk_ids_are_stable_and_distinct() {
+        let pages = vec![page("a", 1, &para("one two three four five six", 40))];
+        let cfg = ChunkConfig { size: 100, overlap: 20, filters: FilterConfig { min_chars: 0, ..FilterConfig::default() }, ..ChunkConfig::default() };
+        let (a, _) = chunk_pages(&pages, &cfg, None);
+        let (b, _) = chunk_pages(&pages, &cfg, None);
+        assert_eq!(a, b);
+        let ids: HashSet<&str> = a.iter().map(|c| c.chunk_id.as_str()).collect();
+        assert_eq!(ids.len(), a.len());
+    }
+
+    #[test]
+    fn token_windows_follow_the_tokenizer() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-bert-cross-encoder/tokenizer.json");
+        let tw = tokens::TokenWindows::from_file(&path).expect("fixture tokenizer");
+        let text = para("Gate arm lights shall be maintained in accordance with design specifications.", 10);
+        let windows = tw.windows(&text, 32, 8);
+        assert!(windows.len() > 3);
+        for (i, &(s, e)) in windows.iter().enumerate() {
+            let n = tw.count(&text[s..e]);
+            assert!((30..=32).contains(&n) || i == windows.len() - 1, "window {i} has {n} tokens");
+        }
+        // Consecutive windows overlap.
+        assert!(windows[1].0 < windows[0].1);
+        let cfg = ChunkConfig { strategy: Strategy::Tokens, size: 32, overlap: 8, ..ChunkConfig::default() };
+        assert!(cfg.validate(None).is_err());
+        let missing = tokens::TokenWindows::from_file(Path::new("/nonexistent/tokenizer.json"));
+        assert!(missing.err().unwrap().to_string().contains("/nonexistent/tokenizer.json"));
+    }
+
+    #[test]
+    fn invalid_sizes_are_rejected() {
+        let cfg = ChunkConfig { size: 100, overlap: 100, ..ChunkConfig::default() };
+        assert!(cfg.validate(None).unwrap_err().to_string().contains("overlap (100) must be smaller than size (100)"));
+    }
 }

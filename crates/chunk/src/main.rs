@@ -49,9 +49,12 @@ struct Args {
     contextual_header: bool,
 }
 
-fn main() -> Result<()> {
-    gauge_core::init_logging();
+fn main() {
     let args = Args::parse();
+    gauge_core::run_main("chunk", || run(args));
+}
+
+fn run(args: Args) -> Result<()> {
     let mut config: ChunkConfig = match &args.config {
         Some(path) => gauge_core::read_config(path)?,
         None => ChunkConfig::default(),

@@ -209,6 +209,13 @@ impl StageRun {
         Ok(())
     }
 
+    /// Sets the row count of the input named `name` (rows it contributed or held).
+    pub fn set_input_rows(&mut self, name: &str, rows: u64) {
+        for input in self.manifest.inputs.iter_mut().filter(|i| i.name == name) {
+            input.rows = Some(rows);
+        }
+    }
+
     /// Records a stage-specific statistic in the manifest.
     pub fn set_stat(&mut self, key: &str, value: impl Into<serde_json::Value>) {
         self.manifest.stats.insert(key.to_string(), value.into());

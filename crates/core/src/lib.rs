@@ -78,3 +78,14 @@ pub fn read_config<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> an
     let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: invalid config: {e}", path.display()))
 }
+
+/// Runs a binary's body; on error prints one line (`<stage>: error: …`, causes joined by
+/// `: `) to stderr and exits with status 1.
+pub fn run_main(stage: &str, body: impl FnOnce() -> anyhow::Result<()>) {
+    init_logging();
+    if let Err(e) = body() {
+        let line = format!("{e:#}").replace('\n', " ");
+        eprintln!("{stage}: error: {line}");
+        std::process::exit(1);
+    }
+}

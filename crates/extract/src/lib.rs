@@ -308,6 +308,11 @@ pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, op
     let (pages, stats) = clean_documents(docs, &config.cleaning, files.len(), errors.len());
     errors.sort_by(|a, b| a.source.cmp(&b.source));
 
+    for entry in &entries {
+        let prefix = format!("{}#", entry.name);
+        let n = pages.iter().filter(|p| p.source == entry.name || p.source.starts_with(&prefix)).count();
+        run.set_input_rows(&entry.name, n as u64);
+    }
     let rows = write_pages(&run.path("pages.parquet"), &pages)?;
     run.add_output("pages.parquet", Some(rows))?;
     let n_err = write_errors(&run.path("errors.parquet"), &errors)?;

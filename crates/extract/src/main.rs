@@ -53,9 +53,12 @@ struct Args {
     jsonl_text_field: Option<String>,
 }
 
-fn main() -> Result<()> {
-    gauge_core::init_logging();
+fn main() {
     let args = Args::parse();
+    gauge_core::run_main("extract", || run(args));
+}
+
+fn run(args: Args) -> Result<()> {
     let mut config: ExtractConfig = match &args.config {
         Some(path) => gauge_core::read_config(path)?,
         None => ExtractConfig::default(),

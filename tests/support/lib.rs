@@ -1,0 +1,55 @@
+//! Helpers for gauge's end-to-end tests: locating the stage binaries and `../shared`.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared` beside the checkout (test data, fixtures); panics with the fix if absent.
+pub fn shared() -> PathBuf {
+    let p = repo_root().join("../shared");
+    assert!(p.is_dir(), "{}: missing; tests read corpora and fixtures from ../shared beside the checkout", p.display());
+    p
+}
+
+/// Path of a stage binary built in the same target directory as the running test.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("target profile directory");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{}: stage binary not built; run `cargo build --release --workspace --bins` (just test does)",
+        path.display()
+    );
+    path
+}
+
+/// Runs a stage binary with arguments, progress bars off; returns its output.
+pub fn run(name: &str, args: &[&str]) -> Output {
+    Command::new(bin(name)).args(args).env("GAUGE_NO_PROGRESS", "1").output().expect("stage binary runs")
+}
+
+/// The last line of stdout (the artifact directory, by convention).
+pub fn last_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_string()
+}
+
+/// Asserts success, showing stderr otherwise.
+pub fn ok(out: Output) -> Output {
+    assert!(out.status.success(), "exit {:?}\nstderr:\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Complete (non-hidden) artifact directories of a stage under a root.
+pub fn complete_dirs(root: &Path, stage: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root.join(stage)) else { return Vec::new() };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect()
+}
