@@ -339,3 +339,19 @@ mod tests {
         assert!(err.contains("chunks.parquet") && err.contains("not a readable Parquet file"), "{err}");
     }
 }
+
+/// A Markdown table of columns (name, type, meaning), as the README shows them.
+pub fn markdown_table(columns: &[ColumnDoc]) -> String {
+    let mut out = String::from("| column | type | meaning |\n|---|---|---|\n");
+    for c in columns {
+        let ty = match c.dtype {
+            ColumnType::Utf8 => "string",
+            ColumnType::Int32 => "int32",
+            ColumnType::Int64 => "int64",
+            ColumnType::Bool => "bool",
+        };
+        let ty = if c.nullable { format!("{ty} (nullable)") } else { ty.to_string() };
+        out.push_str(&format!("| `{}` | {} | {} |\n", c.name, ty, c.doc.replace('|', "\\|")));
+    }
+    out
+}

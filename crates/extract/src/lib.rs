@@ -290,7 +290,7 @@ pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, op
         let title = info
             .get("Title")
             .and_then(|v| v.as_str())
-            .map(str::to_string)
+            .map(clean_pdf_title)
             .filter(|t| !t.trim().is_empty())
             .unwrap_or_else(|| file_stem(&file.path));
         if failures.len() == pages.len() {
@@ -334,6 +334,15 @@ pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, op
 
 fn summarize_errors(errors: &[ErrorRecord]) -> PathBuf {
     PathBuf::from(errors.iter().map(|e| format!("{}: {}", e.source, e.reason)).collect::<Vec<_>>().join("; "))
+}
+
+/// Strips what word processors add to PDF titles (`Microsoft Word - x.docx` → `x`).
+fn clean_pdf_title(title: &str) -> String {
+    let t = title.trim();
+    let t = t.strip_prefix("Microsoft Word - ").or_else(|| t.strip_prefix("Microsoft PowerPoint - ")).unwrap_or(t);
+    let lower = t.to_lowercase();
+    let t = [".docx", ".doc", ".pptx", ".pdf"].iter().find(|ext| lower.ends_with(*ext)).map_or(t, |ext| &t[..t.len() - ext.len()]);
+    t.trim().to_string()
 }
 
 fn file_stem(path: &Path) -> String {

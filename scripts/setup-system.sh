@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gauge needs, only those missing (idempotent).
+#   poppler-utils: pdftotext, the reference in `just bench-extract`
+#   python3-pip:   fetches model wheels from PyPI in `just models` (later stages)
+set -euo pipefail
+need=()
+command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to apt-get install ${need[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "setup: apt-get install ${need[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,15 @@
+//! The README documents every Parquet column exactly as the schema module defines it.
+use gauge_core::schema::{markdown_table, CHUNK_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, PAGE_COLUMNS};
+
+#[test]
+fn readme_schema_tables_match_the_code() {
+    let readme = std::fs::read_to_string(gauge::repo_root().join("README.md")).unwrap();
+    for (name, cols) in [
+        ("pages.parquet", PAGE_COLUMNS.to_vec()),
+        ("errors.parquet", ERROR_COLUMNS.to_vec()),
+        ("chunks.parquet", [CHUNK_COLUMNS, &[EMBED_TEXT_COLUMN]].concat()),
+    ] {
+        let table = markdown_table(&cols);
+        assert!(readme.contains(&table), "README is missing or has a stale schema table for {name}; expected:\n{table}");
+    }
+}
