@@ -1,0 +1,287 @@
+//! Sentence embeddings: tokenize, batch by a token budget, encode, pool, normalise.
+use std::path::Path;
+
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use serde::Serialize;
+use tokenizers::Tokenizer;
+
+use crate::bert::BertEncoder;
+use crate::config::{BertConfig, Pooling, SentenceConfig};
+use crate::family::Family;
+use crate::resolve::ModelSource;
+use crate::weights::Weights;
+use crate::EncoderError;
+
+/// Overrides of what the model folder declares.
+#[derive(Debug, Clone, Default)]
+pub struct EmbedderOptions {
+    /// Pooling (default: the folder's `modules.json`, else the family's).
+    pub pooling: Option<Pooling>,
+    /// L2 normalisation (default: the folder's `Normalize` module, else on).
+    pub normalize: Option<bool>,
+    /// Maximum tokens per text (default: `max_seq_length`, else the position limit).
+    pub max_length: Option<usize>,
+    /// Query prefix (default: the family's).
+    pub query_prefix: Option<String>,
+    /// Passage prefix (default: the family's).
+    pub passage_prefix: Option<String>,
+    /// Padded tokens per batch (default 8192).
+    pub token_budget: Option<usize>,
+}
+
+/// What an embedder is, for manifests.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EmbedderInfo {
+    /// Model id as given.
+    pub model: String,
+    /// Family used for defaults.
+    pub family: Family,
+    /// BLAKE3 of `model.safetensors`.
+    pub weights_hash: String,
+    /// BLAKE3 of `tokenizer.json`.
+    pub tokenizer_hash: String,
+    /// Output dimension.
+    pub dimension: usize,
+    /// Pooling.
+    pub pooling: Pooling,
+    /// L2 normalisation.
+    pub normalize: bool,
+    /// Maximum tokens per text.
+    pub max_length: usize,
+    /// Prefix added to queries.
+    pub query_prefix: String,
+    /// Prefix added to passages.
+    pub passage_prefix: String,
+}
+
+/// A loaded sentence embedder (weights loaded once; reuse it for every batch).
+pub struct Embedder {
+    encoder: BertEncoder,
+    tokenizer: Tokenizer,
+    device: Device,
+    token_budget: usize,
+    /// Settings in effect.
+    pub info: EmbedderInfo,
+}
+
+/// Token ids of one text after truncation.
+pub type TokenIds = Vec<u32>;
+
+/// How a set of texts was batched.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BatchStats {
+    /// Texts embedded.
+    pub texts: usize,
+    /// Real tokens.
+    pub tokens: usize,
+    /// Tokens including padding.
+    pub padded_tokens: usize,
+    /// Batches run.
+    pub batches: usize,
+}
+
+impl BatchStats {
+    /// Share of computed positions that were padding.
+    pub fn padding_share(&self) -> f64 {
+        if self.padded_tokens == 0 { 0.0 } else { 1.0 - self.tokens as f64 / self.padded_tokens as f64 }
+    }
+}
+
+fn need(dir: &Path, file: &str, what: &str) -> Result<std::path::PathBuf, EncoderError> {
+    let p = dir.join(file);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(EncoderError::file(&p, format!("missing ({what}); a model folder needs config.json, tokenizer.json and model.safetensors")))
+    }
+}
+
+impl Embedder {
+    /// Loads a model folder onto a device.
+    pub fn load(source: &ModelSource, options: &EmbedderOptions, device: &Device) -> Result<Embedder, EncoderError> {
+        let dir = &source.dir;
+        if !dir.is_dir() {
+            return Err(EncoderError::file(dir, "model folder does not exist; run `just models` or pass a model folder".into()));
+        }
+        let config_path = need(dir, "config.json", "the model configuration")?;
+        let tokenizer_path = need(dir, "tokenizer.json", "the Hugging Face tokenizer")?;
+        let weights_path = need(dir, "model.safetensors", "the weights")?;
+        let config = BertConfig::from_file(&config_path)?;
+        let sentence = SentenceConfig::from_dir(dir)?;
+        let family = Family::detect(&format!("{} {}", source.id, dir.display()));
+        let pooling = options.pooling.or(sentence.pooling).unwrap_or(family.default_pooling());
+        let normalize = options.normalize.unwrap_or(if sentence.declared { sentence.normalize } else { true });
+        let max_length = options
+            .max_length
+            .or(sentence.max_seq_length)
+            .unwrap_or(config.max_position_embeddings)
+            .min(config.max_position_embeddings);
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
+            .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot load tokenizer ({e})")))?;
+        tokenizer
+            .with_truncation(Some(tokenizers::TruncationParams { max_length, ..Default::default() }))
+            .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot set truncation ({e})")))?;
+        tokenizer.with_padding(None);
+        let weights = Weights::open(&weights_path, &["", "bert."])?;
+        let encoder = BertEncoder::load(&config, &weights, device)?;
+        let info = EmbedderInfo {
+            model: source.id.clone(),
+            family,
+            weights_hash: gauge_hash(&weights_path)?,
+            tokenizer_hash: gauge_hash(&tokenizer_path)?,
+            dimension: config.hidden_size,
+            pooling,
+            normalize,
+            max_length,
+            query_prefix: options.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()),
+            passage_prefix: options.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()),
+        };
+        Ok(Embedder { encoder, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(8192).max(1), info })
+    }
+
+    /// The encoder (for token-level uses such as late interaction).
+    pub fn encoder(&self) -> &BertEncoder {
+        &self.encoder
+    }
+
+    /// Token ids (with special tokens, truncated), in parallel.
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<TokenIds>, EncoderError> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EncoderError::Tokenize(e.to_string()))?;
+        Ok(encodings.into_iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+
+    /// Last hidden states `[B, L, H]` and the padding mask for a batch of token id lists.
+    pub fn hidden_states(&self, batch: &[&TokenIds]) -> (Tensor<3>, Tensor<2, Bool>, usize) {
+        let b = batch.len();
+        let l = batch.iter().map(|t| t.len()).max().unwrap_or(1).max(1);
+        let mut ids = vec![self.encoder.config.pad_token_id as i64; b * l];
+        let mut pad = vec![true; b * l];
+        for (r, t) in batch.iter().enumerate() {
+            for (c, &id) in t.iter().enumerate() {
+                ids[r * l + c] = id as i64;
+                pad[r * l + c] = false;
+            }
+        }
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, l]), &self.device);
+        let types = Tensor::<2, Int>::zeros([b, l], &self.device);
+        let padding = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &self.device);
+        (self.encoder.forward(ids, types, padding.clone()), padding, l)
+    }
+
+    /// Pools hidden states `[B, L, H]` into `[B, H]`.
+    pub fn pool(hidden: Tensor<3>, padding: Tensor<2, Bool>, pooling: Pooling) -> Tensor<2> {
+        let [b, l, h] = hidden.dims();
+        match pooling {
+            Pooling::Cls => hidden.narrow(1, 0, 1).reshape([b, h]),
+            Pooling::Mean => {
+                let keep = padding.bool_not().float().reshape([b, l, 1]);
+                let sum = (hidden * keep.clone()).sum_dim(1).reshape([b, h]);
+                let count = keep.sum_dim(1).reshape([b, 1]).clamp_min(1e-9);
+                sum / count
+            }
+        }
+    }
+
+    /// Embeds one batch of token id lists into vectors (pooled, normalised as configured).
+    pub fn embed_batch(&self, batch: &[&TokenIds]) -> Vec<Vec<f32>> {
+        let (hidden, padding, _) = self.hidden_states(batch);
+        let mut pooled = Self::pool(hidden, padding, self.info.pooling);
+        if self.info.normalize {
+            let norm = (pooled.clone() * pooled.clone()).sum_dim(1).sqrt().clamp_min(1e-12);
+            pooled = pooled / norm;
+        }
+        let h = self.info.dimension;
+        let values: Vec<f32> = pooled.into_data().try_into_vec().expect("f32 output");
+        values.chunks_exact(h).map(<[f32]>::to_vec).collect()
+    }
+
+    /// Groups texts (by index) into batches: sorted by length, each batch's padded size
+    /// (`rows × longest`) within the token budget.
+    pub fn plan_batches(&self, ids: &[TokenIds]) -> Vec<Vec<usize>> {
+        plan_batches(&ids.iter().map(Vec::len).collect::<Vec<_>>(), self.token_budget)
+    }
+
+    /// Embeds token id lists in the input order, calling `progress(done)` after each batch.
+    pub fn embed_ids(&self, ids: &[TokenIds], mut progress: impl FnMut(usize)) -> (Vec<Vec<f32>>, BatchStats) {
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
+        let mut stats = BatchStats { texts: ids.len(), ..Default::default() };
+        for batch in self.plan_batches(ids) {
+            let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
+            let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+            stats.tokens += rows.iter().map(|r| r.len()).sum::<usize>();
+            stats.padded_tokens += longest * rows.len();
+            stats.batches += 1;
+            for (i, v) in batch.iter().zip(self.embed_batch(&rows)) {
+                out[*i] = v;
+            }
+            progress(batch.len());
+        }
+        (out, stats)
+    }
+
+    /// Embeds texts as they are (no prefix), in input order.
+    pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+        let ids = self.tokenize(texts)?;
+        Ok(self.embed_ids(&ids, |_| {}).0)
+    }
+
+    /// Embeds queries with the query prefix.
+    pub fn embed_queries(&self, queries: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+        let texts: Vec<String> = queries.iter().map(|q| format!("{}{q}", self.info.query_prefix)).collect();
+        self.embed_texts(&texts.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// Embeds passages with the passage prefix.
+    pub fn embed_passages(&self, passages: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
+        let texts: Vec<String> = passages.iter().map(|p| format!("{}{p}", self.info.passage_prefix)).collect();
+        self.embed_texts(&texts.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+}
+
+/// Batches for texts of the given token lengths: indices sorted by length (longest first),
+/// cut so that `rows × longest row` stays within `token_budget` (a single longer text gets
+/// a batch of its own).
+pub fn plan_batches(lengths: &[usize], token_budget: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));
+    let mut batches = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        let longest = current.first().map_or(lengths[i], |&f| lengths[f]).max(1);
+        if !current.is_empty() && (current.len() + 1) * longest > token_budget {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+fn gauge_hash(path: &Path) -> Result<String, EncoderError> {
+    let bytes = std::fs::read(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;
+    Ok(blake3::hash(&bytes).to_hex().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_the_budget_and_cover_everything() {
+        let lengths = vec![5, 100, 7, 256, 3, 100, 50];
+        let batches = plan_batches(&lengths, 300);
+        let mut seen: Vec<usize> = batches.iter().flatten().copied().collect();
+        seen.sort();
+        assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
+        for b in &batches {
+            let longest = b.iter().map(|&i| lengths[i]).max().unwrap();
+            assert!(b.len() == 1 || b.len() * longest <= 300, "{b:?}");
+        }
+        assert_eq!(batches[0], vec![3]); // 256 alone
+    }
+}

