@@ -37,6 +37,8 @@ pub enum ColumnType {
     Int64,
     /// Boolean.
     Bool,
+    /// Fixed-size list of float32 (a vector; its length is in the manifest).
+    F32Vector,
 }
 
 impl ColumnType {
@@ -46,6 +48,7 @@ impl ColumnType {
             ColumnType::Int32 => DataType::Int32,
             ColumnType::Int64 => DataType::Int64,
             ColumnType::Bool => DataType::Boolean,
+            ColumnType::F32Vector => panic!("vector columns need a dimension; use vector_field"),
         }
     }
 }
@@ -101,6 +104,12 @@ pub const CHUNK_COLUMNS: &[ColumnDoc] = &[
 /// Optional `chunks.parquet` column written with `--contextual-header`.
 pub const EMBED_TEXT_COLUMN: ColumnDoc =
     col("embed_text", Utf8, "`title › section` line, a blank line, then `text`: what later stages embed when present");
+
+/// `embed/…/embeddings.parquet`: one row per chunk.
+pub const EMBEDDING_COLUMNS: &[ColumnDoc] = &[
+    col("chunk_id", Utf8, "the chunk embedded (see chunks)"),
+    col("vector", F32Vector, "the embedding; `dim` and normalisation are in the manifest"),
+];
 
 /// Builds the Arrow schema for a column list.
 pub fn arrow_schema(columns: &[ColumnDoc]) -> Arc<Schema> {
@@ -305,9 +314,69 @@ pub fn read_chunks(path: &Path) -> Result<Vec<ChunkRecord>, CoreError> {
         .collect())
 }
 
+fn vector_type(dim: usize) -> DataType {
+    DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, false)), dim as i32)
+}
+
+/// Writes `embeddings.parquet`: ids and row-major vectors of `dim` floats.
+pub fn write_embeddings(path: &Path, ids: &[String], vectors: &[f32], dim: usize) -> Result<u64, CoreError> {
+    assert_eq!(ids.len() * dim, vectors.len(), "one vector of `dim` floats per id");
+    let values = arrow::array::Float32Array::from(vectors.to_vec());
+    let field = Arc::new(Field::new("item", DataType::Float32, false));
+    let list = arrow::array::FixedSizeListArray::try_new(field, dim as i32, Arc::new(values), None)
+        .map_err(|e| CoreError::Parquet { path: path.to_path_buf(), message: e.to_string() })?;
+    let schema = Arc::new(Schema::new(vec![Field::new("chunk_id", DataType::Utf8, false), Field::new("vector", vector_type(dim), false)]));
+    write_parquet(path, schema, vec![strings(ids.iter().map(String::as_str)), Arc::new(list)])
+}
+
+/// Embeddings read back: ids, row-major vectors, dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    /// Chunk ids.
+    pub ids: Vec<String>,
+    /// `ids.len() × dim` floats, row-major.
+    pub vectors: Vec<f32>,
+    /// Dimension.
+    pub dim: usize,
+}
+
+/// Reads `embeddings.parquet`, checking its schema.
+pub fn read_embeddings(path: &Path) -> Result<Embeddings, CoreError> {
+    let file = std::fs::File::open(path).map_err(|e| CoreError::io(path, e))?;
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| CoreError::Parquet { path: path.to_path_buf(), message: format!("not a readable Parquet file ({e})") })?;
+    let dim = match builder.schema().field_with_name("vector").map(|f| f.data_type().clone()) {
+        Ok(DataType::FixedSizeList(inner, d)) if inner.data_type() == &DataType::Float32 => d as usize,
+        Ok(other) => {
+            return Err(CoreError::Schema { path: path.to_path_buf(), message: format!("column `vector` is {other}, expected FixedSizeList(Float32)") })
+        }
+        Err(_) => return Err(CoreError::Schema { path: path.to_path_buf(), message: "missing column `vector` (FixedSizeList(Float32))".into() }),
+    };
+    drop(builder);
+    let expected = Schema::new(vec![Field::new("chunk_id", DataType::Utf8, false), Field::new("vector", vector_type(dim), false)]);
+    let batch = read_parquet(path, &expected)?;
+    let ids = Columns::new(&batch).strings_required("chunk_id");
+    let list = batch
+        .column_by_name("vector")
+        .and_then(|c| c.as_any().downcast_ref::<arrow::array::FixedSizeListArray>())
+        .expect("checked schema");
+    let values = list.values().as_any().downcast_ref::<arrow::array::Float32Array>().expect("checked schema");
+    Ok(Embeddings { ids, vectors: values.values().to_vec(), dim })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn embeddings_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("embeddings.parquet");
+        let ids = vec!["a".to_string(), "b".to_string()];
+        write_embeddings(&path, &ids, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3).unwrap();
+        let e = read_embeddings(&path).unwrap();
+        assert_eq!((e.ids, e.vectors, e.dim), (ids, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3));
+    }
 
     #[test]
     fn pages_round_trip_and_wrong_schema_is_named() {
@@ -349,6 +418,7 @@ pub fn markdown_table(columns: &[ColumnDoc]) -> String {
             ColumnType::Int32 => "int32",
             ColumnType::Int64 => "int64",
             ColumnType::Bool => "bool",
+            ColumnType::F32Vector => "fixed_size_list<float32, dim>",
         };
         let ty = if c.nullable { format!("{ty} (nullable)") } else { ty.to_string() };
         out.push_str(&format!("| `{}` | {} | {} |\n", c.name, ty, c.doc.replace('|', "\\|")));

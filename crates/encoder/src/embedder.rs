@@ -25,8 +25,10 @@ pub struct EmbedderOptions {
     pub query_prefix: Option<String>,
     /// Passage prefix (default: the family's).
     pub passage_prefix: Option<String>,
-    /// Padded tokens per batch (default 8192).
+    /// Padded tokens per batch (default 4096).
     pub token_budget: Option<usize>,
+    /// Batches encoded at once (default: available cores).
+    pub workers: Option<usize>,
 }
 
 /// What an embedder is, for manifests.
@@ -60,6 +62,7 @@ pub struct Embedder {
     tokenizer: Tokenizer,
     device: Device,
     token_budget: usize,
+    workers: usize,
     /// Settings in effect.
     pub info: EmbedderInfo,
 }
@@ -136,7 +139,7 @@ impl Embedder {
             query_prefix: options.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()),
             passage_prefix: options.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()),
         };
-        Ok(Embedder { encoder, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(8192).max(1), info })
+        Ok(Embedder { encoder, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(4096).max(1), workers: options.workers.unwrap_or_else(default_workers), info })
     }
 
     /// The encoder (for token-level uses such as late interaction).
@@ -204,22 +207,38 @@ impl Embedder {
         plan_batches(&ids.iter().map(Vec::len).collect::<Vec<_>>(), self.token_budget)
     }
 
-    /// Embeds token id lists in the input order, calling `progress(done)` after each batch.
-    pub fn embed_ids(&self, ids: &[TokenIds], mut progress: impl FnMut(usize)) -> (Vec<Vec<f32>>, BatchStats) {
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
-        let mut stats = BatchStats { texts: ids.len(), ..Default::default() };
-        for batch in self.plan_batches(ids) {
-            let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
-            let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-            stats.tokens += rows.iter().map(|r| r.len()).sum::<usize>();
-            stats.padded_tokens += longest * rows.len();
-            stats.batches += 1;
-            for (i, v) in batch.iter().zip(self.embed_batch(&rows)) {
-                out[*i] = v;
-            }
-            progress(batch.len());
+    /// Embeds token id lists in the input order, calling `progress(n)` after each batch of
+    /// `n` texts. Batches run on `workers` threads at once (default: the number of cores),
+    /// longest first, so the non-matmul work of one batch overlaps the other's.
+    pub fn embed_ids(&self, ids: &[TokenIds], progress: impl FnMut(usize) + Send) -> (Vec<Vec<f32>>, BatchStats) {
+        let batches = self.plan_batches(ids);
+        let mut stats = BatchStats { texts: ids.len(), batches: batches.len(), ..Default::default() };
+        for batch in &batches {
+            let longest = batch.iter().map(|&i| ids[i].len()).max().unwrap_or(0);
+            stats.tokens += batch.iter().map(|&i| ids[i].len()).sum::<usize>();
+            stats.padded_tokens += longest * batch.len();
         }
-        (out, stats)
+        let out: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(vec![Vec::new(); ids.len()]);
+        let progress = std::sync::Mutex::new(progress);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers = self.workers.min(batches.len()).max(1);
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(batch) = batches.get(k) else { break };
+                    let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
+                    let vectors = self.embed_batch(&rows);
+                    let mut out = out.lock().expect("no panics while holding the lock");
+                    for (i, v) in batch.iter().zip(vectors) {
+                        out[*i] = v;
+                    }
+                    drop(out);
+                    (progress.lock().expect("no panics while holding the lock"))(batch.len());
+                });
+            }
+        });
+        (out.into_inner().expect("workers joined"), stats)
     }
 
     /// Embeds texts as they are (no prefix), in input order.
@@ -260,6 +279,10 @@ pub fn plan_batches(lengths: &[usize], token_budget: usize) -> Vec<Vec<usize>> {
         batches.push(current);
     }
     batches
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 fn gauge_hash(path: &Path) -> Result<String, EncoderError> {
