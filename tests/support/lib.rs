@@ -2,9 +2,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The repository root.
+/// The repository root (read at run time: `cargo test` sets `CARGO_MANIFEST_DIR`, and a
+/// target directory shared between checkouts must not bake one checkout's path in).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| std::env::current_dir().expect("working directory"))
 }
 
 /// `../shared` beside the checkout (test data, fixtures); panics with the fix if absent.

@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn token_windows_follow_the_tokenizer() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-bert-cross-encoder/tokenizer.json");
+        let path = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test")).join("../../../shared/fixtures/tiny-bert-cross-encoder/tokenizer.json");
         let tw = tokens::TokenWindows::from_file(&path).expect("fixture tokenizer");
         let text = para("Gate arm lights shall be maintained in accordance with design specifications.", 10);
         let windows = tw.windows(&text, 32, 8);

@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn matches_langchain_on_generated_cases() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/langchain_recursive.json");
+        let path = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test")).join("../../tests/fixtures/langchain_recursive.json");
         let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let cases = fixture["cases"].as_array().unwrap();
         assert!(cases.len() >= 50);

@@ -171,7 +171,8 @@ impl Embedder {
         let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, l]), &self.device);
         let types = Tensor::<2, Int>::zeros([b, l], &self.device);
         let padding = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &self.device);
-        (self.encoder.forward(ids, types, padding.clone()), padding, l)
+        let lengths: Vec<usize> = batch.iter().map(|t| t.len()).collect();
+        (self.encoder.forward(ids, types, padding.clone(), &lengths), padding, l)
     }
 
     /// Pools hidden states `[B, L, H]` into `[B, H]`.
