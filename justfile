@@ -52,7 +52,7 @@ bench-extract: setup
 
 # Embedding throughput vs the sentence-transformers-equivalent ONNX reference → bench/embed.json.
 bench-embed: setup models bench-venv
-    cargo build --release --example bench_embed -p gauge-embed
+    cargo build --release --example bench_embed -p gauge-embed --features ndarray
     pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
     chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2

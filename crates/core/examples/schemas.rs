@@ -1,8 +1,9 @@
 //! Prints the README's schema tables: `cargo run --example schemas -p gauge-core`.
-use gauge_core::schema::{markdown_table, CHUNK_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, PAGE_COLUMNS};
+use gauge_core::schema::{markdown_table, CHUNK_COLUMNS, EMBEDDING_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, PAGE_COLUMNS};
 
 fn main() {
     println!("### pages.parquet\n\n{}", markdown_table(PAGE_COLUMNS));
     println!("### errors.parquet\n\n{}", markdown_table(ERROR_COLUMNS));
     println!("### chunks.parquet\n\n{}", markdown_table(&[CHUNK_COLUMNS, &[EMBED_TEXT_COLUMN]].concat()));
+    println!("### embeddings.parquet\n\n{}", markdown_table(EMBEDDING_COLUMNS));
 }

@@ -52,57 +52,59 @@ fn main() -> anyhow::Result<()> {
     let chunks = read_chunks(&chunks_path)?;
     let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
     let config = EmbedConfig { model, ..Default::default() };
-    let embedder = load_embedder(&config, &Runtime::default())?;
-
-    // Warm-up, then one timed pass over every chunk (tokenization included, as in the reference).
-    let warm = embedder.tokenize(&texts[..texts.len().min(64)])?;
-    embedder.embed_ids(&warm, |_| {});
-    let started = Instant::now();
-    let ids = embedder.tokenize(&texts)?;
-    let (_, stats) = embedder.embed_ids(&ids, |_| {});
-    let seconds = started.elapsed().as_secs_f64();
-
-    // FLOPs: 2 × matmul parameters × tokens, plus attention (QKᵀ and AV: 4·L²·H per layer).
-    let cfg = &embedder.encoder().config;
-    let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size as f64, cfg.num_hidden_layers as f64);
-    let useful: f64 = ids.iter().map(|t| { let l = t.len() as f64; 2.0 * p * l + 4.0 * layers * l * l * h }).sum();
-    let computed: f64 = embedder
-        .plan_batches(&ids)
-        .iter()
-        .map(|b| { let l = b.iter().map(|&i| ids[i].len()).max().unwrap_or(0) as f64; b.len() as f64 * (2.0 * p * l + 4.0 * layers * l * l * h) })
-        .sum();
     let (peak, peak_how) = machine_peak();
-    let gauge = serde_json::json!({
-        "backend": "burn-flex (CPU)",
-        "seconds": seconds,
-        "texts": stats.texts,
-        "tokens": stats.tokens,
-        "chunks_per_second": stats.texts as f64 / seconds,
-        "tokens_per_second": stats.tokens as f64 / seconds,
-        "padding_share": stats.padding_share(),
-        "batches": stats.batches,
-        "token_budget": 4096,
-        "peak_rss_mib": peak_rss_mib(),
-        "useful_gflops_per_second": useful / seconds / 1e9,
-        "computed_gflops_per_second": computed / seconds / 1e9,
-        "share_of_peak": computed / seconds / 1e9 / peak,
-    });
-    eprintln!("gauge: {gauge}");
+    // burn-flex always; burn-ndarray too in a build with the `ndarray` feature.
+    let devices: &[(&str, &str)] = if cfg!(feature = "ndarray") {
+        &[("cpu", "burn-flex"), ("ndarray", "burn-ndarray")]
+    } else {
+        &[("cpu", "burn-flex")]
+    };
+    let mut backends = serde_json::Map::new();
+    for (device, name) in devices {
+        let embedder = load_embedder(&config, &Runtime { device: device.to_string(), ..Runtime::default() })?;
+        // Warm-up, then one timed pass over every chunk (tokenization included, as in the reference).
+        let warm = embedder.tokenize(&texts[..texts.len().min(64)])?;
+        embedder.embed_ids(&warm, |_| {});
+        let started = Instant::now();
+        let ids = embedder.tokenize(&texts)?;
+        let (_, stats) = embedder.embed_ids(&ids, |_| {});
+        let seconds = started.elapsed().as_secs_f64();
+        // FLOPs: 2 × matmul parameters × tokens, plus attention (QKᵀ and AV: 4·L²·H per layer).
+        let cfg = &embedder.encoder().config;
+        let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size as f64, cfg.num_hidden_layers as f64);
+        let useful: f64 = ids.iter().map(|t| { let l = t.len() as f64; 2.0 * p * l + 4.0 * layers * l * l * h }).sum();
+        let result = serde_json::json!({
+            "seconds": seconds,
+            "texts": stats.texts,
+            "tokens": stats.tokens,
+            "chunks_per_second": stats.texts as f64 / seconds,
+            "tokens_per_second": stats.tokens as f64 / seconds,
+            "padding_share": stats.padding_share(),
+            "batches": stats.batches,
+            "token_budget": Runtime::default().token_budget,
+            "peak_rss_mib_so_far": peak_rss_mib(),
+            "useful_gflops_per_second": useful / seconds / 1e9,
+            "share_of_peak": useful / seconds / 1e9 / peak,
+        });
+        eprintln!("{name}: {result}");
+        backends.insert(name.to_string(), result);
+    }
+    let gauge = backends["burn-flex"].clone();
 
     let out = Command::new("python3")
         .args([reference.as_str(), chunks_path.to_str().unwrap(), "--column", "text", "--threads", "2", "--runs", "1"])
         .output()?;
     anyhow::ensure!(out.status.success(), "reference failed: {}", String::from_utf8_lossy(&out.stderr));
     let reference_result: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}"))?;
-    let ratio = gauge["tokens_per_second"].as_f64().unwrap() / reference_result["tokens_per_second"].as_f64().unwrap_or(f64::NAN);
+    let ratio = gauge["tokens_per_second"].as_f64().unwrap() / reference_result["tokens_per_s"].as_f64().unwrap_or(f64::NAN);
     let result = serde_json::json!({
         "model": config.model,
         "chunks": chunks_dir.display().to_string(),
         "machine_peak_gflops_per_second": peak,
         "machine_peak_derivation": peak_how,
-        "gauge": gauge,
+        "gauge": backends,
         "reference_onnxruntime_sentence_transformers": reference_result,
-        "ratio_gauge_over_reference_tokens_per_second": ratio,
+        "ratio_burn_flex_over_reference_tokens_per_second": ratio,
         "note": "same chunk texts (`text` column), same max length (256), both on this machine in this run; the reference is ../shared/reference/embed_throughput.py (ONNX Runtime, 2 threads, sentence-transformers preprocessing and pooling), best of one run after a warm-up",
     });
     let text = serde_json::to_string_pretty(&result)?;

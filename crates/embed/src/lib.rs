@@ -57,7 +57,7 @@ pub struct Runtime {
 
 impl Default for Runtime {
     fn default() -> Self {
-        Runtime { device: "cpu".into(), token_budget: 4096, workers: None, force: false }
+        Runtime { device: "cpu".into(), token_budget: 2048, workers: None, force: false }
     }
 }
 

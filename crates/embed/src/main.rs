@@ -37,7 +37,7 @@ struct Args {
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Padded tokens per batch.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 2048)]
     token_budget: usize,
     /// Batches encoded at once (default: available cores).
     #[arg(long)]

@@ -13,7 +13,7 @@ use crate::EncoderError;
 /// which took an eighth of the encoder's time; other devices use Burn's `gelu`.
 pub fn gelu_erf<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
-    if device != Device::flex() {
+    if !is_host_cpu(&device) {
         return gelu(x);
     }
     let mut data = x.into_data();
@@ -29,6 +29,17 @@ pub fn gelu_erf<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         }
         Err(_) => gelu(Tensor::from_data(data, &device)),
     }
+}
+
+/// Whether tensors on this device live in host memory (burn-flex, burn-ndarray), where the
+/// fused CPU kernels of this module apply.
+pub fn is_host_cpu(device: &Device) -> bool {
+    #[cfg(feature = "ndarray")]
+    #[allow(deprecated)]
+    if *device == Device::ndarray() {
+        return true;
+    }
+    *device == Device::flex()
 }
 
 /// `0.5·x·(1 + erf(x/√2))` with [`erf_f32`].
@@ -201,7 +212,7 @@ impl BertEncoder {
             + embedding(self.token_type.clone(), token_types);
         let mut x = self.emb_norm.forward(x);
         // Other devices: Burn's attention with padded keys masked for every head and query.
-        let mask: Option<Tensor<4, Bool>> = (device != Device::flex()).then(|| padding.reshape([b, 1, 1, l]).expand([b, heads, l, l]));
+        let mask: Option<Tensor<4, Bool>> = (!is_host_cpu(&device)).then(|| padding.reshape([b, 1, 1, l]).expand([b, heads, l, l]));
         for layer in &self.layers {
             let qkv = layer.qkv.forward(x.clone()); // [B, L, 3H]
             let ctx = match &mask {

@@ -25,7 +25,7 @@ pub struct EmbedderOptions {
     pub query_prefix: Option<String>,
     /// Passage prefix (default: the family's).
     pub passage_prefix: Option<String>,
-    /// Padded tokens per batch (default 4096).
+    /// Padded tokens per batch (default 2048).
     pub token_budget: Option<usize>,
     /// Batches encoded at once (default: available cores).
     pub workers: Option<usize>,
@@ -139,7 +139,7 @@ impl Embedder {
             query_prefix: options.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()),
             passage_prefix: options.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()),
         };
-        Ok(Embedder { encoder, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(4096).max(1), workers: options.workers.unwrap_or_else(default_workers), info })
+        Ok(Embedder { encoder, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(2048).max(1), workers: options.workers.unwrap_or_else(default_workers), info })
     }
 
     /// The encoder (for token-level uses such as late interaction).

@@ -45,7 +45,7 @@ pub enum EncoderError {
     #[error("tokenization failed: {0}")]
     Tokenize(String),
     /// An unknown device name.
-    #[error("unknown device `{0}` (expected cpu, or cuda[:N] in a build with the `cuda` feature)")]
+    #[error("unknown device `{0}` (expected cpu; ndarray or cuda[:N] in builds with those features)")]
     Device(String),
 }
 
@@ -61,10 +61,14 @@ pub mod device {
     use super::EncoderError;
     pub use burn::tensor::Device;
 
-    /// Parses `cpu` (burn-flex) or `cuda` / `cuda:N` (with the `cuda` feature).
+    /// Parses `cpu` (burn-flex), `ndarray` (with the `ndarray` feature) or `cuda` / `cuda:N`
+    /// (with the `cuda` feature).
     pub fn parse(name: &str) -> Result<Device, EncoderError> {
         match name {
             "cpu" | "flex" => Ok(Device::flex()),
+            #[cfg(feature = "ndarray")]
+            #[allow(deprecated)]
+            "ndarray" => Ok(Device::ndarray()),
             #[cfg(feature = "cuda")]
             s if s == "cuda" || s.starts_with("cuda:") => {
                 let index: usize = s.strip_prefix("cuda:").map(|i| i.parse().unwrap_or(0)).unwrap_or(0);
