@@ -60,19 +60,19 @@ pub enum ExtractError {
     #[error("{0}: no such file or directory")]
     MissingInput(PathBuf),
     /// No input file could be extracted.
-    #[error("nothing could be extracted from {inputs} input file(s); see {errors}")]
+    #[error("nothing could be extracted from {inputs} input file(s): {errors}")]
     NothingExtracted {
         /// Number of inputs seen.
         inputs: usize,
-        /// The errors table.
-        errors: PathBuf,
+        /// Each failed file with its reason.
+        errors: String,
     },
     /// `--strict` and some inputs failed.
-    #[error("{failed} input file(s) failed (--strict); see {errors}")]
+    #[error("{failed} input file(s) failed (--strict): {errors}")]
     Strict {
         /// How many failed.
         failed: usize,
-        /// The errors table (in the uncommitted run directory, now removed) or the message.
+        /// Each failed file with its reason.
         errors: String,
     },
 }
@@ -326,14 +326,14 @@ pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, op
         return Err(ExtractError::NothingExtracted { inputs: files.len(), errors: summarize_errors(&errors) });
     }
     if opts.strict && !errors.is_empty() {
-        return Err(ExtractError::Strict { failed: errors.len(), errors: summarize_errors(&errors).display().to_string() });
+        return Err(ExtractError::Strict { failed: errors.len(), errors: summarize_errors(&errors) });
     }
     let dir = run.commit()?;
     Ok(ExtractOutput { dir, cache_hit: false, stats, errors })
 }
 
-fn summarize_errors(errors: &[ErrorRecord]) -> PathBuf {
-    PathBuf::from(errors.iter().map(|e| format!("{}: {}", e.source, e.reason)).collect::<Vec<_>>().join("; "))
+fn summarize_errors(errors: &[ErrorRecord]) -> String {
+    errors.iter().map(|e| format!("{} ({})", e.source, e.reason)).collect::<Vec<_>>().join("; ")
 }
 
 /// Strips what word processors add to PDF titles (`Microsoft Word - x.docx` → `x`).
