@@ -42,6 +42,17 @@ embed *flags="": setup models
     chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
     {{bin}}/embed "$chunks" --artifacts {{artifacts}} {{flags}}
 
+# index: extract, chunk, embed the corpus, then build the faiss + BM25 index (e.g. `just index --faiss HNSW32`).
+index *flags="": setup models
+    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
+    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
+    emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
+    {{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} {{flags}}
+
+# query: ask the corpus index a question (e.g. `just query "§ 174.63" --no-dense -k 3`).
+query question *flags="": setup models
+    idx=$(just index | tail -n1); {{bin}}/query --index "$idx" "{{question}}" {{flags}}
+
 # Every benchmark; numbers go to bench/*.json.
 bench: bench-extract bench-embed
 
@@ -72,4 +83,4 @@ schemas:
 
 # Remove artifacts (not the build cache).
 clean:
-    rm -rf {{artifacts}}/extract {{artifacts}}/chunk {{artifacts}}/embed
+    rm -rf {{artifacts}}/extract {{artifacts}}/chunk {{artifacts}}/embed {{artifacts}}/index
