@@ -197,3 +197,43 @@ pub fn write_bm25(dir: &Path, chunks: &[ChunkRecord], stemming: bool) -> anyhow:
     writer.wait_merging_threads()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faiss::Index;
+
+    /// Deterministic pseudo-random unit vectors.
+    fn vectors(n: usize, dim: usize) -> Vec<f32> {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut out = Vec::with_capacity(n * dim);
+        for _ in 0..n {
+            let row: Vec<f32> = (0..dim)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                })
+                .collect();
+            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+            out.extend(row.iter().map(|x| x / norm));
+        }
+        out
+    }
+
+    #[test]
+    fn every_factory_type_builds_and_finds_itself() {
+        let (n, dim) = (2000, 16);
+        let v = vectors(n, dim);
+        for desc in ["Flat", "HNSW32", "IVF16,Flat", "IVF16,PQ4"] {
+            let mut index = build_faiss(&v, dim, desc).unwrap_or_else(|e| panic!("{desc}: {e}"));
+            assert_eq!(index.ntotal(), n as u64, "{desc}");
+            let res = index.search(&v[dim * 7..dim * 8], 5).unwrap();
+            let found = res.labels.iter().any(|l| l.get() == Some(7));
+            assert!(found || desc.contains("PQ"), "{desc}: row 7 not among its own 5 nearest");
+        }
+        let err = build_faiss(&v, dim, "Bogus42").err().unwrap().to_string();
+        assert!(err.contains("Bogus42") && err.contains("try Flat"), "{err}");
+    }
+}
