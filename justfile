@@ -53,8 +53,17 @@ index *flags="": setup models
 query question *flags="": setup models
     idx=$(just index | tail -n1); {{bin}}/query --index "$idx" "{{question}}" {{flags}}
 
+# Query latency per stage / end to end, faiss build time per type, rank_bm25 comparison → bench/query.json.
+bench-query: setup models bench-venv
+    cargo build --release --example bench_query -p gauge-engine
+    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
+    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
+    emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
+    idx=$({{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} | tail -n1); \
+    {{bin}}/examples/bench_query "$idx" "$emb" ../shared/golden/fra-dev.jsonl bench/query.json {{venv}}/bin/python3
+
 # Every benchmark; numbers go to bench/*.json.
-bench: bench-extract bench-embed
+bench: bench-extract bench-embed bench-query
 
 # Extraction speed and word-level quality against pdftotext → bench/extract.json.
 bench-extract: setup
@@ -71,7 +80,7 @@ bench-embed: setup models bench-venv
 # Python environment for the reference benchmarks (outside the clone).
 bench-venv:
     test -x {{venv}}/bin/python3 || python3 -m venv {{venv}}
-    {{venv}}/bin/pip install --quiet --disable-pip-version-check onnxruntime tokenizers numpy pyarrow
+    {{venv}}/bin/pip install --quiet --disable-pip-version-check onnxruntime tokenizers numpy pyarrow rank_bm25
 
 # GPU check: embed on CUDA and on the CPU, require cosine >= 0.9999 (needs an NVIDIA GPU).
 gpu-check:
