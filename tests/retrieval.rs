@@ -62,6 +62,11 @@ fn hybrid_retrieval_finds_the_exact_report_id_among_look_alikes() {
     assert_eq!(refused["passages"].as_array().unwrap().len(), 0);
     assert_eq!(refused["refusal"]["threshold"], 5.0);
 
+    // faiss query-time parameters are checked against the index type.
+    let out = run("query", &["--index", &index, "ERA22LA175", "--nprobe", "4"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nprobe applies to IVF indexes; this index is `Flat`"));
+
     // The index refuses a query embedder of another dimension.
     let fake = tmp.path().join("fake-index");
     std::fs::create_dir_all(&fake).unwrap();

@@ -10,7 +10,10 @@ use std::path::Path;
 use gauge_core::schema::{read_chunks, ChunkRecord};
 use gauge_core::Manifest;
 use gauge_encoder::Embedder;
-use gauge_retrieve::{apply_cutoff, dedup_per_doc, fuse, small_to_big, Candidate, ChunkPosition, Fusion, RankedList, Refusal, Window};
+use gauge_retrieve::{
+    apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, Fusion, RankedList, Refusal, RerankConfig, Reranker,
+    Window,
+};
 use serde::{Deserialize, Serialize};
 use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
 use tantivy::schema::IndexRecordOption;
@@ -65,6 +68,12 @@ pub struct RetrievalConfig {
     /// as `ERA22LA175`, `174.63`, `236.405.A1`), fused candidates whose text holds every one
     /// of them as a whole token move to the front, in fused order.
     pub promote_exact: bool,
+    /// Reranking of the fused list (used when the engine has a reranker).
+    pub rerank: Option<RerankConfig>,
+    /// faiss `nprobe` for IVF indexes (query time).
+    pub nprobe: Option<usize>,
+    /// faiss `efSearch` for HNSW indexes (query time).
+    pub ef_search: Option<usize>,
     /// Final number of results.
     pub k: usize,
 }
@@ -81,6 +90,9 @@ impl Default for RetrievalConfig {
             window: 0,
             cutoff: None,
             promote_exact: true,
+            rerank: None,
+            nprobe: None,
+            ef_search: None,
             k: 10,
         }
     }
@@ -119,6 +131,7 @@ pub struct Engine {
     by_id: HashMap<String, usize>,
     doc_chunks: HashMap<String, Vec<String>>,
     embedder: Option<Embedder>,
+    reranker: Option<Box<dyn Reranker>>,
     /// The index manifest.
     pub manifest: Manifest,
 }
@@ -155,18 +168,44 @@ impl Engine {
         for c in &chunks {
             doc_chunks.entry(c.doc_id.clone()).or_default().push(c.chunk_id.clone());
         }
-        Ok(Engine { dense: std::sync::Mutex::new(dense), reader, fields, chunks, by_id, doc_chunks, embedder, manifest })
+        Ok(Engine { dense: std::sync::Mutex::new(dense), reader, fields, chunks, by_id, doc_chunks, embedder, reranker: None, manifest })
+    }
+
+    /// Adds a reranker, used when a search's config asks for reranking.
+    pub fn with_reranker(mut self, reranker: Box<dyn Reranker>) -> Engine {
+        self.reranker = Some(reranker);
+        self
+    }
+
+    /// Sets faiss query-time parameters (`nprobe`, `efSearch`) on the dense index.
+    fn set_search_parameters(&self, index: &faiss::index::IndexImpl, cfg: &RetrievalConfig) -> anyhow::Result<()> {
+        let space = faiss::index::autotune::ParameterSpace::new().map_err(|e| anyhow::anyhow!("faiss: {e}"))?;
+        let kind = self.manifest.config["index"]["faiss"].as_str().unwrap_or("?").to_string();
+        if let Some(n) = cfg.nprobe {
+            space.set_index_parameter(index, "nprobe", n as f64).map_err(|e| anyhow::anyhow!("nprobe applies to IVF indexes; this index is `{kind}` ({e})"))?;
+        }
+        if let Some(ef) = cfg.ef_search {
+            space.set_index_parameter(index, "efSearch", ef as f64).map_err(|e| anyhow::anyhow!("efSearch applies to HNSW indexes; this index is `{kind}` ({e})"))?;
+        }
+        Ok(())
     }
 
     /// Dense top-`n` passing the filter: faiss is asked for more until `n` survive or the
     /// whole index has been seen, so a filter never starves the list.
     pub fn dense_search(&self, query: &str, n: usize, filter: &Filter) -> anyhow::Result<RankedList> {
+        self.dense_search_with(query, n, filter, &RetrievalConfig::default())
+    }
+
+    fn dense_search_with(&self, query: &str, n: usize, filter: &Filter, cfg: &RetrievalConfig) -> anyhow::Result<RankedList> {
         use faiss::Index;
         let embedder = self.embedder.as_ref().ok_or_else(|| anyhow::anyhow!("dense retrieval needs a query embedder (--model)"))?;
         let q = embedder.embed_queries(&[query])?.remove(0);
         let total = self.chunks.len();
         let mut ask = if filter.is_empty() { n } else { (n * 4).max(64) }.min(total);
         let mut index = self.dense.lock().expect("no panic while searching");
+        if cfg.nprobe.is_some() || cfg.ef_search.is_some() {
+            self.set_search_parameters(&index, cfg)?;
+        }
         loop {
             let res = index.search(&q, ask).map_err(|e| anyhow::anyhow!("faiss: {e}"))?;
             let hits: Vec<(String, f32)> = res
@@ -252,7 +291,7 @@ impl Engine {
         anyhow::ensure!(cfg.dense || cfg.bm25, "both retrievers are off; enable dense or BM25");
         let mut lists = Vec::new();
         if cfg.dense {
-            lists.push(self.dense_search(query, cfg.candidates, &cfg.filter)?);
+            lists.push(self.dense_search_with(query, cfg.candidates, &cfg.filter, cfg)?);
         }
         if cfg.bm25 {
             lists.push(self.bm25_search(query, cfg.candidates, &cfg.filter)?);
@@ -262,6 +301,12 @@ impl Engine {
             fused = self.promote_exact(query, fused);
         }
         let deduped = dedup_per_doc(fused, |id| self.by_id.get(id).map(|&i| self.chunks[i].doc_id.as_str()), cfg.max_per_doc);
+        let deduped = match (&cfg.rerank, &self.reranker) {
+            (Some(rc), Some(reranker)) => rerank_candidates(query, deduped, *rc, reranker.as_ref(), |id| self.chunks[self.by_id[id]].text.clone())
+                .map_err(|e| anyhow::anyhow!("rerank: {e}"))?,
+            (Some(_), None) => anyhow::bail!("the config asks for reranking but no reranker is loaded"),
+            _ => deduped,
+        };
         let kept = match apply_cutoff(deduped, cfg.cutoff) {
             Ok(c) => c,
             Err(refusal) => return Ok(SearchResult { passages: Vec::new(), refusal: Some(refusal) }),

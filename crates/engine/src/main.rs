@@ -59,6 +59,12 @@ struct Args {
     /// Do not move chunks holding the query's identifiers (e.g. `174.63`) to the front.
     #[arg(long)]
     no_exact: bool,
+    /// faiss nprobe (IVF indexes).
+    #[arg(long)]
+    nprobe: Option<usize>,
+    /// faiss efSearch (HNSW indexes).
+    #[arg(long)]
+    ef_search: Option<usize>,
     /// Candidates from each retriever.
     #[arg(long, default_value_t = 50)]
     candidates: usize,
@@ -107,6 +113,9 @@ fn run(args: Args) -> Result<()> {
         window: args.window,
         cutoff: args.cutoff,
         promote_exact: !args.no_exact,
+        rerank: None,
+        nprobe: args.nprobe,
+        ef_search: args.ef_search,
         k: args.k,
     };
     let manifest = gauge_core::Manifest::read(&args.index)?;

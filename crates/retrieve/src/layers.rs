@@ -162,3 +162,82 @@ mod tests {
         assert_eq!(apply_cutoff(c, None).unwrap().len(), 2);
     }
 }
+
+/// Scores (query, passage) pairs; higher is more relevant. Implemented by cross-encoders
+/// and late-interaction models in later work.
+pub trait Reranker: Send + Sync {
+    /// Name recorded as the stage of its scores.
+    fn name(&self) -> &str;
+    /// One score per passage, in order.
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>, String>;
+}
+
+/// Rerank settings: how many fused candidates to read and how many to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct RerankConfig {
+    /// Fused candidates passed to the reranker.
+    pub n_initial: usize,
+    /// Candidates kept after reranking.
+    pub top_n: usize,
+}
+
+impl Default for RerankConfig {
+    fn default() -> Self {
+        RerankConfig { n_initial: 25, top_n: 10 }
+    }
+}
+
+/// Reranks the first `n_initial` candidates by the reranker's scores (stable for ties), keeps
+/// `top_n`, and makes the rerank score the candidate's score (so the cutoff applies to it).
+pub fn rerank_candidates(
+    query: &str,
+    candidates: Vec<Candidate>,
+    config: RerankConfig,
+    reranker: &dyn Reranker,
+    text_of: impl Fn(&str) -> String,
+) -> Result<Vec<Candidate>, String> {
+    let mut head: Vec<Candidate> = candidates.into_iter().take(config.n_initial).collect();
+    let texts: Vec<String> = head.iter().map(|c| text_of(&c.chunk_id)).collect();
+    let scores = reranker.score(query, &texts.iter().map(String::as_str).collect::<Vec<_>>())?;
+    if scores.len() != head.len() {
+        return Err(format!("reranker `{}` returned {} scores for {} passages", reranker.name(), scores.len(), head.len()));
+    }
+    let mut order: Vec<usize> = (0..head.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    let mut out = Vec::with_capacity(config.top_n.min(head.len()));
+    for (rank, &i) in order.iter().take(config.top_n).enumerate() {
+        let mut c = std::mem::replace(&mut head[i], Candidate { chunk_id: String::new(), score: 0.0, stages: Vec::new() });
+        c.stages.push(crate::fusion::StageHit { stage: reranker.name().to_string(), rank: rank + 1, score: scores[i] });
+        c.score = scores[i];
+        out.push(c);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod rerank_tests {
+    use super::*;
+
+    struct LengthReranker;
+    impl Reranker for LengthReranker {
+        fn name(&self) -> &str {
+            "length"
+        }
+        fn score(&self, _query: &str, passages: &[&str]) -> Result<Vec<f32>, String> {
+            Ok(passages.iter().map(|p| p.len() as f32).collect())
+        }
+    }
+
+    #[test]
+    fn reranks_the_first_n_initial_and_keeps_top_n() {
+        let texts: HashMap<&str, &str> = [("a", "x"), ("b", "xxxx"), ("c", "xx"), ("d", "xxxxxxxx")].into_iter().collect();
+        let c: Vec<Candidate> = ["a", "b", "c", "d"].iter().map(|id| Candidate { chunk_id: id.to_string(), score: 1.0, stages: Vec::new() }).collect();
+        let out = rerank_candidates("q", c, RerankConfig { n_initial: 3, top_n: 2 }, &LengthReranker, |id| texts[id].to_string()).unwrap();
+        // d is beyond n_initial, so it cannot come back; b (4) beats c (2).
+        assert_eq!(out.iter().map(|c| c.chunk_id.as_str()).collect::<Vec<_>>(), vec!["b", "c"]);
+        assert_eq!(out[0].score, 4.0);
+        assert_eq!(out[0].stages.last().unwrap().stage, "length");
+        // The cutoff then applies to rerank scores.
+        assert!(apply_cutoff(out, Some(5.0)).is_err());
+    }
+}
