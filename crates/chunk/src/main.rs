@@ -55,10 +55,7 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut config: ChunkConfig = match &args.config {
-        Some(path) => gauge_core::read_config(path)?,
-        None => ChunkConfig::default(),
-    };
+    let mut config: ChunkConfig = gauge_core::read_config(args.config.as_deref())?;
     if let Some(s) = args.strategy {
         config.strategy = s;
     }
@@ -76,15 +73,12 @@ fn run(args: Args) -> Result<()> {
     config.contextual_header |= args.contextual_header;
     let store = ArtifactStore::new(&args.artifacts);
     let out = gauge_chunk::run(&args.pages, args.tokenizer.as_deref(), &config, &store, args.force)?;
-    if out.cache_hit {
-        eprintln!("chunk: cache hit, output already complete");
-    } else {
+    gauge_core::report_outcome("chunk", &out.dir, out.cache_hit, || {
         let s = &out.stats;
-        eprintln!(
-            "chunk: {} chunks from {} documents ({} before filters; removed {} short, {} table-of-contents, {} duplicates)",
+        format!(
+            "{} chunks from {} documents ({} before filters; removed {} short, {} table-of-contents, {} duplicates)",
             s.chunks, s.documents, s.chunks_before_filters, s.removed_min_chars, s.removed_toc, s.removed_duplicates
-        );
-    }
-    println!("{}", out.dir.display());
+        )
+    });
     Ok(())
 }

@@ -73,10 +73,23 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// Reads a typed config from a JSON or TOML-free JSON file, naming the file on error.
-pub fn read_config<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<T> {
+/// Reads a typed config from a JSON file (naming the file on error), or the defaults when no
+/// file is given.
+pub fn read_config<T: serde::de::DeserializeOwned + Default>(path: Option<&std::path::Path>) -> anyhow::Result<T> {
+    let Some(path) = path else { return Ok(T::default()) };
     let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: invalid config: {e}", path.display()))
+}
+
+/// Reports a stage's outcome: the summary (or the cache hit) on stderr, then the artifact
+/// directory as the last line of stdout, for the next stage to read.
+pub fn report_outcome(stage: &str, dir: &std::path::Path, cache_hit: bool, summary: impl FnOnce() -> String) {
+    if cache_hit {
+        eprintln!("{stage}: cache hit, output already complete");
+    } else {
+        eprintln!("{stage}: {}", summary());
+    }
+    println!("{}", dir.display());
 }
 
 /// Runs a binary's body; on error prints one line (`<stage>: error: …`, causes joined by

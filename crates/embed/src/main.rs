@@ -67,10 +67,7 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut config: EmbedConfig = match &args.config {
-        Some(path) => gauge_core::read_config(path)?,
-        None => EmbedConfig::default(),
-    };
+    let mut config: EmbedConfig = gauge_core::read_config(args.config.as_deref())?;
     if let Some(m) = args.model {
         config.model = m;
     }
@@ -91,11 +88,8 @@ fn run(args: Args) -> Result<()> {
     }
     let runtime = Runtime { device: args.device, token_budget: args.token_budget, workers: args.workers, force: args.force };
     let out = gauge_embed::run(&args.chunks, &config, &runtime, &ArtifactStore::new(&args.artifacts))?;
-    if out.cache_hit {
-        eprintln!("embed: cache hit, output already complete");
-    } else {
-        eprintln!("embed: {} chunks in {:.1} s ({:.1} chunks/s)", out.chunks, out.seconds, out.chunks as f64 / out.seconds.max(1e-9));
-    }
-    println!("{}", out.dir.display());
+    gauge_core::report_outcome("embed", &out.dir, out.cache_hit, || {
+        format!("{} chunks in {:.1} s ({:.1} chunks/s)", out.chunks, out.seconds, out.chunks as f64 / out.seconds.max(1e-9))
+    });
     Ok(())
 }

@@ -59,10 +59,7 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut config: ExtractConfig = match &args.config {
-        Some(path) => gauge_core::read_config(path)?,
-        None => ExtractConfig::default(),
-    };
+    let mut config: ExtractConfig = gauge_core::read_config(args.config.as_deref())?;
     let c = &mut config.cleaning;
     c.nfkc &= !args.no_nfkc;
     c.bullets &= !args.no_bullets;
@@ -80,24 +77,15 @@ fn run(args: Args) -> Result<()> {
     }
     let store = ArtifactStore::new(&args.artifacts);
     let out = gauge_extract::run(&args.inputs, &config, &store, &RunOptions { force: args.force, strict: args.strict })?;
-    if out.cache_hit {
-        eprintln!("extract: cache hit, output already complete");
-    } else {
+    gauge_core::report_outcome("extract", &out.dir, out.cache_hit, || {
         let s = &out.stats;
         let failed = if out.errors.is_empty() {
             String::new()
         } else {
-            format!(
-                "; {} failed: {}",
-                out.errors.len(),
-                out.errors.iter().map(|e| format!("{} ({})", e.source, e.reason)).collect::<Vec<_>>().join(", ")
-            )
+            let list: Vec<String> = out.errors.iter().map(|e| format!("{} ({})", e.source, e.reason)).collect();
+            format!("; {} failed: {}", out.errors.len(), list.join(", "))
         };
-        eprintln!(
-            "extract: {} documents, {} pages ({} empty) from {} files{failed}",
-            s.documents, s.pages, s.empty_pages, s.files
-        );
-    }
-    println!("{}", out.dir.display());
+        format!("{} documents, {} pages ({} empty) from {} files{failed}", s.documents, s.pages, s.empty_pages, s.files)
+    });
     Ok(())
 }

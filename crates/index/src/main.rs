@@ -41,20 +41,12 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut config: IndexConfig = match &args.config {
-        Some(path) => gauge_core::read_config(path)?,
-        None => IndexConfig::default(),
-    };
+    let mut config: IndexConfig = gauge_core::read_config(args.config.as_deref())?;
     if let Some(f) = args.faiss {
         config.faiss = f;
     }
     config.stemming |= args.stemming;
     let out = gauge_index::run(&args.chunks, &args.embeddings, &config, &ArtifactStore::new(&args.artifacts), args.force)?;
-    if out.cache_hit {
-        eprintln!("index: cache hit, output already complete");
-    } else {
-        eprintln!("index: {} chunks indexed ({} + BM25)", out.chunks, config.faiss);
-    }
-    println!("{}", out.dir.display());
+    gauge_core::report_outcome("index", &out.dir, out.cache_hit, || format!("{} chunks indexed ({} + BM25)", out.chunks, config.faiss));
     Ok(())
 }
