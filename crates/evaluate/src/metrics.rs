@@ -1,0 +1,140 @@
+//! Per-question metrics over a ranked list of relevance judgements (rank 1 first).
+
+/// 1-based rank of the first relevant result, if any.
+pub fn first_relevant_rank(relevant: &[bool]) -> Option<usize> {
+    relevant.iter().position(|&r| r).map(|i| i + 1)
+}
+
+/// 1 when a relevant result is among the first `k`, else 0.
+pub fn hit_at(relevant: &[bool], k: usize) -> f64 {
+    if relevant.iter().take(k).any(|&r| r) { 1.0 } else { 0.0 }
+}
+
+/// Reciprocal rank of the first relevant result within the first `k` (0 when none).
+pub fn reciprocal_rank_at(relevant: &[bool], k: usize) -> f64 {
+    match first_relevant_rank(relevant) {
+        Some(r) if r <= k => 1.0 / r as f64,
+        _ => 0.0,
+    }
+}
+
+/// Binary nDCG@k whose ideal ordering is the same list's relevances sorted (relevant first);
+/// 0 when nothing in the first `k` is relevant.
+pub fn ndcg_at(relevant: &[bool], k: usize) -> f64 {
+    let gain = |i: usize| 1.0 / ((i + 2) as f64).log2();
+    let top = &relevant[..relevant.len().min(k)];
+    let dcg: f64 = top.iter().enumerate().filter(|(_, &r)| r).map(|(i, _)| gain(i)).sum();
+    let n_rel = top.iter().filter(|&&r| r).count();
+    let idcg: f64 = (0..n_rel).map(gain).sum();
+    if idcg == 0.0 { 0.0 } else { dcg / idcg }
+}
+
+/// Share of `n_gold` gold items covered by the first `k` results, given which gold item (if
+/// any) each result covers.
+pub fn recall_at(covers: &[Vec<usize>], n_gold: usize, k: usize) -> f64 {
+    if n_gold == 0 {
+        return 0.0;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in covers.iter().take(k) {
+        seen.extend(c.iter().copied());
+    }
+    seen.len() as f64 / n_gold as f64
+}
+
+/// Keyword-mode scores of one question: each keyword is judged on its own (a chunk is
+/// relevant to a keyword when it contains it, case-insensitively), then averaged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeywordScores {
+    /// Mean over keywords of 1/rank of the first chunk containing it (within `k`).
+    pub mrr: f64,
+    /// Mean over keywords of binary nDCG@k.
+    pub ndcg: f64,
+    /// Share of keywords found in the first `k` chunks.
+    pub coverage: f64,
+}
+
+/// Keyword-mode metrics for retrieved chunk texts (best first); no keywords or no
+/// retrieved chunks give zeros.
+pub fn keyword_scores(keywords: &[String], texts: &[&str], k: usize) -> KeywordScores {
+    if keywords.is_empty() {
+        return KeywordScores { mrr: 0.0, ndcg: 0.0, coverage: 0.0 };
+    }
+    let lowered: Vec<String> = texts.iter().take(k).map(|t| t.to_lowercase()).collect();
+    let (mut mrr, mut ndcg, mut found) = (0.0, 0.0, 0.0);
+    for kw in keywords {
+        let kw = kw.to_lowercase();
+        let rel: Vec<bool> = lowered.iter().map(|t| t.contains(&kw)).collect();
+        mrr += reciprocal_rank_at(&rel, k);
+        ndcg += ndcg_at(&rel, k);
+        found += hit_at(&rel, k);
+    }
+    let n = keywords.len() as f64;
+    KeywordScores { mrr: mrr / n, ndcg: ndcg / n, coverage: found / n }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: bool = true;
+    const F: bool = false;
+
+    #[test]
+    fn rank_metrics_by_hand() {
+        let r = [F, F, T, F, T];
+        assert_eq!(first_relevant_rank(&r), Some(3));
+        assert_eq!((hit_at(&r, 1), hit_at(&r, 3)), (0.0, 1.0));
+        assert!((reciprocal_rank_at(&r, 10) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(reciprocal_rank_at(&r, 2), 0.0);
+        // DCG = 1/log2(4) + 1/log2(6) = 0.5 + 0.386853; IDCG = 1 + 1/log2(3) = 1.630930.
+        assert!((ndcg_at(&r, 10) - (0.5 + 0.386_852_807_234_541_6) / 1.630_929_753_571_457).abs() < 1e-12);
+        assert_eq!(ndcg_at(&[F, F], 10), 0.0);
+        assert_eq!(ndcg_at(&[], 10), 0.0);
+    }
+
+    #[test]
+    fn perfect_and_reversed_rankings() {
+        // Perfect: the one relevant result first → 1 everywhere.
+        let perfect = [T, F, F, F, F, F, F, F, F, F];
+        for k in [1, 3, 5, 10] {
+            assert_eq!(hit_at(&perfect, k), 1.0);
+        }
+        assert_eq!(reciprocal_rank_at(&perfect, 10), 1.0);
+        assert_eq!(ndcg_at(&perfect, 10), 1.0);
+        // Reversed: it comes last of ten → Hit@10 only, RR 1/10, nDCG 1/log2(11) / 1.
+        let reversed: Vec<bool> = perfect.iter().rev().copied().collect();
+        assert_eq!((hit_at(&reversed, 5), hit_at(&reversed, 10)), (0.0, 1.0));
+        assert!((reciprocal_rank_at(&reversed, 10) - 0.1).abs() < 1e-12);
+        assert!((ndcg_at(&reversed, 10) - 1.0 / 11f64.log2()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn recall_counts_distinct_gold_items() {
+        let covers = vec![vec![0], vec![], vec![0], vec![1]];
+        assert_eq!(recall_at(&covers, 2, 3), 0.5);
+        assert_eq!(recall_at(&covers, 2, 4), 1.0);
+        assert_eq!(recall_at(&covers, 0, 4), 0.0);
+    }
+
+    #[test]
+    fn keyword_mode_edge_cases() {
+        let texts = ["Gate arm LIGHTS", "flashing lights and gate arms", "bells"];
+        let kws = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // "gate": ranks 1 and 2 → RR 1, nDCG 1; "bells": rank 3 only → RR 1/3, and nDCG
+        // (1/log2 4) / (ideal: the same list sorted, 1/log2 2) = 0.5.
+        let s = keyword_scores(&kws(&["gate", "bells"]), &texts, 10);
+        assert!((s.mrr - (1.0 + 1.0 / 3.0) / 2.0).abs() < 1e-12);
+        assert!((s.ndcg - 0.75).abs() < 1e-12);
+        assert_eq!(s.coverage, 1.0);
+        // A keyword absent everywhere counts as 0 for all three.
+        let s = keyword_scores(&kws(&["gate", "pantograph"]), &texts, 10);
+        assert_eq!((s.mrr, s.coverage), (0.5, 0.5));
+        // A repeated keyword counts twice.
+        let s = keyword_scores(&kws(&["bells", "bells", "gate"]), &texts, 10);
+        assert!((s.mrr - (1.0 / 3.0 + 1.0 / 3.0 + 1.0) / 3.0).abs() < 1e-12);
+        // Empty retrieval and empty keywords give zeros.
+        assert_eq!(keyword_scores(&kws(&["gate"]), &[], 10), KeywordScores { mrr: 0.0, ndcg: 0.0, coverage: 0.0 });
+        assert_eq!(keyword_scores(&[], &texts, 10).coverage, 0.0);
+    }
+}
