@@ -130,8 +130,8 @@ impl Embedder {
         let info = EmbedderInfo {
             model: source.id.clone(),
             family,
-            weights_hash: gauge_hash(&weights_path)?,
-            tokenizer_hash: gauge_hash(&tokenizer_path)?,
+            weights_hash: weights.hash(),
+            tokenizer_hash: file_hash(&tokenizer_path)?,
             dimension: config.hidden_size,
             pooling,
             normalize,
@@ -286,7 +286,7 @@ fn default_workers() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-fn gauge_hash(path: &Path) -> Result<String, EncoderError> {
+fn file_hash(path: &Path) -> Result<String, EncoderError> {
     let bytes = std::fs::read(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;
     Ok(blake3::hash(&bytes).to_hex().to_string())
 }

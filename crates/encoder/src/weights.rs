@@ -29,6 +29,11 @@ impl Weights {
         Ok(Weights { bytes, path: path.to_path_buf(), prefixes: prefixes.iter().map(|p| p.to_string()).collect() })
     }
 
+    /// BLAKE3 hash of the file's bytes (already in memory: no second read).
+    pub fn hash(&self) -> String {
+        blake3::hash(&self.bytes).to_hex().to_string()
+    }
+
     fn tensors(&self) -> SafeTensors<'_> {
         SafeTensors::deserialize(&self.bytes).expect("checked at open")
     }
