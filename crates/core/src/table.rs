@@ -48,6 +48,11 @@ pub fn read_parquet(path: &Path, expected: &Schema) -> Result<RecordBatch, CoreE
     arrow::compute::concat_batches(&schema, &batches).map_err(|e| perr(e.to_string()))
 }
 
+/// Reads a whole Parquet table into one batch, whatever its columns.
+pub fn read_parquet_any(path: &Path) -> Result<RecordBatch, CoreError> {
+    read_parquet(path, &Schema::empty())
+}
+
 /// Checks that `actual` has every column of `expected` with the same type.
 pub fn check_schema(path: &Path, actual: &Schema, expected: &Schema) -> Result<(), CoreError> {
     let mut problems = Vec::new();
@@ -113,6 +118,12 @@ impl<'a> Columns<'a> {
     pub fn i64s(&self, name: &str) -> Vec<i64> {
         let arr = self.column(name).as_any().downcast_ref::<arrow::array::Int64Array>().expect("Int64 array");
         arr.values().to_vec()
+    }
+
+    /// A Float64 column (nulls become `None`).
+    pub fn f64s(&self, name: &str) -> Vec<Option<f64>> {
+        let arr = self.column(name).as_any().downcast_ref::<arrow::array::Float64Array>().expect("Float64 array");
+        (0..arr.len()).map(|i| if arr.is_null(i) { None } else { Some(arr.value(i)) }).collect()
     }
 
     /// A Boolean column.

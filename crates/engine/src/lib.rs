@@ -44,6 +44,18 @@ impl Filter {
     }
 }
 
+/// The unit per-document dedup counts in.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DedupKey {
+    /// The whole document (`doc_id`).
+    #[default]
+    Doc,
+    /// One page of a document (`doc_id` + `page_start`): useful when a corpus has few, long
+    /// documents whose overlapping chunks crowd the list.
+    Page,
+}
+
 /// Retrieval settings (serde, with defaults); every layer can be switched.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -58,8 +70,10 @@ pub struct RetrievalConfig {
     pub fusion: Fusion,
     /// Metadata filters.
     pub filter: Filter,
-    /// At most this many chunks per document (0: no limit).
+    /// At most this many chunks per dedup key (0: no limit).
     pub max_per_doc: usize,
+    /// What `max_per_doc` counts per: the document, or one source page of it.
+    pub dedup_by: DedupKey,
     /// Small-to-big: neighbouring chunks on each side of a hit (0: off).
     pub window: usize,
     /// Refuse when the best final score is under this.
@@ -87,6 +101,7 @@ impl Default for RetrievalConfig {
             fusion: Fusion::default(),
             filter: Filter::default(),
             max_per_doc: 0,
+            dedup_by: DedupKey::Doc,
             window: 0,
             cutoff: None,
             promote_exact: true,
@@ -129,6 +144,7 @@ pub struct Engine {
     /// The chunk table, in faiss row order.
     pub chunks: Vec<ChunkRecord>,
     by_id: HashMap<String, usize>,
+    page_keys: Vec<String>,
     doc_chunks: HashMap<String, Vec<String>>,
     embedder: Option<Embedder>,
     reranker: Option<Box<dyn Reranker>>,
@@ -164,11 +180,12 @@ impl Engine {
         let (_, fields) = gauge_index::bm25_schema();
         let chunks = read_chunks(&dir.join("chunks.parquet"))?;
         let by_id = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.clone(), i)).collect();
+        let page_keys = chunks.iter().map(|c| format!("{}#{}", c.doc_id, c.page_start)).collect();
         let mut doc_chunks: HashMap<String, Vec<String>> = HashMap::new();
         for c in &chunks {
             doc_chunks.entry(c.doc_id.clone()).or_default().push(c.chunk_id.clone());
         }
-        Ok(Engine { dense: std::sync::Mutex::new(dense), reader, fields, chunks, by_id, doc_chunks, embedder, reranker: None, manifest })
+        Ok(Engine { dense: std::sync::Mutex::new(dense), reader, fields, chunks, by_id, page_keys, doc_chunks, embedder, reranker: None, manifest })
     }
 
     /// Adds a reranker, used when a search's config asks for reranking.
@@ -300,7 +317,16 @@ impl Engine {
         if cfg.promote_exact {
             fused = self.promote_exact(query, fused);
         }
-        let deduped = dedup_per_doc(fused, |id| self.by_id.get(id).map(|&i| self.chunks[i].doc_id.as_str()), cfg.max_per_doc);
+        let deduped = dedup_per_doc(
+            fused,
+            |id| {
+                self.by_id.get(id).map(|&i| match cfg.dedup_by {
+                    DedupKey::Doc => self.chunks[i].doc_id.as_str(),
+                    DedupKey::Page => self.page_keys[i].as_str(),
+                })
+            },
+            cfg.max_per_doc,
+        );
         let deduped = match (&cfg.rerank, &self.reranker) {
             (Some(rc), Some(reranker)) => rerank_candidates(query, deduped, *rc, reranker.as_ref(), |id| self.chunks[self.by_id[id]].text.clone())
                 .map_err(|e| anyhow::anyhow!("rerank: {e}"))?,

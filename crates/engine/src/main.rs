@@ -50,6 +50,9 @@ struct Args {
     /// At most this many passages per document (0: no limit).
     #[arg(long, default_value_t = 0)]
     max_per_doc: usize,
+    /// What --max-per-doc counts per: doc or page.
+    #[arg(long, default_value = "doc")]
+    dedup_by: String,
     /// Small-to-big: neighbouring chunks on each side (0: off).
     #[arg(long, default_value_t = 0)]
     window: usize,
@@ -110,6 +113,11 @@ fn run(args: Args) -> Result<()> {
         fusion,
         filter: gauge_engine::Filter { sources: args.source, doc_types: args.doc_type, pages },
         max_per_doc: args.max_per_doc,
+        dedup_by: match args.dedup_by.as_str() {
+            "doc" => gauge_engine::DedupKey::Doc,
+            "page" => gauge_engine::DedupKey::Page,
+            other => anyhow::bail!("unknown --dedup-by `{other}` (doc, page)"),
+        },
         window: args.window,
         cutoff: args.cutoff,
         promote_exact: !args.no_exact,

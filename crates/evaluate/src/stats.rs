@@ -46,7 +46,7 @@ pub fn bootstrap_ci(values: &[f64], resamples: usize, seed: u64) -> (f64, f64) {
 }
 
 /// A paired comparison of a variant against the baseline on the same questions.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct PairedComparison {
     /// Mean of variant − baseline.
     pub delta: f64,

@@ -1,0 +1,240 @@
+//! Golden sets: one question a row, in JSONL or Parquet.
+use std::collections::HashSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors reading a golden set.
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenError {
+    /// The file cannot be read.
+    #[error("{path}: cannot read golden set ({message})")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// A row is malformed.
+    #[error("{path}:{line}: {message}")]
+    Row {
+        /// The file.
+        path: String,
+        /// 1-based line (JSONL) or row (Parquet).
+        line: usize,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// A gold passage: a page of a source, or a character span of a source's extracted text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GoldItem {
+    /// Characters `[char_start, char_end)` of the document text `extract` produced.
+    Span {
+        /// Source file (as `extract` names it: the path under the corpus root).
+        source: String,
+        /// Start offset (characters).
+        char_start: i64,
+        /// End offset (characters, exclusive).
+        char_end: i64,
+    },
+    /// A 1-based page.
+    Page {
+        /// Source file.
+        source: String,
+        /// 1-based page number.
+        page: i32,
+    },
+}
+
+impl GoldItem {
+    /// The source file.
+    pub fn source(&self) -> &str {
+        match self {
+            GoldItem::Span { source, .. } | GoldItem::Page { source, .. } => source,
+        }
+    }
+}
+
+/// One golden question. Fields beyond these (`section`, `verified`, `thinking`, …) are kept
+/// by the file but ignored here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoldenQuestion {
+    /// Unique id.
+    pub qid: String,
+    /// The question.
+    pub question: String,
+    /// Gold passages (page or span).
+    #[serde(default)]
+    pub gold: Vec<GoldItem>,
+    /// Keywords a relevant passage contains.
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    /// Reference answer.
+    #[serde(default)]
+    pub reference_answer: Option<String>,
+    /// Category (question style, topic…); metrics are also reported per category.
+    #[serde(default)]
+    pub category: Option<String>,
+}
+
+/// Reads a golden set (`.jsonl`/`.json` lines, or `.parquet`) and checks it: at least one
+/// question, unique ids, a non-empty question, and gold or keywords on every row.
+pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
+    let p = path.display().to_string();
+    let questions = match path.extension().and_then(|e| e.to_str()) {
+        Some("parquet") => read_parquet(path)?,
+        _ => read_jsonl(path)?,
+    };
+    if questions.is_empty() {
+        return Err(GoldenError::Read { path: p, message: "no questions; one JSON object per line with `qid` and `question`".into() });
+    }
+    let mut seen = HashSet::new();
+    for (i, q) in questions.iter().enumerate() {
+        let row = |message: String| GoldenError::Row { path: p.clone(), line: i + 1, message };
+        if !seen.insert(q.qid.as_str()) {
+            return Err(row(format!("duplicate qid `{}`; qids must be unique", q.qid)));
+        }
+        if q.question.trim().is_empty() {
+            return Err(row(format!("question `{}` is empty", q.qid)));
+        }
+        if q.gold.is_empty() && q.keywords.is_empty() {
+            return Err(row(format!("question `{}` has neither `gold` nor `keywords`; add one so it can be judged", q.qid)));
+        }
+        if let Some(GoldItem::Span { char_start, char_end, .. }) = q.gold.iter().find(|g| matches!(g, GoldItem::Span { char_start, char_end, .. } if char_end <= char_start)) {
+            return Err(row(format!("question `{}` has an empty span [{char_start}, {char_end})", q.qid)));
+        }
+    }
+    Ok(questions)
+}
+
+fn read_jsonl(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
+    let p = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| GoldenError::Read { path: p.clone(), message: e.to_string() })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let q: GoldenQuestion = serde_json::from_str(line).map_err(|e| GoldenError::Row {
+            path: p.clone(),
+            line: i + 1,
+            message: format!("{e}; expected {{\"qid\", \"question\", \"gold\": [{{\"source\", \"page\"}}] or \"keywords\": [...]}}"),
+        })?;
+        out.push(q);
+    }
+    Ok(out)
+}
+
+/// Parquet golden sets: `qid`, `question` (strings) and any of `gold` (a JSON string holding
+/// the list), `keywords` (list of strings or a JSON string), `reference_answer`, `category`.
+fn read_parquet(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::DataType;
+    let p = path.display().to_string();
+    let batch = gauge_core::table::read_parquet_any(path).map_err(|e| GoldenError::Read { path: p.clone(), message: e.to_string() })?;
+    let col = |name: &str| batch.column_by_name(name).cloned();
+    let strings = |name: &str| -> Result<Option<Vec<Option<String>>>, GoldenError> {
+        let Some(c) = col(name) else { return Ok(None) };
+        let c = arrow::compute::cast(&c, &DataType::Utf8).map_err(|_| GoldenError::Read { path: p.clone(), message: format!("column `{name}` must be a string") })?;
+        let s = c.as_string::<i32>();
+        Ok(Some((0..s.len()).map(|i| if s.is_null(i) { None } else { Some(s.value(i).to_string()) }).collect()))
+    };
+    let need = |name: &str| -> Result<Vec<Option<String>>, GoldenError> {
+        strings(name)?.ok_or_else(|| GoldenError::Read { path: p.clone(), message: format!("no `{name}` column; a golden set needs `qid` and `question`") })
+    };
+    let qids = need("qid")?;
+    let questions = need("question")?;
+    let gold = strings("gold")?;
+    let answers = strings("reference_answer")?;
+    let categories = strings("category")?;
+    let keywords: Option<Vec<Vec<String>>> = match col("keywords") {
+        None => None,
+        Some(c) if matches!(c.data_type(), DataType::List(_) | DataType::LargeList(_)) => {
+            let c = arrow::compute::cast(&c, &DataType::List(std::sync::Arc::new(arrow::datatypes::Field::new("item", DataType::Utf8, true))))
+                .map_err(|_| GoldenError::Read { path: p.clone(), message: "column `keywords` must be a list of strings".into() })?;
+            let l = c.as_list::<i32>();
+            Some((0..l.len()).map(|i| if l.is_null(i) { Vec::new() } else { l.value(i).as_string::<i32>().iter().flatten().map(str::to_string).collect() }).collect())
+        }
+        Some(_) => {
+            let raw = strings("keywords")?.unwrap_or_default();
+            let mut v = Vec::new();
+            for (i, r) in raw.iter().enumerate() {
+                v.push(match r {
+                    None => Vec::new(),
+                    Some(s) => serde_json::from_str(s).map_err(|e| GoldenError::Row { path: p.clone(), line: i + 1, message: format!("`keywords` is not a JSON list of strings: {e}") })?,
+                });
+            }
+            Some(v)
+        }
+    };
+    let mut out = Vec::with_capacity(qids.len());
+    for i in 0..qids.len() {
+        let g = match gold.as_ref().and_then(|g| g[i].as_deref()) {
+            None => Vec::new(),
+            Some(s) => serde_json::from_str(s).map_err(|e| GoldenError::Row {
+                path: p.clone(),
+                line: i + 1,
+                message: format!("`gold` is not a JSON list of {{source, page}} or {{source, char_start, char_end}}: {e}"),
+            })?,
+        };
+        out.push(GoldenQuestion {
+            qid: qids[i].clone().unwrap_or_default(),
+            question: questions[i].clone().unwrap_or_default(),
+            gold: g,
+            keywords: keywords.as_ref().map(|k| k[i].clone()).unwrap_or_default(),
+            reference_answer: answers.as_ref().and_then(|a| a[i].clone()),
+            category: categories.as_ref().and_then(|c| c[i].clone()),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn reads_pages_spans_and_keywords() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "g.jsonl",
+            r#"{"qid":"a","question":"q1","gold":[{"source":"x.pdf","page":3},{"source":"x.pdf","char_start":10,"char_end":20}],"section":"ignored"}
+
+{"qid":"b","question":"q2","keywords":["gate arm"],"category":"factual"}
+"#,
+        );
+        let g = load_golden(&p).unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].gold[0], GoldItem::Page { source: "x.pdf".into(), page: 3 });
+        assert_eq!(g[0].gold[1], GoldItem::Span { source: "x.pdf".into(), char_start: 10, char_end: 20 });
+        assert_eq!(g[1].keywords, vec!["gate arm".to_string()]);
+        assert_eq!(g[1].category.as_deref(), Some("factual"));
+    }
+
+    #[test]
+    fn bad_rows_name_the_line_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("{\"qid\":\"a\",\"question\":\"q\",\"gold\":[{\"source\":\"x\",\"page\":1}]}\n{not json\n", ":2:"),
+            ("{\"qid\":\"a\",\"question\":\"q\"}\n", "neither `gold` nor `keywords`"),
+            ("{\"qid\":\"a\",\"question\":\"q\",\"keywords\":[\"k\"]}\n{\"qid\":\"a\",\"question\":\"r\",\"keywords\":[\"k\"]}\n", "duplicate qid"),
+            ("\n", "no questions"),
+        ];
+        for (i, (text, want)) in cases.iter().enumerate() {
+            let p = write(dir.path(), &format!("g{i}.jsonl"), text);
+            let e = load_golden(&p).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        assert!(load_golden(&dir.path().join("missing.jsonl")).unwrap_err().to_string().contains("missing.jsonl"));
+    }
+}

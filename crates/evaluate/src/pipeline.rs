@@ -1,0 +1,268 @@
+//! Pipeline files (`pipelines/*.toml`): a corpus, a golden set, a baseline config covering
+//! every stage, and named variants overriding any of its fields.
+use std::path::{Path, PathBuf};
+
+use gauge_chunk::ChunkConfig;
+use gauge_embed::EmbedConfig;
+use gauge_engine::RetrievalConfig;
+use gauge_extract::ExtractConfig;
+use gauge_index::IndexConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::relevance::RelevanceMode;
+
+/// Errors in a pipeline file.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct PipelineError {
+    /// The pipeline file.
+    pub path: PathBuf,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+/// The configuration of every stage for one row of the ablation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StageConfigs {
+    /// `extract` settings.
+    pub extract: ExtractConfig,
+    /// `chunk` settings.
+    pub chunk: ChunkConfig,
+    /// `embed` settings (model, prefixes, pooling…).
+    pub embed: EmbedConfig,
+    /// `index` settings (faiss type, stemming).
+    pub index: IndexConfig,
+    /// Retrieval engine settings.
+    pub retrieval: RetrievalConfig,
+}
+
+/// One evaluated config.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Variant {
+    /// Row name in the tables.
+    pub name: String,
+    /// One line on what the row tests.
+    pub description: String,
+    /// Restrict retrieval to each question's gold sources (an oracle: it uses the answer key).
+    pub oracle_source_filter: bool,
+    /// Every stage's settings.
+    pub stages: StageConfigs,
+}
+
+/// A parsed pipeline with its variants resolved (the baseline first).
+#[derive(Debug, Clone, Serialize)]
+pub struct Pipeline {
+    /// Name (the `eval/<name>/` folder).
+    pub name: String,
+    /// Corpus folder or files (relative paths are relative to the pipeline file).
+    pub corpus: PathBuf,
+    /// Golden set (JSONL or Parquet).
+    pub golden: PathBuf,
+    /// How passages are judged.
+    pub relevance: RelevanceMode,
+    /// Passages per question (the k of Recall@k and coverage@k).
+    pub k: usize,
+    /// Seed of every bootstrap and randomisation test.
+    pub seed: u64,
+    /// Bootstrap resamples (at least 1000).
+    pub resamples: usize,
+    /// The baseline, then every variant in file order.
+    pub variants: Vec<Variant>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PipelineFile {
+    name: Option<String>,
+    corpus: PathBuf,
+    golden: PathBuf,
+    #[serde(default)]
+    relevance: RelevanceMode,
+    #[serde(default = "default_k")]
+    k: usize,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default = "default_resamples")]
+    resamples: usize,
+    baseline: toml::Table,
+    #[serde(default)]
+    variants: Vec<toml::Table>,
+}
+
+fn default_k() -> usize {
+    10
+}
+fn default_seed() -> u64 {
+    42
+}
+fn default_resamples() -> usize {
+    2000
+}
+
+const STAGE_KEYS: [&str; 5] = ["extract", "chunk", "embed", "index", "retrieval"];
+const ROW_KEYS: [&str; 4] = ["name", "base", "description", "oracle_source_filter"];
+
+/// Overlays `over` on `base`, table by table.
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+impl Pipeline {
+    /// Reads and resolves a pipeline file.
+    pub fn load(path: &Path) -> Result<Pipeline, PipelineError> {
+        let err = |message: String| PipelineError { path: path.to_path_buf(), message };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read pipeline ({e})")))?;
+        let file: PipelineFile = toml::from_str(&text).map_err(|e| err(format!("invalid pipeline: {}", e.to_string().trim())))?;
+        let here = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { normalize(&here.join(p)) };
+        anyhow_ensure(file.resamples >= 1000, || err(format!("resamples = {} is too few for a 95 % interval; use at least 1000", file.resamples)))?;
+        anyhow_ensure(file.k >= 1, || err("k must be at least 1".into()))?;
+        let mut resolved: Vec<(String, toml::Table)> = Vec::new();
+        let mut variants = Vec::new();
+        let rows = std::iter::once((true, file.baseline)).chain(file.variants.into_iter().map(|v| (false, v)));
+        for (is_baseline, row) in rows {
+            for key in row.keys() {
+                if !STAGE_KEYS.contains(&key.as_str()) && !ROW_KEYS.contains(&key.as_str()) {
+                    return Err(err(format!("unknown key `{key}` in a config; expected {} or {}", ROW_KEYS.join(", "), STAGE_KEYS.join(", "))));
+                }
+            }
+            let name = match row.get("name") {
+                Some(toml::Value::String(s)) => s.clone(),
+                None if is_baseline => "baseline".to_string(),
+                _ => return Err(err("every [[variants]] entry needs a `name` string".into())),
+            };
+            if resolved.iter().any(|(n, _)| *n == name) {
+                return Err(err(format!("two configs are named `{name}`; names must be unique")));
+            }
+            let mut table = if is_baseline {
+                toml::Table::new()
+            } else {
+                let base = match row.get("base") {
+                    None => resolved[0].0.clone(),
+                    Some(toml::Value::String(s)) => s.clone(),
+                    Some(_) => return Err(err(format!("`base` of `{name}` must be a config name"))),
+                };
+                resolved
+                    .iter()
+                    .find(|(n, _)| *n == base)
+                    .map(|(_, t)| t.clone())
+                    .ok_or_else(|| err(format!("`{name}` is based on `{base}`, which is not defined above it")))?
+            };
+            let mut over = row.clone();
+            for k in ["name", "base", "description"] {
+                over.remove(k);
+            }
+            merge(&mut table, &over);
+            let mut stages_table = table.clone();
+            let oracle = match stages_table.remove("oracle_source_filter") {
+                None => false,
+                Some(toml::Value::Boolean(b)) => b,
+                Some(_) => return Err(err(format!("`oracle_source_filter` of `{name}` must be true or false"))),
+            };
+            let stages: StageConfigs =
+                toml::Value::Table(stages_table).try_into().map_err(|e: toml::de::Error| err(format!("config `{name}`: {}", e.to_string().trim())))?;
+            if !stages.retrieval.dense && !stages.retrieval.bm25 {
+                return Err(err(format!("config `{name}` turns off both dense and BM25 retrieval")));
+            }
+            let description = row.get("description").and_then(|d| d.as_str()).unwrap_or_default().to_string();
+            variants.push(Variant { name: name.clone(), description, oracle_source_filter: oracle, stages });
+            resolved.push((name, table));
+        }
+        let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "pipeline".into()));
+        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k: file.k, seed: file.seed, resamples: file.resamples, variants })
+    }
+}
+
+/// Removes `.` and `name/..` pairs without touching the file system
+/// (`pipelines/../../shared` → `../shared`).
+fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() { PathBuf::from(".") } else { out.iter().collect() }
+}
+
+fn anyhow_ensure(ok: bool, e: impl FnOnce() -> PipelineError) -> Result<(), PipelineError> {
+    if ok { Ok(()) } else { Err(e()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Pipeline, PipelineError> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        std::fs::write(&p, text).unwrap();
+        Pipeline::load(&p)
+    }
+
+    const HEAD: &str = "corpus = \"c\"\ngolden = \"g.jsonl\"\n";
+
+    #[test]
+    fn variants_override_the_baseline_or_another_variant() {
+        let p = load(&format!(
+            "{HEAD}
+[baseline]
+name = \"Vector\"
+retrieval = {{ bm25 = false }}
+chunk = {{ size = 800, overlap = 100 }}
+
+[[variants]]
+name = \"Hybrid\"
+retrieval = {{ bm25 = true, fusion = {{ kind = \"rrf\", k = 60.0 }} }}
+
+[[variants]]
+name = \"+ filter\"
+base = \"Hybrid\"
+oracle_source_filter = true
+chunk = {{ size = 500 }}
+"
+        ))
+        .unwrap();
+        assert_eq!(p.variants.len(), 3);
+        let [base, hybrid, filtered] = [&p.variants[0], &p.variants[1], &p.variants[2]];
+        assert_eq!((base.name.as_str(), base.stages.retrieval.bm25, base.stages.chunk.size), ("Vector", false, 800));
+        assert!(hybrid.stages.retrieval.bm25 && !hybrid.oracle_source_filter);
+        // `+ filter` inherits Hybrid's retrieval and the baseline's overlap, overriding the size.
+        assert!(filtered.stages.retrieval.bm25 && filtered.oracle_source_filter);
+        assert_eq!((filtered.stages.chunk.size, filtered.stages.chunk.overlap), (500, 100));
+        // Untouched stages keep their defaults.
+        assert_eq!(filtered.stages.index, IndexConfig::default());
+        assert_eq!((p.k, p.resamples, p.seed), (10, 2000, 42));
+        assert_eq!(normalize(Path::new("pipelines/../../shared/./g.jsonl")), PathBuf::from("../shared/g.jsonl"));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            ("[baseline]\nchunk = { sise = 5 }\n", "sise"),
+            ("[baseline]\n[[variants]]\nname = \"a\"\nbase = \"zzz\"\n", "zzz"),
+            ("[baseline]\n[[variants]]\nretrieval = { k = 3 }\n", "needs a `name`"),
+            ("[baseline]\nretrieval = { dense = false, bm25 = false }\n", "both dense and BM25"),
+            ("[baseline]\n[[variants]]\nname = \"baseline\"\n", "unique"),
+            ("resamples = 10\n[baseline]\n", "at least 1000"),
+            ("[baseline]\nretrievl = {}\n", "unknown key `retrievl`"),
+        ];
+        for (text, want) in cases {
+            let e = load(&format!("{HEAD}{text}")).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("p.toml"), "{want}: {e}");
+        }
+    }
+}

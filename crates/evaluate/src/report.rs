@@ -1,0 +1,325 @@
+//! Evaluation outputs: Parquet tables, TREC run/qrels files, the Markdown ablation table and
+//! its chart.
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int32Array, StringArray};
+use gauge_core::schema::{arrow_schema, METRIC_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS};
+use gauge_core::table::write_parquet;
+
+use crate::ablate::{MetricRow, QueryRow, RunRow};
+use crate::pipeline::Pipeline;
+use crate::relevance::RelevanceMode;
+
+fn strings<'a>(it: impl Iterator<Item = &'a str>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(it))
+}
+fn floats(it: impl Iterator<Item = f64>) -> ArrayRef {
+    Arc::new(Float64Array::from_iter_values(it))
+}
+fn opt_floats(it: impl Iterator<Item = Option<f64>>) -> ArrayRef {
+    Arc::new(Float64Array::from_iter(it))
+}
+
+/// Writes `metrics.parquet`.
+pub fn write_metrics(path: &Path, rows: &[MetricRow]) -> anyhow::Result<u64> {
+    let cols = vec![
+        strings(rows.iter().map(|r| r.config.as_str())),
+        strings(rows.iter().map(|r| r.category.as_str())),
+        strings(rows.iter().map(|r| r.metric.as_str())),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.n as i32))) as ArrayRef,
+        floats(rows.iter().map(|r| r.value)),
+        opt_floats(rows.iter().map(|r| r.ci.map(|c| c.0))),
+        opt_floats(rows.iter().map(|r| r.ci.map(|c| c.1))),
+        opt_floats(rows.iter().map(|r| r.delta.map(|d| d.delta))),
+        opt_floats(rows.iter().map(|r| r.delta.map(|d| d.ci_low))),
+        opt_floats(rows.iter().map(|r| r.delta.map(|d| d.ci_high))),
+        opt_floats(rows.iter().map(|r| r.delta.map(|d| d.p_value))),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.delta.map(|d| d.p_value < 0.05)))) as ArrayRef,
+    ];
+    Ok(write_parquet(path, arrow_schema(METRIC_COLUMNS), cols)?)
+}
+
+/// Writes `per_query.parquet`.
+pub fn write_per_query(path: &Path, rows: &[QueryRow]) -> anyhow::Result<u64> {
+    let cols = vec![
+        strings(rows.iter().map(|r| r.config.as_str())),
+        strings(rows.iter().map(|r| r.qid.as_str())),
+        strings(rows.iter().map(|r| r.category.as_str())),
+        Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.first_relevant_rank.map(|x| x as i32)))) as ArrayRef,
+        floats(rows.iter().map(|r| r.reciprocal_rank)),
+        floats(rows.iter().map(|r| r.hits[0])),
+        floats(rows.iter().map(|r| r.hits[1])),
+        floats(rows.iter().map(|r| r.hits[2])),
+        floats(rows.iter().map(|r| r.hits[3])),
+        floats(rows.iter().map(|r| r.ndcg)),
+        floats(rows.iter().map(|r| r.recall)),
+        opt_floats(rows.iter().map(|r| r.keyword_coverage)),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.refused)))) as ArrayRef,
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.n_results as i32))) as ArrayRef,
+        floats(rows.iter().map(|r| r.latency_ms)),
+    ];
+    Ok(write_parquet(path, arrow_schema(PER_QUERY_COLUMNS), cols)?)
+}
+
+/// Writes `runs.parquet`.
+pub fn write_runs(path: &Path, rows: &[RunRow]) -> anyhow::Result<u64> {
+    let cols = vec![
+        strings(rows.iter().map(|r| r.config.as_str())),
+        strings(rows.iter().map(|r| r.qid.as_str())),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.rank as i32))) as ArrayRef,
+        strings(rows.iter().map(|r| r.chunk_id.as_str())),
+        floats(rows.iter().map(|r| r.score)),
+        strings(rows.iter().map(|r| r.source.as_str())),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.page_start))) as ArrayRef,
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.page_end))) as ArrayRef,
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.relevant)))) as ArrayRef,
+    ];
+    Ok(write_parquet(path, arrow_schema(RUN_COLUMNS), cols)?)
+}
+
+/// A file-name-safe tag for a config: its position and name (`03-hybrid-rrf`).
+pub fn slug(i: usize, name: &str) -> String {
+    let mut s = String::new();
+    for c in name.to_lowercase().chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c);
+        } else if !s.ends_with('-') {
+            s.push('-');
+        }
+    }
+    format!("{i:02}-{}", s.trim_matches('-'))
+}
+
+/// Writes a TREC run file: `qid Q0 docid rank score tag`.
+pub fn write_trec_run(path: &Path, rows: &[&RunRow], tag: &str) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for r in rows {
+        writeln!(f, "{} Q0 {} {} {:.6} {}", r.qid, r.chunk_id, r.rank, r.score, tag)?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Writes TREC qrels: `qid 0 docid 1` for every relevant chunk.
+pub fn write_qrels(path: &Path, qrels: &[(String, String)]) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (q, d) in qrels {
+        writeln!(f, "{q} 0 {d} 1")?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// What the Markdown table and the chart are made from.
+pub struct ReportContext<'a> {
+    /// The pipeline.
+    pub pipeline: &'a Pipeline,
+    /// Questions in the golden set.
+    pub golden_len: usize,
+    /// Relevance mode used.
+    pub mode: RelevanceMode,
+    /// Every metric row.
+    pub metrics: &'a [MetricRow],
+}
+
+impl ReportContext<'_> {
+    fn get(&self, config: &str, category: &str, metric: &str) -> Option<&MetricRow> {
+        self.metrics.iter().find(|m| m.config == config && m.category == category && m.metric == metric)
+    }
+}
+
+fn cell(m: Option<&MetricRow>) -> String {
+    match m {
+        Some(MetricRow { value, ci: Some((lo, hi)), .. }) => format!("{value:.3} [{lo:.2}, {hi:.2}]"),
+        Some(m) => format!("{:.3}", m.value),
+        None => "–".into(),
+    }
+}
+
+fn delta_cell(m: Option<&MetricRow>) -> String {
+    match m.and_then(|m| m.delta) {
+        Some(d) => format!("{:+.3} [{:+.2}, {:+.2}]{}", d.delta, d.ci_low, d.ci_high, if d.p_value < 0.05 { " *" } else { "" }),
+        None => "–".into(),
+    }
+}
+
+fn mode_text(mode: RelevanceMode) -> &'static str {
+    match mode {
+        RelevanceMode::Page => "page — a passage is relevant when it comes from a gold source and its page range holds a gold page",
+        RelevanceMode::Span => "span — a passage is relevant when it overlaps a gold character span",
+        RelevanceMode::Keyword => "keyword — judged per keyword (contains it, case-insensitive); MRR and nDCG are means over keywords",
+        RelevanceMode::Auto => "auto",
+    }
+}
+
+/// The ablation table in Markdown: one row per config with Hit@1/3/5, MRR@10 and nDCG@10
+/// (with 95 % intervals) and the paired deltas against the baseline.
+pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
+    let p = cx.pipeline;
+    let base = &p.variants[0].name;
+    let mut s = format!("# Ablation: `{}`\n\n", p.name);
+    s.push_str(&format!(
+        "- Golden set: `{}` ({} questions); relevance: {}.\n- k = {}; every value is a mean over questions with its 95 % percentile-bootstrap interval ({} resamples, seed {}).\n- Δ: mean paired difference against the baseline **{}**, with its paired-bootstrap interval; `*` marks a two-sided paired sign-flip randomisation p < 0.05 (not corrected for the {} comparisons).\n\n",
+        p.golden.display(),
+        cx.golden_len,
+        mode_text(cx.mode),
+        p.k,
+        p.resamples,
+        p.seed,
+        base,
+        p.variants.len().saturating_sub(1)
+    ));
+    let cats: Vec<String> = {
+        let mut c: Vec<String> = cx.metrics.iter().map(|m| m.category.clone()).filter(|c| c != "all").collect();
+        c.dedup();
+        let set: std::collections::BTreeSet<String> = c.into_iter().collect();
+        std::iter::once("all".to_string()).chain(set).collect()
+    };
+    for cat in &cats {
+        if cat != "all" {
+            s.push_str(&format!("\n## Category `{cat}`\n\n"));
+        }
+        s.push_str("| Config | Hit@1 | Hit@3 | Hit@5 | MRR@10 | nDCG@10 | Δ Hit@1 | Δ MRR@10 |\n|---|---|---|---|---|---|---|---|\n");
+        for v in &p.variants {
+            let name = if v.name == *base { format!("{} (baseline)", v.name) } else { v.name.clone() };
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                name.replace('|', "\\|"),
+                cell(cx.get(&v.name, cat, "hit@1")),
+                cell(cx.get(&v.name, cat, "hit@3")),
+                cell(cx.get(&v.name, cat, "hit@5")),
+                cell(cx.get(&v.name, cat, "mrr@10")),
+                cell(cx.get(&v.name, cat, "ndcg@10")),
+                delta_cell(cx.get(&v.name, cat, "hit@1")),
+                delta_cell(cx.get(&v.name, cat, "mrr@10")),
+            ));
+        }
+    }
+    let recall = format!("recall@{}", p.k);
+    let coverage = format!("keyword_coverage@{}", p.k);
+    let has_cov = cx.metrics.iter().any(|m| m.metric == coverage);
+    s.push_str(&format!(
+        "\n## Coverage, refusals, latency\n\n| Config | Hit@10 | Recall@{k} |{} Refusal rate | Latency p50 (ms) | Latency p95 (ms) |\n|---|---|---|{}---|---|---|\n",
+        if has_cov { format!(" Keyword coverage@{} |", p.k) } else { String::new() },
+        if has_cov { "---|" } else { "" },
+        k = p.k
+    ));
+    for v in &p.variants {
+        s.push_str(&format!(
+            "| {} | {} | {} |{} {:.3} | {:.1} | {:.1} |\n",
+            v.name.replace('|', "\\|"),
+            cell(cx.get(&v.name, "all", "hit@10")),
+            cell(cx.get(&v.name, "all", &recall)),
+            if has_cov { format!(" {} |", cell(cx.get(&v.name, "all", &coverage))) } else { String::new() },
+            cx.get(&v.name, "all", "refusal_rate").map(|m| m.value).unwrap_or(0.0),
+            cx.get(&v.name, "all", "latency_p50_ms").map(|m| m.value).unwrap_or(0.0),
+            cx.get(&v.name, "all", "latency_p95_ms").map(|m| m.value).unwrap_or(0.0),
+        ));
+    }
+    s.push_str("\nLatency is wall time on the machine that ran the evaluation (query embedding included); it is the only number here that changes between runs.\n\n## Configs\n\n");
+    for v in &p.variants {
+        let desc = if v.description.is_empty() { String::new() } else { format!(": {}", v.description) };
+        s.push_str(&format!("- **{}**{}{}\n", v.name, desc, if v.oracle_source_filter { " *(oracle: filters on each question's gold source)*" } else { "" }));
+    }
+    s
+}
+
+const FONT_PATHS: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+];
+
+fn register_font() -> anyhow::Result<()> {
+    static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let font = std::env::var("GAUGE_FONT").ok().into_iter().chain(FONT_PATHS.iter().map(|s| s.to_string())).find(|p| Path::new(p).is_file());
+            let Some(font) = font else {
+                return Err(format!("no TrueType font for the chart (looked at {}); install fonts-dejavu-core (`just setup`) or set GAUGE_FONT", FONT_PATHS.join(", ")));
+            };
+            let bytes: &'static [u8] = Box::leak(std::fs::read(&font).map_err(|e| format!("{font}: {e}"))?.into_boxed_slice());
+            plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes).map_err(|_| format!("{font}: not a usable TrueType font"))
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Draws Hit@1, Hit@5, MRR@10 and nDCG@10 per config as horizontal bars with their 95 %
+/// interval as whiskers.
+pub fn ablation_png(path: &Path, cx: &ReportContext<'_>) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    register_font()?;
+    let metrics = [("Hit@1", "hit@1", RGBColor(0x1f, 0x77, 0xb4)), ("Hit@5", "hit@5", RGBColor(0xff, 0x7f, 0x0e)), ("MRR@10", "mrr@10", RGBColor(0x2c, 0xa0, 0x2c)), ("nDCG@10", "ndcg@10", RGBColor(0x94, 0x67, 0xbd))];
+    let names: Vec<String> = cx.pipeline.variants.iter().map(|v| v.name.clone()).collect();
+    let n = names.len();
+    let height = 120 + 70 * n as u32;
+    let tmp = path.with_extension("png.partial.png");
+    {
+        let root = BitMapBackend::new(&tmp, (1100, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let title = format!("{} — {} questions, {} relevance, 95 % bootstrap intervals", cx.pipeline.name, cx.golden_len, cx.mode.name());
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(35)
+            .y_label_area_size(260)
+            .build_cartesian_2d(0f64..1.2f64, 0f64..n as f64)?;
+        let labels = names.clone();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(n * 2 + 1)
+            .y_label_formatter(&move |y: &f64| {
+                let i = (n as f64 - y - 0.5).round();
+                if (n as f64 - y - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n { labels[i as usize].clone() } else { String::new() }
+            })
+            .x_desc("score")
+            .x_label_formatter(&|x: &f64| if *x <= 1.0 + 1e-9 { format!("{x:.1}") } else { String::new() })
+            .label_style(("sans-serif", 15))
+            .draw()?;
+        let bar_h = 0.8 / metrics.len() as f64;
+        for (mi, (label, key, color)) in metrics.iter().enumerate() {
+            let mut rects = Vec::new();
+            let mut whiskers = Vec::new();
+            for (i, name) in names.iter().enumerate() {
+                let Some(m) = cx.get(name, "all", key) else { continue };
+                // Config i sits at y in (n-1-i, n-i); metrics stack downwards inside it.
+                let top = (n - i) as f64 - 0.1 - bar_h * mi as f64;
+                let bottom = top - bar_h * 0.9;
+                rects.push(Rectangle::new([(0.0, bottom), (m.value, top)], color.filled()));
+                if let Some((lo, hi)) = m.ci {
+                    let mid = (top + bottom) / 2.0;
+                    whiskers.push(PathElement::new(vec![(lo, mid), (hi, mid)], BLACK.stroke_width(1)));
+                    whiskers.push(PathElement::new(vec![(lo, bottom), (lo, top)], BLACK.stroke_width(1)));
+                    whiskers.push(PathElement::new(vec![(hi, bottom), (hi, top)], BLACK.stroke_width(1)));
+                }
+            }
+            chart.draw_series(rects)?.label(*label).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            chart.draw_series(whiskers)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .draw()?;
+        root.present()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_file_safe() {
+        assert_eq!(slug(3, "+ source filter (oracle)"), "03-source-filter-oracle");
+        assert_eq!(slug(0, "Vector"), "00-vector");
+    }
+}
