@@ -109,6 +109,35 @@ mod tests {
         assert!((ndcg_at(&reversed, 10) - 1.0 / 11f64.log2()).abs() < 1e-12);
     }
 
+    /// Property: over many random lists, the ideal ordering (relevant first) scores 1 on every
+    /// metric, and the reversed ideal ordering (relevant last) scores what the closed forms give.
+    #[test]
+    fn perfect_and_reversed_orderings_of_random_lists() {
+        let mut rng = crate::stats::SplitMix64::new(2026);
+        for _ in 0..2000 {
+            let n = 1 + rng.below(10);
+            let r = 1 + rng.below(n);
+            let perfect: Vec<bool> = (0..n).map(|i| i < r).collect();
+            assert_eq!(first_relevant_rank(&perfect), Some(1));
+            for k in [1, 3, 5, 10] {
+                assert_eq!(hit_at(&perfect, k), 1.0);
+            }
+            assert_eq!(reciprocal_rank_at(&perfect, 10), 1.0);
+            assert!((ndcg_at(&perfect, 10) - 1.0).abs() < 1e-12);
+            // Reversed: the r relevant results sit at ranks n-r+1 … n.
+            let reversed: Vec<bool> = perfect.iter().rev().copied().collect();
+            let first = n - r + 1;
+            assert_eq!(first_relevant_rank(&reversed), Some(first));
+            for k in [1, 3, 5, 10] {
+                assert_eq!(hit_at(&reversed, k), if first <= k { 1.0 } else { 0.0 }, "n={n} r={r} k={k}");
+            }
+            assert!((reciprocal_rank_at(&reversed, 10) - 1.0 / first as f64).abs() < 1e-12);
+            let dcg: f64 = (first..=n).map(|rank| 1.0 / ((rank + 1) as f64).log2()).sum();
+            let idcg: f64 = (1..=r).map(|rank| 1.0 / ((rank + 1) as f64).log2()).sum();
+            assert!((ndcg_at(&reversed, 10) - dcg / idcg).abs() < 1e-12, "n={n} r={r}");
+        }
+    }
+
     #[test]
     fn recall_counts_distinct_gold_items() {
         let covers = vec![vec![0], vec![], vec![0], vec![1]];
