@@ -57,6 +57,16 @@ query question *flags="": setup models
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
+# synth-data: a golden set from the corpus; default offline inverse cloze (200 questions, 70:15:15 page-grouped splits) → data/golden/fra-ict.jsonl.
+synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.jsonl": setup
+    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
+    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
+    {{bin}}/synth-data "$chunks" --artifacts {{artifacts}} {{flags}}
+
+# The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
+ablate-ict: synth
+    {{bin}}/evaluate pipelines/fra-ict.toml --artifacts {{artifacts}}
+
 # Query latency per stage / end to end, faiss build time per type, rank_bm25 comparison → bench/query.json.
 bench-query: setup models bench-venv
     cargo build --release --example bench_query -p gauge-engine

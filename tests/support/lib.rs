@@ -1,5 +1,7 @@
 //! Helpers for gauge's end-to-end tests: locating the stage binaries and `../shared`.
 use std::path::{Path, PathBuf};
+
+pub mod chat_server;
 use std::process::{Command, Output};
 
 /// The repository root (read at run time: `cargo test` sets `CARGO_MANIFEST_DIR`, and a

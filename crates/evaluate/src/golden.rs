@@ -39,6 +39,13 @@ pub enum GoldItem {
         char_start: i64,
         /// End offset (characters, exclusive).
         char_end: i64,
+        /// First page of the span, when known (page mode then judges by pages, which
+        /// survives a change of extraction settings).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        page_start: Option<i32>,
+        /// Last page of the span, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        page_end: Option<i32>,
     },
     /// A 1-based page.
     Page {
@@ -216,7 +223,7 @@ mod tests {
         let g = load_golden(&p).unwrap();
         assert_eq!(g.len(), 2);
         assert_eq!(g[0].gold[0], GoldItem::Page { source: "x.pdf".into(), page: 3 });
-        assert_eq!(g[0].gold[1], GoldItem::Span { source: "x.pdf".into(), char_start: 10, char_end: 20 });
+        assert_eq!(g[0].gold[1], GoldItem::Span { source: "x.pdf".into(), char_start: 10, char_end: 20, page_start: None, page_end: None });
         assert_eq!(g[1].keywords, vec!["gate arm".to_string()]);
         assert_eq!(g[1].category.as_deref(), Some("factual"));
     }

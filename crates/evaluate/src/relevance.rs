@@ -79,7 +79,10 @@ pub fn covered_gold(q: &GoldenQuestion, p: &RetrievedPassage, mode: RelevanceMod
         .enumerate()
         .filter(|(_, g)| match (g, mode) {
             (GoldItem::Page { source, page }, RelevanceMode::Page) => *source == p.source && p.page_start <= *page && *page <= p.page_end,
-            (GoldItem::Span { source, char_start, char_end }, RelevanceMode::Page | RelevanceMode::Span) => {
+            (GoldItem::Span { source, page_start: Some(a), page_end: Some(b), .. }, RelevanceMode::Page) => {
+                *source == p.source && p.page_start <= *b && *a <= p.page_end
+            }
+            (GoldItem::Span { source, char_start, char_end, .. }, RelevanceMode::Page | RelevanceMode::Span) => {
                 *source == p.source && p.char_start < *char_end && *char_start < p.char_end
             }
             _ => false,
@@ -182,7 +185,10 @@ mod tests {
 
     #[test]
     fn span_mode_needs_an_overlap() {
-        let g = q(vec![GoldItem::Span { source: "a.pdf".into(), char_start: 100, char_end: 200 }], &[]);
+        let g = q(vec![GoldItem::Span { source: "a.pdf".into(), char_start: 100, char_end: 200, page_start: Some(3), page_end: Some(3) }], &[]);
+        // Page mode judges a span that knows its pages by page overlap.
+        assert!(is_relevant(&g, &passage("a.pdf", (2, 3), (0, 10), ""), RelevanceMode::Page));
+        assert!(!is_relevant(&g, &passage("a.pdf", (4, 5), (150, 400), ""), RelevanceMode::Page));
         assert!(is_relevant(&g, &passage("a.pdf", (1, 1), (150, 400), ""), RelevanceMode::Span));
         // Touching is not overlapping: [0, 100) ends where the span starts.
         assert!(!is_relevant(&g, &passage("a.pdf", (1, 1), (0, 100), ""), RelevanceMode::Span));
@@ -229,7 +235,7 @@ mod tests {
     #[test]
     fn modes_resolve_from_the_fields_present() {
         let page = q(vec![GoldItem::Page { source: "a".into(), page: 1 }], &[]);
-        let span = q(vec![GoldItem::Span { source: "a".into(), char_start: 0, char_end: 5 }], &[]);
+        let span = q(vec![GoldItem::Span { source: "a".into(), char_start: 0, char_end: 5, page_start: None, page_end: None }], &[]);
         let kw = q(vec![], &["x"]);
         assert_eq!(RelevanceMode::Auto.resolve(&[page.clone()]), Ok(RelevanceMode::Page));
         assert_eq!(RelevanceMode::Auto.resolve(&[span.clone()]), Ok(RelevanceMode::Span));

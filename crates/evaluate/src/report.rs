@@ -175,7 +175,9 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         let mut c: Vec<String> = cx.metrics.iter().map(|m| m.category.clone()).filter(|c| c != "all").collect();
         c.dedup();
         let set: std::collections::BTreeSet<String> = c.into_iter().collect();
-        std::iter::once("all".to_string()).chain(set).collect()
+        // One category is the whole set again: no separate table.
+        let per_category = if set.len() >= 2 { set.into_iter().collect() } else { Vec::new() };
+        std::iter::once("all".to_string()).chain(per_category).collect()
     };
     for cat in &cats {
         if cat != "all" {

@@ -1,0 +1,422 @@
+//! The `synth-data` stage: golden sets and training pairs from a chunk artifact, either from a
+//! teacher LLM (any OpenAI-compatible endpoint) or offline by inverse cloze.
+//!
+//! Long runs are resumable: every finished sample (accepted or failed) is appended to a
+//! journal beside the artifact as soon as it is known, and a rerun of the same config skips
+//! what the journal holds. The output rows follow the golden-set format `evaluate` reads.
+pub mod plan;
+pub mod split;
+pub mod teacher;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use gauge_core::artifact::{artifact_dir, StageOutcome, StageSpec};
+use gauge_core::schema::{read_chunks, ChunkRecord};
+use gauge_core::{hash, ArtifactStore, FileEntry};
+use gauge_llm::{ChatClient, ChatConfig, Message, RetryPolicy, Usage};
+use serde::{Deserialize, Serialize};
+
+pub use plan::Style;
+
+/// Stage name.
+pub const STAGE: &str = "synth";
+/// Output format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// How questions are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// A teacher LLM writes question, reasoning and answer.
+    Llm,
+    /// Inverse cloze: a salient sentence of the chunk is the query (no LLM).
+    Ict,
+}
+
+/// Effective configuration (serde, with defaults), echoed into the manifest. Holds the
+/// name of the key's environment variable, never the key.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SynthConfig {
+    /// LLM or inverse cloze.
+    pub mode: Mode,
+    /// Samples to draw.
+    pub n: usize,
+    /// Question styles, rotated over samples (LLM mode).
+    pub styles: Vec<Style>,
+    /// Sampling and split seed.
+    pub seed: u64,
+    /// Chunks shorter than this are not sampled.
+    pub min_chars: usize,
+    /// Split weights, e.g. `[70, 15, 15]` for train/dev/test (empty: no split).
+    pub split: Vec<u32>,
+    /// Questions whose word-trigram Jaccard similarity with an earlier one reaches this are
+    /// dropped as near-duplicates (identical normalised text always is).
+    pub near_duplicate_jaccard: f64,
+    /// The teacher endpoint (LLM mode).
+    pub teacher: ChatConfig,
+}
+
+impl Default for SynthConfig {
+    fn default() -> Self {
+        SynthConfig {
+            mode: Mode::Ict,
+            n: 200,
+            styles: vec![Style::Factual, Style::Scenario, Style::MultiHop],
+            seed: 42,
+            min_chars: 300,
+            split: Vec::new(),
+            near_duplicate_jaccard: 0.7,
+            teacher: ChatConfig::default(),
+        }
+    }
+}
+
+/// A gold passage of a generated question (the golden `span` form, with its pages).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GoldSpan {
+    /// Source file.
+    pub source: String,
+    /// Start offset in the extracted document text.
+    pub char_start: i64,
+    /// End offset (exclusive).
+    pub char_end: i64,
+    /// First page.
+    pub page_start: i32,
+    /// Last page.
+    pub page_end: i32,
+}
+
+/// One generated question, in the golden-set format plus provenance.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SynthRow {
+    /// `<label>-<sample index>`.
+    pub qid: String,
+    /// The question (ICT: the sentence).
+    pub question: String,
+    /// The chunk(s) it was made from.
+    pub gold: Vec<GoldSpan>,
+    /// The teacher's answer (none for ICT).
+    pub reference_answer: Option<String>,
+    /// Style.
+    pub category: String,
+    /// The teacher's four-phase reasoning (none for ICT).
+    pub thinking: Option<String>,
+    /// Teacher model, or `ict`.
+    pub teacher_model: String,
+    /// SHA-256 of the exact prompt sent (system + user), none for ICT.
+    pub prompt_sha256: Option<String>,
+    /// The (first) chunk.
+    pub chunk_id: String,
+    /// `train`, `dev`, `test` (when split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
+}
+
+/// A journal line: one finished sample.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// Sample index.
+    pub sample: usize,
+    /// The row, when accepted.
+    pub row: Option<SynthRow>,
+    /// Why it failed, when it did.
+    pub failure: Option<String>,
+    /// Tokens spent on it.
+    pub usage: Usage,
+    /// HTTP attempts.
+    pub attempts: u32,
+}
+
+/// Runtime settings that do not change the output.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Retry and rate policy.
+    pub retry: RetryPolicy,
+    /// Prompt template folder.
+    pub prompts: PathBuf,
+    /// Recompute even when the output exists (the journal is discarded).
+    pub force: bool,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct SynthOutput {
+    /// Artifact directory.
+    pub dir: PathBuf,
+    /// Whether it already existed.
+    pub cache_hit: bool,
+    /// Rows kept.
+    pub accepted: usize,
+    /// Samples that failed.
+    pub failed: usize,
+    /// Samples resumed from the journal.
+    pub resumed: usize,
+}
+
+/// SHA-256 hex of text.
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(text.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn gold_of(c: &ChunkRecord) -> GoldSpan {
+    GoldSpan { source: c.source.clone(), char_start: c.char_start, char_end: c.char_end, page_start: c.page_start, page_end: c.page_end }
+}
+
+/// Reads the journal, dropping a torn last line (a crash mid-write) by truncating the file
+/// back to its last complete line.
+fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, JournalEntry>> {
+    let mut out = BTreeMap::new();
+    let Ok(bytes) = std::fs::read(path) else { return Ok(out) };
+    let mut good_len = 0usize;
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        if !line.ends_with(b"\n") {
+            break;
+        }
+        match serde_json::from_slice::<JournalEntry>(line) {
+            Ok(e) => {
+                out.insert(e.sample, e);
+                good_len += line.len();
+            }
+            Err(_) => break,
+        }
+    }
+    if good_len < bytes.len() {
+        tracing::warn!("{}: dropping a torn last line (the previous run was killed mid-write)", path.display());
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.set_len(good_len as u64)?;
+    }
+    Ok(out)
+}
+
+/// Appends journal lines, each flushed and synced before the next sample is counted done.
+struct Journal {
+    file: Mutex<std::fs::File>,
+}
+
+impl Journal {
+    fn append(&self, e: &JournalEntry) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(e)?;
+        line.push('\n');
+        let mut f = self.file.lock().expect("journal lock");
+        f.write_all(line.as_bytes())?;
+        f.sync_data()?;
+        Ok(())
+    }
+}
+
+fn teacher_sample(client: &ChatClient, prompts: &teacher::Prompts, cfg: &SynthConfig, s: &plan::PlannedSample, chunks: &[ChunkRecord]) -> JournalEntry {
+    let picked: Vec<&ChunkRecord> = s.chunks.iter().map(|&i| &chunks[i]).collect();
+    let user = prompts.user(s.style, &picked);
+    let mut messages = vec![Message::system(prompts.system()), Message::user(user.clone())];
+    let prompt_sha = sha256_hex(&format!("{}\n\n{}", prompts.system(), user));
+    let mut usage = Usage::default();
+    let mut attempts = 0;
+    let fail = |reason: String, usage: Usage, attempts: u32| JournalEntry { sample: s.index, row: None, failure: Some(reason), usage, attempts };
+    for round in 0..2 {
+        let reply = match client.complete(&messages) {
+            Ok(r) => r,
+            Err(e) => return fail(e.reason(), usage, attempts),
+        };
+        usage += reply.usage;
+        attempts += reply.attempts;
+        match teacher::parse_reply(&reply.content) {
+            Ok(r) => {
+                let row = SynthRow {
+                    qid: format!("{}-{}", s.style.name(), s.index),
+                    question: r.question.trim().to_string(),
+                    gold: picked.iter().map(|c| gold_of(c)).collect(),
+                    reference_answer: Some(r.answer.trim().to_string()),
+                    category: s.style.name().into(),
+                    thinking: Some(r.reasoning),
+                    teacher_model: cfg.teacher.model.clone(),
+                    prompt_sha256: Some(prompt_sha),
+                    chunk_id: picked[0].chunk_id.clone(),
+                    split: None,
+                };
+                return JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts };
+            }
+            Err(e) if round == 0 => {
+                // One repair round: show the reply back with what was wrong.
+                messages.push(Message::assistant(reply.content));
+                messages.push(Message::user(prompts.repair(&e)));
+            }
+            Err(e) => return fail(format!("invalid JSON after one repair: {e}"), usage, attempts),
+        }
+    }
+    unreachable!("two rounds at most")
+}
+
+/// Runs the stage on a chunk artifact (directory or `chunks.parquet`).
+pub fn run(chunks_arg: &Path, cfg: &SynthConfig, rt: &Runtime, store: &ArtifactStore) -> anyhow::Result<SynthOutput> {
+    anyhow::ensure!(cfg.n > 0, "--n must be at least 1");
+    if !cfg.split.is_empty() {
+        anyhow::ensure!((2..=3).contains(&cfg.split.len()) && cfg.split.iter().sum::<u32>() > 0, "--split takes 2 or 3 weights such as 70:15:15 (train:dev:test)");
+    }
+    let dir = artifact_dir(chunks_arg);
+    let chunks_path = dir.join("chunks.parquet");
+    anyhow::ensure!(chunks_path.is_file(), "{}: no chunks.parquet here; pass the directory printed by `chunk`", dir.display());
+    let chunks = read_chunks(&chunks_path)?;
+    anyhow::ensure!(!chunks.is_empty(), "{}: no chunks to sample from", chunks_path.display());
+    let (styles, prompts) = match cfg.mode {
+        Mode::Ict => (vec![Style::Ict], None),
+        Mode::Llm => {
+            anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
+            let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
+            (cfg.styles.clone(), Some(p))
+        }
+    };
+    let effective = serde_json::json!({
+        "config": cfg,
+        "styles": styles,
+        "prompt_templates": prompts.as_ref().map(|p| p.hashes()),
+        "label": match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" },
+    });
+    let inputs = vec![FileEntry { path: chunks_path.display().to_string(), name: "chunks.parquet".into(), hash: hash::file_hash(&chunks_path)?, rows: Some(chunks.len() as u64) }];
+    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &effective, inputs, seed: Some(cfg.seed) };
+    let fingerprint = ArtifactStore::fingerprint(&spec)?;
+    let journal_path = store.root().join(STAGE).join(format!("{fingerprint}.journal.jsonl"));
+    let mut run = match store.begin(spec, rt.force)? {
+        StageOutcome::CacheHit(dir) => return Ok(SynthOutput { dir, cache_hit: true, accepted: 0, failed: 0, resumed: 0 }),
+        StageOutcome::Run(run) => run,
+    };
+    if rt.force {
+        let _ = std::fs::remove_file(&journal_path);
+    }
+    // The plan is a pure function of the chunks and the config, so a resumed run sees the
+    // same samples under the same indexes.
+    let df = plan::document_frequencies(&chunks);
+    let ict_sentence = |i: usize| plan::salient_sentence(&chunks[i].text, &df, chunks.len());
+    let planned = plan::plan(&chunks, cfg.n, &styles, cfg.seed, cfg.min_chars, &|i| ict_sentence(i).is_some());
+    anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
+    let done = read_journal(&journal_path)?;
+    let resumed = done.len();
+    if resumed > 0 {
+        eprintln!("synth-data: resuming: {resumed} of {} samples already in {}", planned.len(), journal_path.display());
+    }
+    let pending: Vec<&plan::PlannedSample> = planned.iter().filter(|s| !done.contains_key(&s.index)).collect();
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&journal_path)?;
+    let journal = Journal { file: Mutex::new(file) };
+    let bar = gauge_core::progress::bar(planned.len() as u64, "samples");
+    bar.inc(resumed as u64);
+    match cfg.mode {
+        Mode::Ict => {
+            for s in &pending {
+                let c = &chunks[s.chunks[0]];
+                let (_, _, sentence) = ict_sentence(s.chunks[0]).expect("planned ICT samples have a sentence");
+                let row = SynthRow {
+                    qid: format!("ict-{}", s.index),
+                    question: sentence,
+                    gold: vec![gold_of(c)],
+                    reference_answer: None,
+                    category: "ict".into(),
+                    thinking: None,
+                    teacher_model: "ict".into(),
+                    prompt_sha256: None,
+                    chunk_id: c.chunk_id.clone(),
+                    split: None,
+                };
+                journal.append(&JournalEntry { sample: s.index, row: Some(row), failure: None, usage: Usage::default(), attempts: 0 })?;
+                bar.inc(1);
+            }
+        }
+        Mode::Llm => {
+            let client = ChatClient::new(cfg.teacher.clone(), rt.retry.clone());
+            let prompts = prompts.as_ref().expect("LLM mode loads prompts");
+            let next = AtomicUsize::new(0);
+            let error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+            std::thread::scope(|scope| {
+                for _ in 0..rt.concurrency.max(1) {
+                    scope.spawn(|| loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= pending.len() || error.lock().expect("lock").is_some() {
+                            return;
+                        }
+                        let entry = teacher_sample(&client, prompts, cfg, pending[i], &chunks);
+                        if let Some(reason) = &entry.failure {
+                            tracing::warn!("sample {}: {reason}", entry.sample);
+                        }
+                        if let Err(e) = journal.append(&entry) {
+                            *error.lock().expect("lock") = Some(e);
+                            return;
+                        }
+                        bar.inc(1);
+                    });
+                }
+            });
+            if let Some(e) = error.into_inner().expect("lock") {
+                return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    drop(journal);
+    // Finalise from the journal in sample order, so the output does not depend on which
+    // request finished first.
+    let entries = read_journal(&journal_path)?;
+    anyhow::ensure!(entries.len() == planned.len(), "{}: journal holds {} of {} samples", journal_path.display(), entries.len(), planned.len());
+    let mut usage = Usage::default();
+    let mut attempts = 0u64;
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for e in entries.values() {
+        usage += e.usage;
+        attempts += e.attempts as u64;
+        match (&e.row, &e.failure) {
+            (Some(r), _) => rows.push(r.clone()),
+            (None, f) => failures.push(serde_json::json!({ "sample": e.sample, "style": planned[e.sample].style, "chunk_ids": planned[e.sample].chunks.iter().map(|&i| chunks[i].chunk_id.clone()).collect::<Vec<_>>(), "reason": f })),
+        }
+    }
+    let before = rows.len();
+    let mut rows = split::drop_near_duplicates(rows, cfg.near_duplicate_jaccard);
+    let duplicates = before - rows.len();
+    let split_counts = if cfg.split.is_empty() { BTreeMap::new() } else { split::assign_splits(&mut rows, &cfg.split, cfg.seed) };
+    write_jsonl(&run.path("golden.jsonl"), rows.iter())?;
+    run.add_output("golden.jsonl", Some(rows.len() as u64))?;
+    for name in split_counts.keys() {
+        let file = format!("{name}.jsonl");
+        let part: Vec<&SynthRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
+        write_jsonl(&run.path(&file), part.iter().copied())?;
+        run.add_output(&file, Some(part.len() as u64))?;
+    }
+    write_jsonl(&run.path("failures.jsonl"), failures.iter())?;
+    run.add_output("failures.jsonl", Some(failures.len() as u64))?;
+    std::fs::copy(&journal_path, run.path("journal.jsonl"))?;
+    run.add_output("journal.jsonl", Some(entries.len() as u64))?;
+    let mut by_style: HashMap<&str, usize> = HashMap::new();
+    for r in &rows {
+        *by_style.entry(r.category.as_str()).or_default() += 1;
+    }
+    run.set_stat("label", match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" });
+    run.set_stat("planned", planned.len());
+    run.set_stat("accepted", rows.len());
+    run.set_stat("failed", failures.len());
+    run.set_stat("near_duplicates_dropped", duplicates);
+    run.set_stat("resumed_from_journal", resumed);
+    run.set_stat("by_style", serde_json::to_value(&by_style)?);
+    run.set_stat("splits", serde_json::to_value(&split_counts)?);
+    run.set_stat("prompt_tokens", usage.prompt_tokens);
+    run.set_stat("completion_tokens", usage.completion_tokens);
+    run.set_stat("http_attempts", attempts);
+    let dir = run.commit()?;
+    let _ = std::fs::remove_file(&journal_path);
+    Ok(SynthOutput { dir, cache_hit: false, accepted: rows.len(), failed: failures.len(), resumed })
+}
+
+fn write_jsonl<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for r in rows {
+        serde_json::to_writer(&mut f, &r)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()?;
+    Ok(())
+}

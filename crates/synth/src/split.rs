@@ -1,0 +1,164 @@
+//! Near-duplicate removal and page-grouped train/dev/test splits.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::plan::words;
+use crate::SynthRow;
+
+fn shingles(text: &str) -> BTreeSet<String> {
+    let w = words(text);
+    if w.len() < 3 {
+        return std::iter::once(w.join(" ")).collect();
+    }
+    w.windows(3).map(|t| t.join(" ")).collect()
+}
+
+/// Drops rows whose question repeats an earlier one: the same normalised text, or word-trigram
+/// Jaccard similarity ≥ `threshold`. Keeps the first, in order.
+pub fn drop_near_duplicates(rows: Vec<SynthRow>, threshold: f64) -> Vec<SynthRow> {
+    let mut kept: Vec<(String, BTreeSet<String>)> = Vec::new();
+    let mut out = Vec::new();
+    for r in rows {
+        let norm = words(&r.question).join(" ");
+        let sh = shingles(&r.question);
+        let dup = kept.iter().any(|(n, s)| {
+            *n == norm || {
+                let inter = s.intersection(&sh).count() as f64;
+                let union = (s.len() + sh.len()) as f64 - inter;
+                union > 0.0 && inter / union >= threshold
+            }
+        });
+        if !dup {
+            kept.push((norm, sh));
+            out.push(r);
+        }
+    }
+    out
+}
+
+const NAMES: [&str; 3] = ["train", "dev", "test"];
+
+fn find(parent: &mut Vec<usize>, x: usize) -> usize {
+    let mut r = x;
+    while parent[r] != r {
+        r = parent[r];
+    }
+    let mut y = x;
+    while parent[y] != r {
+        let next = parent[y];
+        parent[y] = r;
+        y = next;
+    }
+    r
+}
+
+/// Assigns `train`/`dev`/`test` (or `train`/`test` for two weights) so that no source page
+/// feeds two splits: rows sharing a page (multi-hop rows join theirs) form one group, groups
+/// are ordered by a seeded hash and each goes to the split furthest below its target share.
+/// Returns the row count per split.
+pub fn assign_splits(rows: &mut [SynthRow], weights: &[u32], seed: u64) -> BTreeMap<String, usize> {
+    let names: Vec<&str> = if weights.len() == 2 { vec!["train", "test"] } else { NAMES.to_vec() };
+    // Union rows through the pages they touch.
+    let mut parent: Vec<usize> = (0..rows.len()).collect();
+    let mut owner: HashMap<(String, i32), usize> = HashMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        for g in &r.gold {
+            for p in g.page_start..=g.page_end {
+                match owner.get(&(g.source.clone(), p)) {
+                    Some(&j) => {
+                        let (a, b) = (find(&mut parent, i), find(&mut parent, j));
+                        parent[a] = b;
+                    }
+                    None => {
+                        owner.insert((g.source.clone(), p), i);
+                    }
+                }
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..rows.len() {
+        let root = find(&mut parent, i);
+        groups.entry(root).or_default().push(i);
+    }
+    let mut ordered: Vec<(String, Vec<usize>)> = groups
+        .into_values()
+        .map(|members| {
+            let key = members.iter().map(|&i| rows[i].qid.as_str()).min().unwrap_or_default().to_string();
+            (gauge_core::hash::bytes_hash(format!("{seed}:{key}").as_bytes()), members)
+        })
+        .collect();
+    ordered.sort();
+    let total_w: f64 = weights.iter().map(|&w| w as f64).sum();
+    let mut counts = vec![0usize; names.len()];
+    for (_, members) in ordered {
+        let assigned: usize = counts.iter().sum();
+        // The split with the largest deficit against its target after this group.
+        let pick = (0..names.len())
+            .filter(|&s| weights[s] > 0)
+            .max_by(|&a, &b| {
+                let deficit = |s: usize| weights[s] as f64 / total_w * (assigned + members.len()) as f64 - counts[s] as f64;
+                deficit(a).total_cmp(&deficit(b)).then(b.cmp(&a))
+            })
+            .expect("some weight is positive");
+        counts[pick] += members.len();
+        for i in members {
+            rows[i].split = Some(names[pick].to_string());
+        }
+    }
+    names.iter().zip(counts).map(|(n, c)| (n.to_string(), c)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GoldSpan;
+
+    fn row(i: usize, q: &str, pages: &[(i32, i32)]) -> SynthRow {
+        SynthRow {
+            qid: format!("q{i}"),
+            question: q.into(),
+            gold: pages.iter().map(|&(a, b)| GoldSpan { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: a, page_end: b }).collect(),
+            reference_answer: None,
+            category: "ict".into(),
+            thinking: None,
+            teacher_model: "ict".into(),
+            prompt_sha256: None,
+            chunk_id: format!("c{i}"),
+            split: None,
+        }
+    }
+
+    #[test]
+    fn near_duplicates_go() {
+        let rows = vec![
+            row(0, "What must the inspector verify at each highway-rail crossing gate?", &[(1, 1)]),
+            row(1, "what must the inspector verify at each highway rail crossing gate", &[(2, 2)]),
+            row(2, "What must the inspector verify at each highway-rail crossing gate arm?", &[(3, 3)]),
+            row(3, "How long are inspection records of a tank car kept?", &[(4, 4)]),
+        ];
+        let kept: Vec<String> = drop_near_duplicates(rows, 0.7).into_iter().map(|r| r.qid).collect();
+        assert_eq!(kept, ["q0", "q3"]);
+    }
+
+    #[test]
+    fn splits_never_share_a_page_and_follow_the_weights() {
+        let mut rows: Vec<SynthRow> = (0..200).map(|i| row(i, "q", &[((i / 2) as i32, (i / 2) as i32)])).collect();
+        // A multi-hop row joining pages 5 and 50.
+        rows.push(row(200, "q", &[(5, 5), (50, 50)]));
+        let counts = assign_splits(&mut rows, &[70, 15, 15], 3);
+        let mut page_split: HashMap<i32, String> = HashMap::new();
+        for r in &rows {
+            for g in &r.gold {
+                for p in g.page_start..=g.page_end {
+                    let s = r.split.clone().unwrap();
+                    assert_eq!(page_split.entry(p).or_insert(s.clone()), &s, "page {p} in two splits");
+                }
+            }
+        }
+        assert_eq!(counts.values().sum::<usize>(), 201);
+        assert!((counts["train"] as f64 - 140.7).abs() <= 4.0 && (counts["dev"] as f64 - 30.15).abs() <= 4.0, "{counts:?}");
+        let mut again = rows.clone();
+        assert_eq!(assign_splits(&mut again, &[70, 15, 15], 3), counts);
+        assert_eq!(again, rows);
+    }
+}

@@ -1,0 +1,256 @@
+//! `synth-data` end to end: inverse cloze on the FRA corpus, and LLM mode against a local
+//! OpenAI-style server scripted to misbehave (429 + Retry-After, 500, malformed JSON, a hang),
+//! a kill mid-run and the resumption, the key never written, and `evaluate` reading the output.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gauge::chat_server::{valid_reply, ChatServer, Reply};
+use gauge::{bin, last_line, ok, repo_root, run, shared};
+
+const SECRET: &str = "sk-test-SECRET-4f2a9c";
+const MANUALS: [&str; 2] = [
+    "FRA-Track_Structures_CM_2026_Vol_III_Ch1_Railroad_Workplace_Safety_General.pdf",
+    "FRA-Hazardous_Materials_Compliance_Manual_01.07.25.pdf",
+];
+
+/// extract + chunk `corpus` into `art`; returns the chunks dir.
+fn chunks_of(corpus: &Path, art: &Path) -> String {
+    let pages = last_line(&ok(run("extract", &[corpus.to_str().unwrap(), "--artifacts", art.to_str().unwrap()])));
+    last_line(&ok(run("chunk", &[&pages, "--artifacts", art.to_str().unwrap()])))
+}
+
+fn small_corpus(root: &Path) -> PathBuf {
+    let corpus = root.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for m in MANUALS {
+        std::fs::copy(shared().join("corpora/fra").join(m), corpus.join(m)).unwrap();
+    }
+    corpus
+}
+
+fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn norm(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() { all_files(&p, out) } else { out.push(p) }
+    }
+}
+
+#[test]
+fn ict_on_the_fra_corpus_is_deterministic_and_splits_by_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let chunks_dir = chunks_of(&shared().join("corpora/fra"), &art);
+    let chunks = gauge_core::schema::read_chunks(&Path::new(&chunks_dir).join("chunks.parquet")).unwrap();
+    let by_id: HashMap<&str, &gauge_core::schema::ChunkRecord> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+    let args = [chunks_dir.as_str(), "--mode", "ict", "--n", "200", "--split", "70:15:15", "--artifacts", art.to_str().unwrap()];
+    let dir = PathBuf::from(last_line(&ok(run("synth-data", &args))));
+    let rows = jsonl(&dir.join("golden.jsonl"));
+    assert_eq!(rows.len(), 200);
+    let mut qids = BTreeSet::new();
+    let mut page_split: BTreeMap<(String, i64), String> = BTreeMap::new();
+    let mut sources = BTreeSet::new();
+    for r in &rows {
+        assert!(qids.insert(r["qid"].as_str().unwrap().to_string()));
+        assert_eq!((r["category"].as_str(), r["teacher_model"].as_str()), (Some("ict"), Some("ict")));
+        // The query is a full sentence of its gold chunk; the gold span is that chunk's.
+        let q = r["question"].as_str().unwrap();
+        let c = by_id[r["chunk_id"].as_str().unwrap()];
+        assert!(norm(&c.text).contains(&norm(q)), "{q:?} not in its chunk");
+        assert!(q.split_whitespace().count() >= 8 && q.ends_with(['.', '?', '!']), "{q:?}");
+        let g = &r["gold"][0];
+        assert_eq!((g["source"].as_str().unwrap(), g["char_start"].as_i64().unwrap(), g["char_end"].as_i64().unwrap()), (c.source.as_str(), c.char_start, c.char_end));
+        sources.insert(c.source.clone());
+        let split = r["split"].as_str().unwrap().to_string();
+        for p in g["page_start"].as_i64().unwrap()..=g["page_end"].as_i64().unwrap() {
+            let prev = page_split.entry((c.source.clone(), p)).or_insert(split.clone());
+            assert_eq!(*prev, split, "page {p} of {} feeds two splits", c.source);
+        }
+    }
+    assert_eq!(sources.len(), 4, "stratified sampling reaches every manual");
+    let counts: BTreeMap<String, usize> = ["train", "dev", "test"].iter().map(|s| (s.to_string(), jsonl(&dir.join(format!("{s}.jsonl"))).len())).collect();
+    assert_eq!(counts.values().sum::<usize>(), 200);
+    assert!(counts["train"].abs_diff(140) <= 10 && counts["dev"].abs_diff(30) <= 10, "{counts:?}");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stats"]["label"], "ict");
+    // Same seed, same set, byte for byte.
+    let before = std::fs::read(dir.join("golden.jsonl")).unwrap();
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    ok(run("synth-data", &forced));
+    assert_eq!(std::fs::read(dir.join("golden.jsonl")).unwrap(), before);
+    assert!(String::from_utf8_lossy(&ok(run("synth-data", &args)).stderr).contains("cache hit"));
+}
+
+fn llm_args<'a>(chunks: &'a str, url: &'a str, art: &'a str, n: &'a str, concurrency: &'a str) -> Vec<&'a str> {
+    let prompts = Box::leak(repo_root().join("pipelines/prompts").to_string_lossy().to_string().into_boxed_str());
+    vec![
+        chunks, "--mode", "llm", "--n", n, "--base-url", url, "--model", "test-model", "--api-key-env", "GAUGE_TEST_KEY", "--prompts", prompts,
+        "--concurrency", concurrency, "--rpm", "0", "--timeout-s", "1", "--max-retries", "2", "--backoff-ms", "10", "--artifacts", art,
+    ]
+}
+
+fn synth_llm(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin("synth-data")).args(args).env("GAUGE_NO_PROGRESS", "1").env("GAUGE_TEST_KEY", SECRET).output().unwrap()
+}
+
+#[test]
+fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = small_corpus(tmp.path());
+    let art = tmp.path().join("artifacts");
+    let chunks = chunks_of(&corpus, &art);
+    // One request at a time, so the script can follow samples in order:
+    // s0: 429 (Retry-After 0.3 s), ok · s1: 500, ok · s2: malformed, repaired · s3: malformed
+    // twice → failed · s4: hang past the 1 s timeout, ok · s5: 500 × 3 → failed.
+    let server = ChatServer::start(|n, r| match n {
+        0 => Reply::TooMany(0.3),
+        2 | 10 | 11 | 12 => Reply::ServerError,
+        4 | 6 | 7 => Reply::Content("Sure! Here is the question: what is a lanyard".into()),
+        8 => Reply::Hang(Duration::from_secs(3)),
+        _ => Reply::Content(valid_reply(r)),
+    });
+    let art_s = art.to_str().unwrap().to_string();
+    let args = llm_args(&chunks, &server.url, &art_s, "6", "1");
+    let out = synth_llm(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let dir = PathBuf::from(last_line(&out));
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 13, "requests: {:#?}", reqs.iter().map(|r| r.passage().chars().take(30).collect::<String>()).collect::<Vec<_>>());
+    // The key goes in the header, nowhere else.
+    assert!(reqs.iter().all(|r| r.authorization.as_deref() == Some(&format!("Bearer {SECRET}"))));
+    let mut files = Vec::new();
+    all_files(tmp.path(), &mut files);
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(SECRET), "{} holds the key", f.display());
+    }
+    assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
+    // Retry-After was honoured; the hang was cut by the timeout and retried.
+    assert!(reqs[1].at - reqs[0].at >= Duration::from_millis(290), "retried after {:?}", reqs[1].at - reqs[0].at);
+    assert!(reqs[9].at - reqs[8].at >= Duration::from_millis(900) && reqs[9].at - reqs[8].at < Duration::from_millis(2900));
+    assert_eq!(reqs[1].passage(), reqs[0].passage());
+    // The repair request shows the bad reply back and says what was wrong.
+    assert_eq!(reqs[5].body["messages"].as_array().unwrap().len(), 4);
+    assert!(reqs[5].message(2).contains("what is a lanyard") && reqs[5].message(3).contains("JSON"));
+
+    let rows = jsonl(&dir.join("golden.jsonl"));
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    let accepted: Vec<&str> = rows.iter().map(|r| r["qid"].as_str().unwrap()).collect();
+    assert_eq!(accepted, ["factual-0", "scenario-1", "multi_hop-2", "scenario-4"]);
+    for r in &rows {
+        assert_eq!(r["teacher_model"], "test-model");
+        assert!(r["thinking"].as_str().unwrap().contains("Evidence Mapping"));
+        assert!(!r["reference_answer"].as_str().unwrap().is_empty());
+        // prompt_sha256 is the SHA-256 of the exact system + user prompt sent.
+        let sent = reqs.iter().find(|q| serde_json::from_str::<serde_json::Value>(&valid_reply(q)).unwrap()["question"] == r["question"]).unwrap();
+        assert_eq!(r["prompt_sha256"].as_str().unwrap(), gauge_synth::sha256_hex(&format!("{}\n\n{}", sent.message(0), sent.message(1))));
+    }
+    assert_eq!(rows[2]["gold"].as_array().unwrap().len(), 2, "multi_hop has two gold chunks");
+    let failures = jsonl(&dir.join("failures.jsonl"));
+    assert_eq!(failures.len(), 2);
+    assert!(failures[0]["reason"].as_str().unwrap().contains("invalid JSON after one repair"), "{failures:#?}");
+    assert!(failures[1]["reason"].as_str().unwrap().contains("HTTP 500 after 3 attempts"), "{failures:#?}");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    // Seven responses carried a body with usage (100 prompt + 50 completion tokens each).
+    assert_eq!((manifest["stats"]["prompt_tokens"].as_u64(), manifest["stats"]["completion_tokens"].as_u64()), (Some(700), Some(350)));
+    assert_eq!(manifest["config"]["config"]["teacher"]["api_key_env"], "GAUGE_TEST_KEY");
+
+    // `evaluate` reads the output unchanged (span relevance), and the offline set too.
+    let ict = PathBuf::from(last_line(&ok(run("synth-data", &[&chunks, "--mode", "ict", "--n", "30", "--artifacts", &art_s]))));
+    for (name, golden) in [("llm", dir.join("golden.jsonl")), ("ict", ict.join("golden.jsonl"))] {
+        let pipeline = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &pipeline,
+            format!(
+                "name = \"{name}\"\ncorpus = \"corpus\"\ngolden = \"{}\"\nresamples = 1000\n[baseline]\nname = \"BM25\"\nembed = {{ model = \"{}\" }}\nretrieval = {{ dense = false, bm25 = true }}\n",
+                golden.display(),
+                repo_root().join("models/all-MiniLM-L6-v2").display()
+            ),
+        )
+        .unwrap();
+        let eval = tmp.path().join("eval");
+        let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", &art_s, "--eval-dir", eval.to_str().unwrap()]));
+        let md = std::fs::read_to_string(PathBuf::from(last_line(&out)).join("ablation.md")).unwrap();
+        assert!(md.contains("relevance: span") && md.contains("| BM25 (baseline) |"), "{md}");
+    }
+}
+
+#[test]
+fn a_killed_llm_run_resumes_with_nothing_lost_or_duplicated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = small_corpus(tmp.path());
+    let art = tmp.path().join("artifacts");
+    let chunks = chunks_of(&corpus, &art);
+    let server = ChatServer::start(|_, r| Reply::Delayed(Duration::from_millis(150), Box::new(Reply::Content(valid_reply(r)))));
+    let art_s = art.to_str().unwrap().to_string();
+    let args = llm_args(&chunks, &server.url, &art_s, "12", "2");
+    let mut child = std::process::Command::new(bin("synth-data"))
+        .args(&args)
+        .env("GAUGE_NO_PROGRESS", "1")
+        .env("GAUGE_TEST_KEY", SECRET)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let journal = || -> Option<PathBuf> {
+        std::fs::read_dir(art.join("synth")).ok()?.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(".journal.jsonl"))
+    };
+    let started = Instant::now();
+    loop {
+        let lines = journal().and_then(|j| std::fs::read_to_string(j).ok()).map(|t| t.lines().count()).unwrap_or(0);
+        if lines >= 4 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the run never journaled 4 samples");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let journal_path = journal().unwrap();
+    let done_before: BTreeSet<String> = std::fs::read_to_string(&journal_path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|e| e["row"]["chunk_id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(done_before.len() >= 4 && done_before.len() < 12);
+    // A torn last line, as a kill in mid-write leaves, is dropped on resume.
+    std::fs::OpenOptions::new().append(true).open(&journal_path).unwrap().write_all(b"{\"sample\": 11, \"row\": {\"qid\"").unwrap();
+    let requests_at_kill = server.requests().len();
+
+    let out = synth_llm(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("resuming"));
+    let dir = PathBuf::from(last_line(&out));
+    let rows = jsonl(&dir.join("golden.jsonl"));
+    let qids: BTreeSet<String> = rows.iter().map(|r| r["qid"].as_str().unwrap().to_string()).collect();
+    assert_eq!((rows.len(), qids.len()), (12, 12), "every sample once");
+    let samples: BTreeSet<usize> = qids.iter().map(|q| q.rsplit('-').next().unwrap().parse().unwrap()).collect();
+    assert_eq!(samples, (0..12).collect::<BTreeSet<_>>());
+    // Samples journaled before the kill were not asked again: each passage of theirs was
+    // requested exactly once overall.
+    let reqs = server.requests();
+    let chunk_table = gauge_core::schema::read_chunks(&Path::new(&chunks).join("chunks.parquet")).unwrap();
+    for id in &done_before {
+        let text = norm(&chunk_table.iter().find(|c| &c.chunk_id == id).unwrap().text);
+        let asked = reqs.iter().filter(|r| norm(&r.passage()) == text).count();
+        assert_eq!(asked, 1, "chunk {id} was requested {asked} times");
+    }
+    // At most the two in-flight samples were asked twice.
+    assert!(reqs.len() <= 12 + 2, "{} requests for 12 samples (kill at {requests_at_kill})", reqs.len());
+    assert!(!journal_path.exists(), "the journal moves into the artifact when the run completes");
+    assert_eq!(jsonl(&dir.join("journal.jsonl")).len(), 12);
+}
+
+use std::io::Write as _;
