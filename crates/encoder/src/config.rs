@@ -40,6 +40,10 @@ pub struct BertConfig {
     /// `absolute` position embeddings only.
     #[serde(default = "default_position")]
     pub position_embedding_type: String,
+    /// Labels of a classification head (`BertForSequenceClassification`); their count is the
+    /// head's output size.
+    #[serde(default)]
+    pub id2label: std::collections::BTreeMap<String, String>,
 }
 
 fn default_act() -> String {
@@ -59,6 +63,11 @@ fn default_position() -> String {
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &["bert"];
 
 impl BertConfig {
+    /// Outputs of a classification head (1 when the folder declares none).
+    pub fn num_labels(&self) -> usize {
+        self.id2label.len().max(1)
+    }
+
     /// Reads and checks `config.json`.
     pub fn from_file(path: &Path) -> Result<BertConfig, EncoderError> {
         let text = std::fs::read_to_string(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;

@@ -242,6 +242,45 @@ impl Embedder {
         (out.into_inner().expect("workers joined"), stats)
     }
 
+    /// Last-layer token vectors of each text, L2-normalised per token, without the first and
+    /// last special tokens (`[CLS]`, `[SEP]`): per text a flat `[tokens × H]` array and its
+    /// token count. What late-interaction (MaxSim) scoring reads.
+    pub fn token_vectors(&self, texts: &[&str]) -> Result<Vec<(Vec<f32>, usize)>, EncoderError> {
+        let ids = self.tokenize(texts)?;
+        let batches = self.plan_batches(&ids);
+        let h = self.info.dimension;
+        let out: std::sync::Mutex<Vec<(Vec<f32>, usize)>> = std::sync::Mutex::new(vec![(Vec::new(), 0); ids.len()]);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..self.workers.min(batches.len()).max(1) {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(batch) = batches.get(k) else { break };
+                    let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
+                    let (hidden, _, l) = self.hidden_states(&rows);
+                    let values: Vec<f32> = hidden.into_data().try_into_vec().expect("f32 activations");
+                    let mut done = Vec::with_capacity(batch.len());
+                    for (r, &i) in batch.iter().enumerate() {
+                        let n = ids[i].len();
+                        let (first, last) = if n > 2 { (1, n - 1) } else { (0, n) };
+                        let mut v = Vec::with_capacity((last - first) * h);
+                        for t in first..last {
+                            let row = &values[(r * l + t) * h..(r * l + t + 1) * h];
+                            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                            v.extend(row.iter().map(|x| x / norm));
+                        }
+                        done.push((i, (v, last - first)));
+                    }
+                    let mut out = out.lock().expect("no panics while holding the lock");
+                    for (i, v) in done {
+                        out[i] = v;
+                    }
+                });
+            }
+        });
+        Ok(out.into_inner().expect("workers joined"))
+    }
+
     /// Embeds texts as they are (no prefix), in input order.
     pub fn embed_texts(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncoderError> {
         let ids = self.tokenize(texts)?;

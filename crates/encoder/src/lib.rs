@@ -9,6 +9,7 @@
 //! - [`device`]: the compute device (burn-flex CPU; CUDA with the `cuda` feature).
 pub mod bert;
 pub mod config;
+pub mod cross_encoder;
 pub mod embedder;
 pub mod family;
 pub mod resolve;
@@ -16,6 +17,7 @@ pub mod weights;
 
 pub use burn;
 pub use config::{BertConfig, Pooling};
+pub use cross_encoder::{CrossEncoder, CrossEncoderInfo, CrossEncoderOptions, PairEncoding};
 pub use embedder::{BatchStats, Embedder, EmbedderInfo, EmbedderOptions};
 pub use family::Family;
 pub use resolve::{resolve_model, ModelSource};
@@ -34,7 +36,7 @@ pub enum EncoderError {
         message: String,
     },
     /// `--model` did not resolve.
-    #[error("model `{spec}` not found (looked in {searched}); run `just models` to fetch all-MiniLM-L6-v2, or pass a model folder")]
+    #[error("model `{spec}` not found (looked in {searched}); pass a model folder, put one under models/, or run `just models` for the default all-MiniLM-L6-v2")]
     ModelNotFound {
         /// What was asked for.
         spec: String,

@@ -2,7 +2,7 @@
 //! and scores.
 //!
 //! dense top-k (faiss) and BM25 top-k (tantivy), both honouring metadata filters inside the
-//! retriever → fusion → per-document dedup → (rerank, with its own issue) → score cutoff →
+//! retriever → fusion → per-document dedup → rerank (cross-encoder or MaxSim) → score cutoff →
 //! final `k` → small-to-big windows.
 use std::collections::HashMap;
 use std::path::Path;
@@ -82,7 +82,8 @@ pub struct RetrievalConfig {
     /// as `ERA22LA175`, `174.63`, `236.405.A1`), fused candidates whose text holds every one
     /// of them as a whole token move to the front, in fused order.
     pub promote_exact: bool,
-    /// Reranking of the fused list (used when the engine has a reranker).
+    /// Reranking of the fused list (the engine's reranker, or the one passed to
+    /// [`Engine::search_with`]).
     pub rerank: Option<RerankConfig>,
     /// faiss `nprobe` for IVF indexes (query time).
     pub nprobe: Option<usize>,
@@ -303,8 +304,15 @@ impl Engine {
         exact
     }
 
-    /// Runs the configured pipeline for one query.
+    /// Runs the configured pipeline for one query (reranking, when configured, with the
+    /// reranker given to [`Engine::with_reranker`]).
     pub fn search(&self, query: &str, cfg: &RetrievalConfig) -> anyhow::Result<SearchResult> {
+        self.search_with(query, cfg, self.reranker.as_deref())
+    }
+
+    /// Runs the configured pipeline for one query with this reranker (several configs can
+    /// share one engine and differ in their reranker).
+    pub fn search_with(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>) -> anyhow::Result<SearchResult> {
         anyhow::ensure!(cfg.dense || cfg.bm25, "both retrievers are off; enable dense or BM25");
         let mut lists = Vec::new();
         if cfg.dense {
@@ -327,8 +335,8 @@ impl Engine {
             },
             cfg.max_per_doc,
         );
-        let deduped = match (&cfg.rerank, &self.reranker) {
-            (Some(rc), Some(reranker)) => rerank_candidates(query, deduped, *rc, reranker.as_ref(), |id| self.chunks[self.by_id[id]].text.clone())
+        let deduped = match (&cfg.rerank, reranker) {
+            (Some(rc), Some(reranker)) => rerank_candidates(query, deduped, rc, reranker, |id| self.chunks[self.by_id[id]].text.clone())
                 .map_err(|e| anyhow::anyhow!("rerank: {e}"))?,
             (Some(_), None) => anyhow::bail!("the config asks for reranking but no reranker is loaded"),
             _ => deduped,

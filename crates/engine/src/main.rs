@@ -68,6 +68,25 @@ struct Args {
     /// faiss efSearch (HNSW indexes).
     #[arg(long)]
     ef_search: Option<usize>,
+    /// Rerank with this cross-encoder (folder or hub id in the local cache), or with this
+    /// bi-encoder when `--rerank-kind maxsim` (default there: the index's model).
+    #[arg(long)]
+    rerank: Option<String>,
+    /// Reranker kind: cross-encoder or maxsim (late interaction, no extra weights).
+    #[arg(long, default_value = "cross-encoder")]
+    rerank_kind: String,
+    /// Fused candidates the reranker reads.
+    #[arg(long, default_value_t = 25)]
+    n_initial: usize,
+    /// Put `Query: ` / `Passage: ` before query and passages for the reranker.
+    #[arg(long)]
+    rerank_prefixes: bool,
+    /// Instruction put before the query for the reranker.
+    #[arg(long)]
+    instruction: Option<String>,
+    /// Report reranker scores through the logistic function (0..1) instead of raw logits.
+    #[arg(long)]
+    sigmoid: bool,
     /// Candidates from each retriever.
     #[arg(long, default_value_t = 50)]
     candidates: usize,
@@ -106,10 +125,29 @@ fn run(args: Args) -> Result<()> {
             Some((a.trim().parse()?, b.trim().parse()?))
         }
     };
+    let manifest = gauge_core::Manifest::read(&args.index)?;
+    let built_model = manifest.config["embedder"]["model"].as_str().unwrap_or(gauge_embed::DEFAULT_MODEL).to_string();
+    let rerank = match (args.rerank_kind.as_str(), &args.rerank) {
+        ("cross-encoder" | "cross_encoder", None) => None,
+        ("cross-encoder" | "cross_encoder", Some(m)) => Some((gauge_retrieve::RerankKind::CrossEncoder, m.clone())),
+        ("maxsim" | "max_sim", m) => Some((gauge_retrieve::RerankKind::MaxSim, m.clone().unwrap_or(built_model.clone()))),
+        (other, _) => anyhow::bail!("unknown --rerank-kind `{other}` (cross-encoder, maxsim)"),
+    };
+    let rerank = rerank.map(|(kind, model)| gauge_retrieve::RerankConfig {
+        kind,
+        model,
+        n_initial: args.n_initial.max(args.k),
+        top_n: args.k,
+        query_prefix: if args.rerank_prefixes { "Query: ".into() } else { String::new() },
+        passage_prefix: if args.rerank_prefixes { "Passage: ".into() } else { String::new() },
+        instruction: args.instruction.clone().unwrap_or_default(),
+        sigmoid: args.sigmoid,
+        max_length: None,
+    });
     let cfg = RetrievalConfig {
         dense: !args.no_dense,
         bm25: !args.no_bm25,
-        candidates: args.candidates.max(args.k),
+        candidates: args.candidates.max(args.k).max(if args.rerank.is_some() || args.rerank_kind != "cross-encoder" { args.n_initial } else { 0 }),
         fusion,
         filter: gauge_engine::Filter { sources: args.source, doc_types: args.doc_type, pages },
         max_per_doc: args.max_per_doc,
@@ -121,12 +159,11 @@ fn run(args: Args) -> Result<()> {
         window: args.window,
         cutoff: args.cutoff,
         promote_exact: !args.no_exact,
-        rerank: None,
+        rerank: rerank.clone(),
         nprobe: args.nprobe,
         ef_search: args.ef_search,
         k: args.k,
     };
-    let manifest = gauge_core::Manifest::read(&args.index)?;
     let embedder = if cfg.dense {
         let built = &manifest.config["embedder"];
         let model = args.model.clone().unwrap_or_else(|| built["model"].as_str().unwrap_or(gauge_embed::DEFAULT_MODEL).to_string());
@@ -140,7 +177,10 @@ fn run(args: Args) -> Result<()> {
     } else {
         None
     };
-    let engine = Engine::open(&args.index, embedder)?;
+    let mut engine = Engine::open(&args.index, embedder)?;
+    if let Some(rc) = &rerank {
+        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, "cpu")?);
+    }
     let result = engine.search(&args.question, &cfg)?;
     if args.json {
         let passages: Vec<serde_json::Value> = result

@@ -330,8 +330,25 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
         hash: hash::file_hash(&pipeline.golden)?,
         rows: Some(golden.len() as u64),
     }];
-    for (v, u) in pipeline.variants.iter().zip(&upstream) {
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    for (i, (v, u)) in pipeline.variants.iter().zip(&upstream).enumerate() {
         inputs.push(FileEntry { path: u.index.display().to_string(), name: format!("index:{}", v.name), hash: u.fingerprint.clone(), rows: None });
+        if let Some(rc) = &v.stages.retrieval.rerank {
+            // The reranker's weights are an input: a config skipped for a missing model runs
+            // once the model is there, and a changed model re-evaluates.
+            let hash = match gauge_rerank::reranker_identity(rc) {
+                Ok(h) => h,
+                Err(reason) => {
+                    anyhow::ensure!(i > 0, "the baseline config's reranker is not available: {reason}");
+                    skipped.push((v.name.clone(), reason));
+                    "missing".to_string()
+                }
+            };
+            inputs.push(FileEntry { path: rc.model.clone(), name: format!("reranker:{}", v.name), hash, rows: None });
+        }
+    }
+    for (name, reason) in &skipped {
+        eprintln!("evaluate: skipping config `{name}`: {reason}");
     }
     let config = serde_json::json!({
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
@@ -346,8 +363,9 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
         }
         StageOutcome::Run(run) => run,
     };
-    let (query_rows, run_rows, qrels) = evaluate_variants(&pipeline, &upstream, &golden, mode)?;
-    let names: Vec<String> = pipeline.variants.iter().map(|v| v.name.clone()).collect();
+    let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
+    let (query_rows, run_rows, qrels) = evaluate_variants(&pipeline, &upstream, &golden, mode, &skip)?;
+    let names: Vec<String> = pipeline.variants.iter().filter(|v| !skip.contains(v.name.as_str())).map(|v| v.name.clone()).collect();
     let metrics = summarize(&query_rows, &names, &names[0], pipeline.k, pipeline.resamples, pipeline.seed);
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
     run.add_output("metrics.parquet", Some(n))?;
@@ -356,7 +374,7 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
     let n = report::write_runs(&run.path("runs.parquet"), &run_rows)?;
     run.add_output("runs.parquet", Some(n))?;
     std::fs::create_dir_all(run.path("trec"))?;
-    for (i, v) in pipeline.variants.iter().enumerate() {
+    for (i, v) in pipeline.variants.iter().enumerate().filter(|(_, v)| !skip.contains(v.name.as_str())) {
         let slug = report::slug(i, &v.name);
         let mine: Vec<&RunRow> = run_rows.iter().filter(|r| r.config == v.name).collect();
         report::write_trec_run(&run.path(&format!("trec/{slug}.run")), &mine, &slug)?;
@@ -370,13 +388,15 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
         golden_len: golden.len(),
         mode,
         metrics: &metrics,
+        skipped: &skipped,
     };
     std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;
     run.set_stat("questions", golden.len());
-    run.set_stat("configs", pipeline.variants.len());
+    run.set_stat("configs", names.len());
+    run.set_stat("skipped", serde_json::to_value(&skipped)?);
     run.set_stat("relevance", mode.name());
     let dir = run.commit()?;
     copy_to_eval(&dir, &eval_copy)?;
@@ -385,13 +405,24 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
 
 type Qrels = Vec<(String, String)>;
 
-fn evaluate_variants(pipeline: &Pipeline, upstream: &[Upstream], golden: &[GoldenQuestion], mode: RelevanceMode) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>)> {
+fn evaluate_variants(
+    pipeline: &Pipeline,
+    upstream: &[Upstream],
+    golden: &[GoldenQuestion],
+    mode: RelevanceMode,
+    skip: &BTreeSet<&str>,
+) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>)> {
     // Open each distinct index once, with the query embedder of its embedding config.
     let mut by_index: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, u) in upstream.iter().enumerate() {
-        by_index.entry(u.index.clone()).or_default().push(i);
+        if !skip.contains(pipeline.variants[i].name.as_str()) {
+            by_index.entry(u.index.clone()).or_default().push(i);
+        }
     }
-    let bar = gauge_core::progress::bar((pipeline.variants.len() * golden.len()) as u64, "searches");
+    // Each distinct reranker is loaded once.
+    let mut rerankers: HashMap<String, Box<dyn gauge_retrieve::Reranker>> = HashMap::new();
+    let reranker_key = |rc: &gauge_retrieve::RerankConfig| format!("{:?}|{}|{:?}", rc.kind, rc.model, rc.max_length);
+    let bar = gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches");
     let mut query_rows = Vec::new();
     let mut run_rows = Vec::new();
     let mut qrels: Vec<Qrels> = vec![Vec::new(); pipeline.variants.len()];
@@ -415,6 +446,13 @@ fn evaluate_variants(pipeline: &Pipeline, upstream: &[Upstream], golden: &[Golde
         for &vi in variant_ids {
             let v = &pipeline.variants[vi];
             qrels[vi] = chunk_qrels.clone();
+            if let Some(rc) = &v.stages.retrieval.rerank {
+                if !rerankers.contains_key(&reranker_key(rc)) {
+                    let r = gauge_rerank::load_reranker(rc, "cpu").with_context(|| format!("config `{}`: reranker", v.name))?;
+                    rerankers.insert(reranker_key(rc), r);
+                }
+            }
+            let reranker = v.stages.retrieval.rerank.as_ref().map(|rc| rerankers[&reranker_key(rc)].as_ref());
             for q in golden {
                 let mut cfg = v.stages.retrieval.clone();
                 if v.oracle_source_filter {
@@ -422,7 +460,7 @@ fn evaluate_variants(pipeline: &Pipeline, upstream: &[Upstream], golden: &[Golde
                     cfg.filter.sources = sources.into_iter().collect();
                 }
                 let started = Instant::now();
-                let result = engine.search(&q.question, &cfg).with_context(|| format!("config `{}`, question `{}`", v.name, q.qid))?;
+                let result = engine.search_with(&q.question, &cfg, reranker).with_context(|| format!("config `{}`, question `{}`", v.name, q.qid))?;
                 let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
                 let judged = retrieved_passages(&engine, &result.passages);
                 let passages: Vec<RetrievedPassage> = judged.iter().map(|(_, _, p)| p.clone()).take(pipeline.k).collect();

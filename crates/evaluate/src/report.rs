@@ -122,9 +122,15 @@ pub struct ReportContext<'a> {
     pub mode: RelevanceMode,
     /// Every metric row.
     pub metrics: &'a [MetricRow],
+    /// Configs not evaluated, with the reason.
+    pub skipped: &'a [(String, String)],
 }
 
 impl ReportContext<'_> {
+    fn evaluated(&self) -> Vec<&crate::pipeline::Variant> {
+        self.pipeline.variants.iter().filter(|v| !self.skipped.iter().any(|(n, _)| *n == v.name)).collect()
+    }
+
     fn get(&self, config: &str, category: &str, metric: &str) -> Option<&MetricRow> {
         self.metrics.iter().find(|m| m.config == config && m.category == category && m.metric == metric)
     }
@@ -169,7 +175,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         p.resamples,
         p.seed,
         base,
-        p.variants.len().saturating_sub(1)
+        cx.evaluated().len().saturating_sub(1)
     ));
     let cats: Vec<String> = {
         let mut c: Vec<String> = cx.metrics.iter().map(|m| m.category.clone()).filter(|c| c != "all").collect();
@@ -184,7 +190,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
             s.push_str(&format!("\n## Category `{cat}`\n\n"));
         }
         s.push_str("| Config | Hit@1 | Hit@3 | Hit@5 | MRR@10 | nDCG@10 | Δ Hit@1 | Δ MRR@10 |\n|---|---|---|---|---|---|---|---|\n");
-        for v in &p.variants {
+        for v in cx.evaluated() {
             let name = if v.name == *base { format!("{} (baseline)", v.name) } else { v.name.clone() };
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
@@ -208,7 +214,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         if has_cov { "---|" } else { "" },
         k = p.k
     ));
-    for v in &p.variants {
+    for v in cx.evaluated() {
         s.push_str(&format!(
             "| {} | {} | {} |{} {:.3} | {:.1} | {:.1} |\n",
             v.name.replace('|', "\\|"),
@@ -224,6 +230,12 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
     for v in &p.variants {
         let desc = if v.description.is_empty() { String::new() } else { format!(": {}", v.description) };
         s.push_str(&format!("- **{}**{}{}\n", v.name, desc, if v.oracle_source_filter { " *(oracle: filters on each question's gold source)*" } else { "" }));
+    }
+    if !cx.skipped.is_empty() {
+        s.push_str("\n## Skipped\n\n");
+        for (name, reason) in cx.skipped {
+            s.push_str(&format!("- **{name}**: {}\n", reason.replace('\n', " ")));
+        }
     }
     s
 }
@@ -255,7 +267,7 @@ pub fn ablation_png(path: &Path, cx: &ReportContext<'_>) -> anyhow::Result<()> {
     use plotters::prelude::*;
     register_font()?;
     let metrics = [("Hit@1", "hit@1", RGBColor(0x1f, 0x77, 0xb4)), ("Hit@5", "hit@5", RGBColor(0xff, 0x7f, 0x0e)), ("MRR@10", "mrr@10", RGBColor(0x2c, 0xa0, 0x2c)), ("nDCG@10", "ndcg@10", RGBColor(0x94, 0x67, 0xbd))];
-    let names: Vec<String> = cx.pipeline.variants.iter().map(|v| v.name.clone()).collect();
+    let names: Vec<String> = cx.evaluated().iter().map(|v| v.name.clone()).collect();
     let n = names.len();
     let height = 120 + 70 * n as u32;
     let tmp = path.with_extension("png.partial.png");

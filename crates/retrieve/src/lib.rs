@@ -9,4 +9,4 @@ pub mod fusion;
 pub mod layers;
 
 pub use fusion::{fuse, Candidate, Fusion, Normalization, RankedList, StageHit};
-pub use layers::{apply_cutoff, dedup_per_doc, rerank_candidates, small_to_big, ChunkPosition, Refusal, RerankConfig, Reranker, Window};
+pub use layers::{apply_cutoff, dedup_per_doc, rerank_candidates, small_to_big, ChunkPosition, Refusal, RerankConfig, RerankKind, Reranker, Window};

@@ -1,0 +1,182 @@
+//! Cross-encoders: a BERT encoder reading `[CLS] query [SEP] passage [SEP]` with a
+//! sequence-classification head (pooler + linear, as `BertForSequenceClassification`), one
+//! relevance logit per pair.
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use serde::Serialize;
+use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
+
+use crate::bert::{BertEncoder, Dense};
+use crate::config::BertConfig;
+use crate::embedder::plan_batches;
+use crate::resolve::ModelSource;
+use crate::weights::Weights;
+use crate::EncoderError;
+
+/// Options of a cross-encoder.
+#[derive(Debug, Clone, Default)]
+pub struct CrossEncoderOptions {
+    /// Maximum tokens per pair (default: the position limit, at most 512); only the passage
+    /// is truncated.
+    pub max_length: Option<usize>,
+    /// Padded tokens per batch (default 4096).
+    pub token_budget: Option<usize>,
+    /// Batches at once (default: available cores).
+    pub workers: Option<usize>,
+}
+
+/// What a cross-encoder is, for manifests.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CrossEncoderInfo {
+    /// Model id as given.
+    pub model: String,
+    /// BLAKE3 of `model.safetensors`.
+    pub weights_hash: String,
+    /// Maximum tokens per pair.
+    pub max_length: usize,
+    /// Head outputs (the first is the relevance logit).
+    pub num_labels: usize,
+}
+
+/// A pair's token ids and token types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairEncoding {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// Token types (0 query, 1 passage).
+    pub types: Vec<u32>,
+}
+
+/// A loaded cross-encoder.
+pub struct CrossEncoder {
+    encoder: BertEncoder,
+    pooler: Option<Dense>,
+    classifier: Dense,
+    tokenizer: Tokenizer,
+    device: Device,
+    token_budget: usize,
+    workers: usize,
+    /// Settings in effect.
+    pub info: CrossEncoderInfo,
+}
+
+fn dense(weights: &Weights, prefix: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Dense, EncoderError> {
+    let w = weights.get(&format!("{prefix}.weight"), &[d_out, d_in])?.transposed();
+    let b = weights.get(&format!("{prefix}.bias"), &[d_out])?;
+    Ok(Dense { weight: Tensor::from_data(TensorData::new(w.values, [d_in, d_out]), device), bias: Tensor::from_data(TensorData::new(b.values, [d_out]), device) })
+}
+
+impl CrossEncoder {
+    /// Loads a Hugging Face `BertForSequenceClassification` folder (config.json,
+    /// tokenizer.json, model.safetensors).
+    pub fn load(source: &ModelSource, options: &CrossEncoderOptions, device: &Device) -> Result<CrossEncoder, EncoderError> {
+        let dir = &source.dir;
+        if !dir.is_dir() {
+            return Err(EncoderError::file(dir, "model folder does not exist; pass a cross-encoder folder or a hub id already in the local cache".into()));
+        }
+        let need = |f: &str| {
+            let p = dir.join(f);
+            if p.is_file() { Ok(p) } else { Err(EncoderError::file(&p, "missing; a cross-encoder folder needs config.json, tokenizer.json and model.safetensors".into())) }
+        };
+        let config = BertConfig::from_file(&need("config.json")?)?;
+        let tokenizer_path = need("tokenizer.json")?;
+        let weights = Weights::open(&need("model.safetensors")?, &["", "bert."])?;
+        if !weights.contains("classifier.weight") {
+            return Err(EncoderError::file(&dir.join("model.safetensors"), "no `classifier.weight`: this is not a sequence-classification (cross-encoder) checkpoint".into()));
+        }
+        let h = config.hidden_size;
+        let labels = config.num_labels();
+        let encoder = BertEncoder::load(&config, &weights, device)?;
+        let pooler = if weights.contains("pooler.dense.weight") { Some(dense(&weights, "pooler.dense", h, h, device)?) } else { None };
+        let classifier = dense(&weights, "classifier", h, labels, device)?;
+        let max_length = options.max_length.unwrap_or(512).min(config.max_position_embeddings);
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot load tokenizer ({e})")))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length, strategy: TruncationStrategy::OnlySecond, ..Default::default() }))
+            .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot set truncation ({e})")))?;
+        tokenizer.with_padding(None);
+        let info = CrossEncoderInfo { model: source.id.clone(), weights_hash: weights.hash(), max_length, num_labels: labels };
+        let workers = options.workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        Ok(CrossEncoder { encoder, pooler, classifier, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(4096).max(1), workers, info })
+    }
+
+    /// Pair encodings (`[CLS] q [SEP] p [SEP]`, passage truncated first; when the query alone
+    /// is too long both sides are cut).
+    pub fn encode_pairs(&self, query: &str, passages: &[&str]) -> Result<Vec<PairEncoding>, EncoderError> {
+        let mut out = Vec::with_capacity(passages.len());
+        for p in passages {
+            let enc = match self.tokenizer.encode(EncodeInput::Dual(query.into(), (*p).into()), true) {
+                Ok(e) => e,
+                Err(_) => {
+                    let mut t = self.tokenizer.clone();
+                    t.with_truncation(Some(TruncationParams { max_length: self.info.max_length, strategy: TruncationStrategy::LongestFirst, ..Default::default() }))
+                        .map_err(|e| EncoderError::Tokenize(e.to_string()))?;
+                    t.encode(EncodeInput::Dual(query.into(), (*p).into()), true).map_err(|e| EncoderError::Tokenize(e.to_string()))?
+                }
+            };
+            out.push(PairEncoding { ids: enc.get_ids().to_vec(), types: enc.get_type_ids().to_vec() });
+        }
+        Ok(out)
+    }
+
+    fn logits_batch(&self, batch: &[&PairEncoding]) -> Vec<f32> {
+        let b = batch.len();
+        let l = batch.iter().map(|p| p.ids.len()).max().unwrap_or(1).max(1);
+        let mut ids = vec![self.encoder.config.pad_token_id as i64; b * l];
+        let mut types = vec![0i64; b * l];
+        let mut pad = vec![true; b * l];
+        for (r, p) in batch.iter().enumerate() {
+            for c in 0..p.ids.len() {
+                ids[r * l + c] = p.ids[c] as i64;
+                types[r * l + c] = p.types[c] as i64;
+                pad[r * l + c] = false;
+            }
+        }
+        let lengths: Vec<usize> = batch.iter().map(|p| p.ids.len()).collect();
+        let hidden = self.encoder.forward(
+            Tensor::<2, Int>::from_data(TensorData::new(ids, [b, l]), &self.device),
+            Tensor::<2, Int>::from_data(TensorData::new(types, [b, l]), &self.device),
+            Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &self.device),
+            &lengths,
+        );
+        let h = self.encoder.config.hidden_size;
+        let cls = hidden.narrow(1, 0, 1).reshape([b, h]);
+        let pooled = match &self.pooler {
+            Some(p) => p.forward(cls).tanh(),
+            None => cls,
+        };
+        let logits: Vec<f32> = self.classifier.forward(pooled).into_data().try_into_vec().expect("f32 logits");
+        logits.chunks_exact(self.info.num_labels).map(|row| row[0]).collect()
+    }
+
+    /// One logit per encoded pair, in order; batched by token budget on `workers` threads.
+    pub fn logits(&self, pairs: &[PairEncoding]) -> Vec<f32> {
+        let batches = plan_batches(&pairs.iter().map(|p| p.ids.len()).collect::<Vec<_>>(), self.token_budget);
+        let out = std::sync::Mutex::new(vec![0.0f32; pairs.len()]);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..self.workers.min(batches.len()).max(1) {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(batch) = batches.get(k) else { break };
+                    let rows: Vec<&PairEncoding> = batch.iter().map(|&i| &pairs[i]).collect();
+                    let logits = self.logits_batch(&rows);
+                    let mut out = out.lock().expect("no panics while holding the lock");
+                    for (&i, v) in batch.iter().zip(logits) {
+                        out[i] = v;
+                    }
+                });
+            }
+        });
+        out.into_inner().expect("workers joined")
+    }
+
+    /// Relevance logits of passages for a query.
+    pub fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>, EncoderError> {
+        Ok(self.logits(&self.encode_pairs(query, passages)?))
+    }
+}
+
+/// The logistic function (for scores in (0, 1)).
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}

@@ -1,0 +1,116 @@
+//! Rerankers behind the engine's rerank stage ([`gauge_retrieve::Reranker`]).
+//!
+//! - [`CrossEncoderReranker`]: a cross-encoder folder (`BertForSequenceClassification`, e.g.
+//!   cross-encoder/ms-marco-MiniLM-L-6-v2) reading `[CLS] query [SEP] passage [SEP]`; one raw
+//!   logit per passage.
+//! - [`MaxSimReranker`]: late interaction with a bi-encoder's token vectors (the embedding
+//!   model we already have): for each query token its best cosine against the passage's
+//!   tokens, summed, ColBERT-style. No extra weights.
+use gauge_encoder::{CrossEncoder, CrossEncoderOptions, Embedder};
+use gauge_retrieve::{RerankConfig, RerankKind, Reranker};
+
+/// A cross-encoder as a reranker.
+pub struct CrossEncoderReranker {
+    model: CrossEncoder,
+}
+
+impl CrossEncoderReranker {
+    /// Wraps a loaded cross-encoder.
+    pub fn new(model: CrossEncoder) -> Self {
+        CrossEncoderReranker { model }
+    }
+    /// The model.
+    pub fn model(&self) -> &CrossEncoder {
+        &self.model
+    }
+}
+
+impl Reranker for CrossEncoderReranker {
+    fn name(&self) -> &str {
+        "rerank"
+    }
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>, String> {
+        self.model.score(query, passages).map_err(|e| e.to_string())
+    }
+}
+
+/// Late-interaction (MaxSim) reranking with a bi-encoder.
+pub struct MaxSimReranker {
+    embedder: Embedder,
+}
+
+impl MaxSimReranker {
+    /// Wraps a loaded bi-encoder (its query/passage prefixes apply).
+    pub fn new(embedder: Embedder) -> Self {
+        MaxSimReranker { embedder }
+    }
+}
+
+/// `Σ_i max_j q_i · p_j` over L2-normalised token vectors (`[n × h]` row-major each).
+pub fn max_sim(query: &[f32], passage: &[f32], h: usize) -> f32 {
+    if passage.is_empty() {
+        return 0.0;
+    }
+    query
+        .chunks_exact(h)
+        .map(|q| passage.chunks_exact(h).map(|p| q.iter().zip(p).map(|(a, b)| a * b).sum::<f32>()).fold(f32::NEG_INFINITY, f32::max))
+        .sum()
+}
+
+impl Reranker for MaxSimReranker {
+    fn name(&self) -> &str {
+        "maxsim"
+    }
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>, String> {
+        let info = &self.embedder.info;
+        let q = format!("{}{query}", info.query_prefix);
+        let texts: Vec<String> = passages.iter().map(|p| format!("{}{p}", info.passage_prefix)).collect();
+        let mut all: Vec<&str> = vec![q.as_str()];
+        all.extend(texts.iter().map(String::as_str));
+        let vectors = self.embedder.token_vectors(&all).map_err(|e| e.to_string())?;
+        let h = info.dimension;
+        Ok(vectors[1..].iter().map(|(p, _)| max_sim(&vectors[0].0, p, h)).collect())
+    }
+}
+
+/// What a rerank config's model is: the BLAKE3 of its weights, or why it cannot be used
+/// (for fingerprints, and to skip configs whose model is not on this machine).
+pub fn reranker_identity(cfg: &RerankConfig) -> Result<String, String> {
+    let source = gauge_encoder::resolve_model(&cfg.model).map_err(|e| e.to_string())?;
+    let weights = source.dir.join("model.safetensors");
+    let bytes = std::fs::read(&weights).map_err(|e| format!("{}: {e}", weights.display()))?;
+    Ok(blake3::hash(&bytes).to_hex().to_string())
+}
+
+/// Loads the reranker a config describes (`device`: `cpu`, …).
+pub fn load_reranker(cfg: &RerankConfig, device: &str) -> anyhow::Result<Box<dyn Reranker>> {
+    match cfg.kind {
+        RerankKind::CrossEncoder => {
+            let source = gauge_encoder::resolve_model(&cfg.model)?;
+            let options = CrossEncoderOptions { max_length: cfg.max_length, ..Default::default() };
+            let model = CrossEncoder::load(&source, &options, &gauge_encoder::device::parse(device)?)?;
+            Ok(Box::new(CrossEncoderReranker::new(model)))
+        }
+        RerankKind::MaxSim => {
+            let embed = gauge_embed::EmbedConfig { model: cfg.model.clone(), max_length: cfg.max_length, ..Default::default() };
+            let runtime = gauge_embed::Runtime { device: device.to_string(), ..Default::default() };
+            Ok(Box::new(MaxSimReranker::new(gauge_embed::load_embedder(&embed, &runtime)?)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_sim_by_hand() {
+        // Query tokens e1, e2; passage tokens e1, (e1+e2)/√2.
+        let r = std::f32::consts::FRAC_1_SQRT_2;
+        let q = [1.0, 0.0, 0.0, 1.0];
+        let p = [1.0, 0.0, r, r];
+        // e1 → best 1 (itself); e2 → best r.
+        assert!((max_sim(&q, &p, 2) - (1.0 + r)).abs() < 1e-6);
+        assert_eq!(max_sim(&q, &[], 2), 0.0);
+    }
+}
