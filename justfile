@@ -76,8 +76,17 @@ bench-query: setup models bench-venv
     idx=$({{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} | tail -n1); \
     {{bin}}/examples/bench_query "$idx" "$emb" ../shared/golden/fra-dev.jsonl bench/query.json {{venv}}/bin/python3
 
+# Rerank latency (25/50 candidates): tiny cross-encoder fixture, MiniLM-L-6-shaped cross-encoder, MaxSim → bench/rerank.json.
+bench-rerank: setup models
+    cargo build --release --example bench_rerank -p gauge-engine
+    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
+    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
+    emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
+    idx=$({{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} | tail -n1); \
+    {{bin}}/examples/bench_rerank "$idx" ../shared/golden/fra-dev.jsonl ../shared/fixtures/tiny-bert-cross-encoder models/all-MiniLM-L6-v2 bench/rerank.json
+
 # Every benchmark; numbers go to bench/*.json.
-bench: bench-extract bench-embed bench-query
+bench: bench-extract bench-embed bench-query bench-rerank
 
 # Extraction speed and word-level quality against pdftotext → bench/extract.json.
 bench-extract: setup
