@@ -9,6 +9,8 @@ bin := CARGO_TARGET_DIR / "release"
 corpus := "../shared/corpora/fra"
 artifacts := "artifacts"
 venv := env_var("HOME") / ".cache/gauge-venv"
+xlmr_venv := env_var("HOME") / ".cache/gauge-xlmr-venv"
+xlmr_fixture := env_var("HOME") / ".cache/gauge-fixtures/tiny-xlmr"
 
 # List the recipes.
 default:
@@ -84,6 +86,14 @@ bench-rerank: setup models
     emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
     idx=$({{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} | tail -n1); \
     {{bin}}/examples/bench_rerank "$idx" ../shared/golden/fra-dev.jsonl ../shared/fixtures/tiny-bert-cross-encoder models/all-MiniLM-L6-v2 bench/rerank.json
+
+# XLM-RoBERTa cross-encoder check: a tiny random reference from transformers (Flax; PyTorch wheels are out of reach) → bench/xlmr-reference.json.
+check-xlmr: setup models
+    [ -x {{xlmr_venv}}/bin/python ] || python3 -m venv {{xlmr_venv}}
+    {{xlmr_venv}}/bin/pip install -q transformers==4.57.1 jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 safetensors==0.8.0 tokenizers==0.22.2 numpy==2.4.6
+    {{xlmr_venv}}/bin/python scripts/xlmr_reference.py {{xlmr_fixture}} models/all-MiniLM-L6-v2 ../shared/fixtures/tiny-bert-cross-encoder/reference.jsonl
+    cargo build --release --example xlmr_reference -p gauge-encoder
+    {{bin}}/examples/xlmr_reference {{xlmr_fixture}} bench/xlmr-reference.json
 
 # Every benchmark; numbers go to bench/*.json.
 bench: bench-extract bench-embed bench-query bench-rerank

@@ -141,7 +141,8 @@ fn tensor2(w: WeightArray, device: &Device) -> Tensor<2> {
 }
 
 impl BertEncoder {
-    /// Loads weights (`bert.`-prefixed or not) and checks every shape against the config.
+    /// Loads weights (`bert.`/`roberta.`-prefixed or not) and checks every shape against the
+    /// config.
     pub fn load(config: &BertConfig, weights: &Weights, device: &Device) -> Result<BertEncoder, EncoderError> {
         let h = config.hidden_size;
         let i = config.intermediate_size;
@@ -206,7 +207,10 @@ impl BertEncoder {
         let heads = self.config.num_attention_heads;
         let hd = h / heads;
         let device = ids.device();
-        let positions = Tensor::<1, Int>::arange(0..l as i64, &device).reshape([1, l]);
+        // RoBERTa numbers real tokens from pad + 1 (padded positions get other ids, but they
+        // are masked out of every attention and pooling).
+        let offset = self.config.position_offset() as i64;
+        let positions = Tensor::<1, Int>::arange(offset..offset + l as i64, &device).reshape([1, l]);
         let x = embedding(self.word.clone(), ids)
             + embedding(self.position.clone(), positions)
             + embedding(self.token_type.clone(), token_types);

@@ -8,7 +8,8 @@ use crate::EncoderError;
 /// `config.json` of a BERT-family encoder (the fields gauge reads).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct BertConfig {
-    /// `bert` (BERT, MiniLM, BGE, E5, GTE).
+    /// `bert` (BERT, MiniLM, BGE, E5, GTE) or `xlm-roberta`/`roberta` (bge-reranker-base,
+    /// multilingual E5).
     pub model_type: String,
     /// Declared architectures (informational).
     #[serde(default)]
@@ -60,9 +61,20 @@ fn default_position() -> String {
 }
 
 /// Architectures this crate implements.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["bert"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["bert", "xlm-roberta", "roberta"];
 
 impl BertConfig {
+    /// Whether this is a RoBERTa-family encoder (positions offset by the padding index, one
+    /// token type).
+    pub fn is_roberta(&self) -> bool {
+        matches!(self.model_type.as_str(), "xlm-roberta" | "roberta")
+    }
+
+    /// First position id: RoBERTa numbers real tokens from `pad_token_id + 1`, BERT from 0.
+    pub fn position_offset(&self) -> usize {
+        if self.is_roberta() { self.pad_token_id + 1 } else { 0 }
+    }
+
     /// Outputs of a classification head (1 when the folder declares none).
     pub fn num_labels(&self) -> usize {
         self.id2label.len().max(1)

@@ -1,6 +1,9 @@
-//! Cross-encoders: a BERT encoder reading `[CLS] query [SEP] passage [SEP]` with a
-//! sequence-classification head (pooler + linear, as `BertForSequenceClassification`), one
-//! relevance logit per pair.
+//! Cross-encoders: a BERT-family encoder reading `[CLS] query [SEP] passage [SEP]` with a
+//! sequence-classification head, one relevance logit per pair. Two heads, as the folder's
+//! weights declare them: `BertForSequenceClassification` (pooler `tanh(W·h_cls)`, then
+//! `classifier`) and `XLMRobertaForSequenceClassification` (no pooler; `classifier.dense`,
+//! `tanh`, `classifier.out_proj` on the first token), the latter with XLM-R's position
+//! offset and single token type (e.g. BAAI/bge-reranker-base).
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use serde::Serialize;
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
@@ -46,11 +49,18 @@ pub struct PairEncoding {
     pub types: Vec<u32>,
 }
 
+/// The classification head on the first token.
+enum Head {
+    /// BERT: optional pooler (`tanh`), then a linear classifier.
+    Bert { pooler: Option<Dense>, classifier: Dense },
+    /// RoBERTa: dense, `tanh`, out projection.
+    Roberta { dense: Dense, out_proj: Dense },
+}
+
 /// A loaded cross-encoder.
 pub struct CrossEncoder {
     encoder: BertEncoder,
-    pooler: Option<Dense>,
-    classifier: Dense,
+    head: Head,
     tokenizer: Tokenizer,
     device: Device,
     token_budget: usize,
@@ -79,16 +89,22 @@ impl CrossEncoder {
         };
         let config = BertConfig::from_file(&need("config.json")?)?;
         let tokenizer_path = need("tokenizer.json")?;
-        let weights = Weights::open(&need("model.safetensors")?, &["", "bert."])?;
-        if !weights.contains("classifier.weight") {
-            return Err(EncoderError::file(&dir.join("model.safetensors"), "no `classifier.weight`: this is not a sequence-classification (cross-encoder) checkpoint".into()));
-        }
+        let weights = Weights::open(&need("model.safetensors")?, &["", "bert.", "roberta."])?;
         let h = config.hidden_size;
         let labels = config.num_labels();
+        let head = if weights.contains("classifier.out_proj.weight") {
+            Head::Roberta { dense: dense(&weights, "classifier.dense", h, h, device)?, out_proj: dense(&weights, "classifier.out_proj", h, labels, device)? }
+        } else if weights.contains("classifier.weight") {
+            let pooler = if weights.contains("pooler.dense.weight") { Some(dense(&weights, "pooler.dense", h, h, device)?) } else { None };
+            Head::Bert { pooler, classifier: dense(&weights, "classifier", h, labels, device)? }
+        } else {
+            return Err(EncoderError::file(
+                &dir.join("model.safetensors"),
+                "no `classifier.weight` or `classifier.out_proj.weight`: this is not a sequence-classification (cross-encoder) checkpoint".into(),
+            ));
+        };
         let encoder = BertEncoder::load(&config, &weights, device)?;
-        let pooler = if weights.contains("pooler.dense.weight") { Some(dense(&weights, "pooler.dense", h, h, device)?) } else { None };
-        let classifier = dense(&weights, "classifier", h, labels, device)?;
-        let max_length = options.max_length.unwrap_or(512).min(config.max_position_embeddings);
+        let max_length = options.max_length.unwrap_or(512).min(config.max_position_embeddings - config.position_offset());
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot load tokenizer ({e})")))?;
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, strategy: TruncationStrategy::OnlySecond, ..Default::default() }))
@@ -96,7 +112,7 @@ impl CrossEncoder {
         tokenizer.with_padding(None);
         let info = CrossEncoderInfo { model: source.id.clone(), weights_hash: weights.hash(), max_length, num_labels: labels };
         let workers = options.workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-        Ok(CrossEncoder { encoder, pooler, classifier, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(4096).max(1), workers, info })
+        Ok(CrossEncoder { encoder, head, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(4096).max(1), workers, info })
     }
 
     /// Pair encodings (`[CLS] q [SEP] p [SEP]`, passage truncated first; when the query alone
@@ -113,7 +129,9 @@ impl CrossEncoder {
                     t.encode(EncodeInput::Dual(query.into(), (*p).into()), true).map_err(|e| EncoderError::Tokenize(e.to_string()))?
                 }
             };
-            out.push(PairEncoding { ids: enc.get_ids().to_vec(), types: enc.get_type_ids().to_vec() });
+            // One-type models (RoBERTa) read every token as type 0, whatever the post-processor says.
+            let types = if self.encoder.config.type_vocab_size <= 1 { vec![0; enc.get_ids().len()] } else { enc.get_type_ids().to_vec() };
+            out.push(PairEncoding { ids: enc.get_ids().to_vec(), types });
         }
         Ok(out)
     }
@@ -140,11 +158,12 @@ impl CrossEncoder {
         );
         let h = self.encoder.config.hidden_size;
         let cls = hidden.narrow(1, 0, 1).reshape([b, h]);
-        let pooled = match &self.pooler {
-            Some(p) => p.forward(cls).tanh(),
-            None => cls,
+        let out = match &self.head {
+            Head::Bert { pooler: Some(p), classifier } => classifier.forward(p.forward(cls).tanh()),
+            Head::Bert { pooler: None, classifier } => classifier.forward(cls),
+            Head::Roberta { dense, out_proj } => out_proj.forward(dense.forward(cls).tanh()),
         };
-        let logits: Vec<f32> = self.classifier.forward(pooled).into_data().try_into_vec().expect("f32 logits");
+        let logits: Vec<f32> = out.into_data().try_into_vec().expect("f32 logits");
         logits.chunks_exact(self.info.num_labels).map(|row| row[0]).collect()
     }
 

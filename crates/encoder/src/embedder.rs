@@ -117,15 +117,15 @@ impl Embedder {
         let max_length = options
             .max_length
             .or(sentence.max_seq_length)
-            .unwrap_or(config.max_position_embeddings)
-            .min(config.max_position_embeddings);
+            .unwrap_or(config.max_position_embeddings - config.position_offset())
+            .min(config.max_position_embeddings - config.position_offset());
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
             .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot load tokenizer ({e})")))?;
         tokenizer
             .with_truncation(Some(tokenizers::TruncationParams { max_length, ..Default::default() }))
             .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot set truncation ({e})")))?;
         tokenizer.with_padding(None);
-        let weights = Weights::open(&weights_path, &["", "bert."])?;
+        let weights = Weights::open(&weights_path, &["", "bert.", "roberta."])?;
         let encoder = BertEncoder::load(&config, &weights, device)?;
         let info = EmbedderInfo {
             model: source.id.clone(),
