@@ -4,10 +4,12 @@
 //! - [`table`]: reading and writing those tables (arrow-rs + parquet, zstd).
 //! - [`artifact`]: content-addressed, crash-safe output directories with a `manifest.json`.
 //! - [`hash`]: content hashes used for ids and fingerprints.
+//! - [`rng`]: the seeded generator behind every sampled or resampled result.
 
 pub mod artifact;
 pub mod hash;
 pub mod progress;
+pub mod rng;
 pub mod schema;
 pub mod table;
 

@@ -10,7 +10,7 @@ use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::bert::{BertEncoder, Dense};
 use crate::config::BertConfig;
-use crate::embedder::plan_batches;
+use crate::embedder::{for_each_batch, plan_batches};
 use crate::resolve::ModelSource;
 use crate::weights::Weights;
 use crate::EncoderError;
@@ -170,23 +170,18 @@ impl CrossEncoder {
     /// One logit per encoded pair, in order; batched by token budget on `workers` threads.
     pub fn logits(&self, pairs: &[PairEncoding]) -> Vec<f32> {
         let batches = plan_batches(&pairs.iter().map(|p| p.ids.len()).collect::<Vec<_>>(), self.token_budget);
-        let out = std::sync::Mutex::new(vec![0.0f32; pairs.len()]);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..self.workers.min(batches.len()).max(1) {
-                scope.spawn(|| loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(batch) = batches.get(k) else { break };
-                    let rows: Vec<&PairEncoding> = batch.iter().map(|&i| &pairs[i]).collect();
-                    let logits = self.logits_batch(&rows);
-                    let mut out = out.lock().expect("no panics while holding the lock");
-                    for (&i, v) in batch.iter().zip(logits) {
-                        out[i] = v;
-                    }
-                });
-            }
-        });
-        out.into_inner().expect("workers joined")
+        let mut out = vec![0.0f32; pairs.len()];
+        for_each_batch(
+            &batches,
+            self.workers,
+            |batch| self.logits_batch(&batch.iter().map(|&i| &pairs[i]).collect::<Vec<_>>()),
+            |batch, logits| {
+                for (&i, v) in batch.iter().zip(logits) {
+                    out[i] = v;
+                }
+            },
+        );
+        out
     }
 
     /// Relevance logits of passages for a query.

@@ -219,27 +219,20 @@ impl Embedder {
             stats.tokens += batch.iter().map(|&i| ids[i].len()).sum::<usize>();
             stats.padded_tokens += longest * batch.len();
         }
-        let out: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(vec![Vec::new(); ids.len()]);
-        let progress = std::sync::Mutex::new(progress);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let workers = self.workers.min(batches.len()).max(1);
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                scope.spawn(|| loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(batch) = batches.get(k) else { break };
-                    let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
-                    let vectors = self.embed_batch(&rows);
-                    let mut out = out.lock().expect("no panics while holding the lock");
-                    for (i, v) in batch.iter().zip(vectors) {
-                        out[*i] = v;
-                    }
-                    drop(out);
-                    (progress.lock().expect("no panics while holding the lock"))(batch.len());
-                });
-            }
-        });
-        (out.into_inner().expect("workers joined"), stats)
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); ids.len()];
+        let mut progress = progress;
+        for_each_batch(
+            &batches,
+            self.workers,
+            |batch| self.embed_batch(&batch.iter().map(|&i| &ids[i]).collect::<Vec<_>>()),
+            |batch, vectors| {
+                for (i, v) in batch.iter().zip(vectors) {
+                    out[*i] = v;
+                }
+                progress(batch.len());
+            },
+        );
+        (out, stats)
     }
 
     /// Last-layer token vectors of each text, L2-normalised per token, without the first and
@@ -249,36 +242,33 @@ impl Embedder {
         let ids = self.tokenize(texts)?;
         let batches = self.plan_batches(&ids);
         let h = self.info.dimension;
-        let out: std::sync::Mutex<Vec<(Vec<f32>, usize)>> = std::sync::Mutex::new(vec![(Vec::new(), 0); ids.len()]);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..self.workers.min(batches.len()).max(1) {
-                scope.spawn(|| loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(batch) = batches.get(k) else { break };
-                    let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
-                    let (hidden, _, l) = self.hidden_states(&rows);
-                    let values: Vec<f32> = hidden.into_data().try_into_vec().expect("f32 activations");
-                    let mut done = Vec::with_capacity(batch.len());
-                    for (r, &i) in batch.iter().enumerate() {
-                        let n = ids[i].len();
-                        let (first, last) = if n > 2 { (1, n - 1) } else { (0, n) };
-                        let mut v = Vec::with_capacity((last - first) * h);
-                        for t in first..last {
-                            let row = &values[(r * l + t) * h..(r * l + t + 1) * h];
-                            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                            v.extend(row.iter().map(|x| x / norm));
-                        }
-                        done.push((i, (v, last - first)));
+        let mut out: Vec<(Vec<f32>, usize)> = vec![(Vec::new(), 0); ids.len()];
+        let work = |batch: &[usize]| {
+            let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
+            let (hidden, _, l) = self.hidden_states(&rows);
+            let values: Vec<f32> = hidden.into_data().try_into_vec().expect("f32 activations");
+            batch
+                .iter()
+                .enumerate()
+                .map(|(r, &i)| {
+                    let n = ids[i].len();
+                    let (first, last) = if n > 2 { (1, n - 1) } else { (0, n) };
+                    let mut v = Vec::with_capacity((last - first) * h);
+                    for t in first..last {
+                        let row = &values[(r * l + t) * h..(r * l + t + 1) * h];
+                        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                        v.extend(row.iter().map(|x| x / norm));
                     }
-                    let mut out = out.lock().expect("no panics while holding the lock");
-                    for (i, v) in done {
-                        out[i] = v;
-                    }
-                });
+                    (v, last - first)
+                })
+                .collect::<Vec<_>>()
+        };
+        for_each_batch(&batches, self.workers, work, |batch, vectors| {
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = v;
             }
         });
-        Ok(out.into_inner().expect("workers joined"))
+        Ok(out)
     }
 
     /// Embeds texts as they are (no prefix), in input order.
@@ -319,6 +309,24 @@ pub fn plan_batches(lengths: &[usize], token_budget: usize) -> Vec<Vec<usize>> {
         batches.push(current);
     }
     batches
+}
+
+/// Runs `work` over `batches` on up to `workers` threads, each taking the next batch (longest
+/// first when the batches come from [`plan_batches`]); `done` receives each batch's result, one
+/// at a time.
+pub fn for_each_batch<T: Send>(batches: &[Vec<usize>], workers: usize, work: impl Fn(&[usize]) -> T + Sync, done: impl FnMut(&[usize], T) + Send) {
+    let done = std::sync::Mutex::new(done);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(batches.len()).max(1) {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(batch) = batches.get(k) else { break };
+                let result = work(batch);
+                (done.lock().expect("no panics while holding the lock"))(batch, result);
+            });
+        }
+    });
 }
 
 fn default_workers() -> usize {
