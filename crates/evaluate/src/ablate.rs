@@ -43,8 +43,10 @@ pub struct AblateOutput {
     pub eval_copy: PathBuf,
     /// Whether the evaluation was a cache hit.
     pub cache_hit: bool,
-    /// Configs evaluated.
+    /// Configs evaluated (skipped ones excluded).
     pub configs: usize,
+    /// Configs skipped, with the reason.
+    pub skipped: usize,
     /// Upstream artifacts built this run (the rest were cache hits).
     pub built: Vec<String>,
 }
@@ -359,7 +361,7 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
     let mut run = match store.begin(spec, opts.force)? {
         StageOutcome::CacheHit(dir) => {
             copy_to_eval(&dir, &eval_copy)?;
-            return Ok(AblateOutput { dir, eval_copy, cache_hit: true, configs: pipeline.variants.len(), built: builder.built });
+            return Ok(AblateOutput { dir, eval_copy, cache_hit: true, configs: pipeline.variants.len() - skipped.len(), skipped: skipped.len(), built: builder.built });
         }
         StageOutcome::Run(run) => run,
     };
@@ -400,7 +402,7 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
     run.set_stat("relevance", mode.name());
     let dir = run.commit()?;
     copy_to_eval(&dir, &eval_copy)?;
-    Ok(AblateOutput { dir, eval_copy, cache_hit: false, configs: pipeline.variants.len(), built: builder.built })
+    Ok(AblateOutput { dir, eval_copy, cache_hit: false, configs: names.len(), skipped: skipped.len(), built: builder.built })
 }
 
 type Qrels = Vec<(String, String)>;

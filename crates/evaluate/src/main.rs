@@ -50,7 +50,8 @@ fn run(args: Args) -> Result<()> {
         eprintln!("built {b}");
     }
     gauge_core::report_outcome("evaluate", &out.dir, out.cache_hit, || {
-        format!("{} configs evaluated in {:.1} s; tables in {}", out.configs, started.elapsed().as_secs_f64(), out.eval_copy.display())
+        let skipped = if out.skipped > 0 { format!(" ({} skipped, see ablation.md)", out.skipped) } else { String::new() };
+        format!("{} configs evaluated{skipped} in {:.1} s; tables in {}", out.configs, started.elapsed().as_secs_f64(), out.eval_copy.display())
     });
     Ok(())
 }

@@ -163,8 +163,8 @@ mod tests {
     }
 }
 
-/// Scores (query, passage) pairs; higher is more relevant. Implemented by cross-encoders
-/// and late-interaction models in later work.
+/// Scores (query, passage) pairs; higher is more relevant. `gauge-rerank` implements it with
+/// a cross-encoder and with late interaction (MaxSim).
 pub trait Reranker: Send + Sync {
     /// Name recorded as the stage of its scores.
     fn name(&self) -> &str;
