@@ -4,7 +4,16 @@
 //! `CHAPTER 11 – Title`, `PART 214`/`Subpart B`, `Appendix A`, a section-symbol heading
 //! (`§ 236.405 Title`) or a numbered heading (`11.2.2 Title`, two to five numbers of at
 //! most two digits each, so rule numbers like `234.219` and defect codes are not
-//! headings). Table-of-contents lines (dot leaders) never are.
+//! headings). Table-of-contents lines (dot leaders) never are, and neither are:
+//! - list entries: a heading followed directly (nothing but blank lines between) by another
+//!   of the same or a higher level, or a run of three or more same-level headings at most one
+//!   line apart (a table of contents without dot leaders, like Part 236's list of
+//!   appendices);
+//! - sentence tails such as `Appendix C.` (an `Appendix` line ending with a period) or
+//!   `Subpart H.` (keyword, label and a period).
+//!
+//! In heading paths, a CFR section (`§ 236.5 …`) closes any open heading that names another
+//! part (`Appendix A to Part 233 …`): an appendix to Part 233 cannot hold Part 236's sections.
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -50,20 +59,56 @@ pub fn heading_level(line: &str) -> Option<usize> {
     if line.ends_with(',') || line.ends_with(';') || line.split_whitespace().count() > 12 {
         return None;
     }
+    // Sentence tails: "…described in\nAppendix C." or "…of this Subpart H.".
+    let lower = line.to_lowercase();
+    if line.ends_with('.') && (lower.starts_with("appendix") || (line.split_whitespace().count() <= 2 && ["subpart", "part", "chapter"].iter().any(|k| lower.starts_with(k)))) {
+        return None;
+    }
     patterns().iter().find_map(|(re, level)| re.captures(line).map(|c| level(&c)))
 }
 
-/// Every heading in a text, in order.
+/// Every heading in a text, in order (list entries dropped, see the module docs).
 pub fn find_headings(text: &str) -> Vec<Heading> {
-    let mut out = Vec::new();
+    let mut raw: Vec<(Heading, usize)> = Vec::new();
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         if let Some(level) = heading_level(line) {
-            out.push(Heading { offset, level, title: line.trim().to_string() });
+            raw.push((Heading { offset, level, title: line.trim().to_string() }, offset + line.len()));
         }
         offset += line.len();
     }
-    out
+    // Non-empty lines between heading i and heading i + 1.
+    let gaps: Vec<usize> = raw.windows(2).map(|w| text[w[0].1..w[1].0.offset].lines().filter(|l| !l.trim().is_empty()).count()).collect();
+    let mut drop = vec![false; raw.len()];
+    for (i, &gap) in gaps.iter().enumerate() {
+        if gap == 0 && raw[i + 1].0.level <= raw[i].0.level {
+            drop[i] = true;
+        }
+    }
+    let mut start = 0;
+    while start < raw.len() {
+        let mut end = start;
+        while end + 1 < raw.len() && gaps[end] <= 1 && raw[end + 1].0.level == raw[start].0.level {
+            end += 1;
+        }
+        if end - start + 1 >= 3 {
+            drop[start..=end].iter_mut().for_each(|d| *d = true);
+        }
+        start = end + 1;
+    }
+    raw.into_iter().zip(drop).filter(|(_, d)| !d).map(|((h, _), _)| h).collect()
+}
+
+fn part_named(title: &str) -> Option<u32> {
+    static R: OnceLock<Regex> = OnceLock::new();
+    let r = R.get_or_init(|| Regex::new(r"(?i)\bpart\s+(\d{1,4})\b").expect("valid regex"));
+    r.captures(title).and_then(|c| c[1].parse().ok())
+}
+
+fn section_part(title: &str) -> Option<u32> {
+    static R: OnceLock<Regex> = OnceLock::new();
+    let r = R.get_or_init(|| Regex::new(r"^§\s*(\d{1,4})\.").expect("valid regex"));
+    r.captures(title).and_then(|c| c[1].parse().ok())
 }
 
 /// Heading paths: for each heading, the titles of it and its open ancestors, joined by ` › `.
@@ -74,6 +119,9 @@ pub fn heading_paths(headings: &[Heading]) -> Vec<String> {
         .map(|h| {
             while stack.last().is_some_and(|top| top.level >= h.level) {
                 stack.pop();
+            }
+            if let Some(part) = section_part(&h.title) {
+                stack.retain(|open| part_named(&open.title).is_none_or(|p| p == part));
             }
             stack.push(h);
             stack.iter().map(|h| h.title.as_str()).collect::<Vec<_>>().join(" › ")
@@ -94,6 +142,9 @@ mod tests {
         assert_eq!(heading_level("## Scope"), Some(2));
         assert_eq!(heading_level("Subpart B—Roadway Worker Protection"), Some(2));
         assert_eq!(heading_level("Appendix A"), Some(1));
+        assert_eq!(heading_level("Subpart C – Response to Reports of Warning System Malfunction."), Some(2));
+        assert_eq!(heading_level("Subpart H."), None);
+        assert_eq!(heading_level("Appendix F to Part 236."), None);
     }
 
     #[test]
@@ -105,6 +156,40 @@ mod tests {
         assert_eq!(heading_level("The shipper shall notify the Federal Railroad Administration"), None);
         assert_eq!(heading_level("Part 214 general provisions do not apply,"), None);
         assert_eq!(heading_level("Appendix C to this part are either addressed directly, addressed using other safety criteria, or not"), None);
+    }
+
+    #[test]
+    fn lists_of_headings_and_sentence_tails_are_not_structure() {
+        // Part 236's list of appendices (no dot leaders), the last one wrapped on two lines,
+        // then the part's sections; later a sentence ending in "Appendix C." and a real appendix.
+        let text = "Subpart I – PTC\n• § 236.1001 Purpose and scope.\n\
+                    Appendix A to Part 236 – Civil Penalty Schedule\n\
+                    Appendix B to Part 236 – Risk Assessment Criteria\n\
+                    Appendix F to Part 236 – Minimum Requirements of Third-Party\n\
+                    Assessment of PTC System Safety\n\
+                    § 236.0 Applicability.\n(a) This part applies to all railroads.\n\
+                    as described in\nAppendix C.\nMore text.\n\
+                    Appendix B to Part 236—Risk Assessment Criteria\nThe safety-critical...\n";
+        let titles: Vec<String> = find_headings(text).into_iter().map(|h| h.title).collect();
+        assert_eq!(titles, ["Subpart I – PTC", "§ 236.0 Applicability.", "Appendix B to Part 236—Risk Assessment Criteria"]);
+        // Two headings in a row at the same level: the first is an empty entry.
+        let titles: Vec<String> = find_headings("CHAPTER 1 – A\nCHAPTER 2 – B\nbody\n").into_iter().map(|h| h.title).collect();
+        assert_eq!(titles, ["CHAPTER 2 – B"]);
+    }
+
+    #[test]
+    fn a_section_of_another_part_closes_an_appendix() {
+        let text = "Appendix A to Part 233 – Schedule of Civil Penalties\npenalties\nSubpart A – Rules\nrules\n§ 236.1 Plans.\nbody\n§ 233.5 Accidents.\nbody\n";
+        let paths = heading_paths(&find_headings(text));
+        assert_eq!(
+            paths,
+            vec![
+                "Appendix A to Part 233 – Schedule of Civil Penalties",
+                "Appendix A to Part 233 – Schedule of Civil Penalties › Subpart A – Rules",
+                "Subpart A – Rules › § 236.1 Plans.",
+                "Subpart A – Rules › § 233.5 Accidents.",
+            ]
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use recursive::RecursiveSplitter;
 /// Stage name.
 pub const STAGE: &str = "chunk";
 /// Output format version.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// How a document is cut into chunks.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
