@@ -229,6 +229,44 @@ mod tests {
     }
 
     #[test]
+    fn reads_parquet_golden_sets() {
+        use arrow::array::{ArrayRef, ListBuilder, StringArray, StringBuilder};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.parquet");
+        let mut kw = ListBuilder::new(StringBuilder::new());
+        kw.values().append_value("gate arm");
+        kw.append(true);
+        kw.append(true);
+        let cols: Vec<ArrayRef> = vec![
+            std::sync::Arc::new(StringArray::from(vec!["a", "b"])),
+            std::sync::Arc::new(StringArray::from(vec!["q one", "q two"])),
+            std::sync::Arc::new(StringArray::from(vec![None, Some(r#"[{"source":"x.pdf","page":4}]"#)])),
+            std::sync::Arc::new(kw.finish()),
+            std::sync::Arc::new(StringArray::from(vec![Some("factual"), None])),
+        ];
+        let schema = Schema::new(vec![
+            Field::new("qid", DataType::Utf8, false),
+            Field::new("question", DataType::Utf8, false),
+            Field::new("gold", DataType::Utf8, true),
+            Field::new("keywords", DataType::List(std::sync::Arc::new(Field::new("item", DataType::Utf8, true))), true),
+            Field::new("category", DataType::Utf8, true),
+        ]);
+        gauge_core::table::write_parquet(&path, std::sync::Arc::new(schema), cols).unwrap();
+        let g = load_golden(&path).unwrap();
+        assert_eq!(g[0].keywords, vec!["gate arm".to_string()]);
+        assert_eq!(g[0].category.as_deref(), Some("factual"));
+        assert_eq!(g[1].gold, vec![GoldItem::Page { source: "x.pdf".into(), page: 4 }]);
+        assert!(g[1].keywords.is_empty() && g[1].category.is_none());
+        // A Parquet file without `question` names the column.
+        let bad = dir.path().join("bad.parquet");
+        let schema = Schema::new(vec![Field::new("qid", DataType::Utf8, false)]);
+        gauge_core::table::write_parquet(&bad, std::sync::Arc::new(schema), vec![std::sync::Arc::new(StringArray::from(vec!["a"])) as ArrayRef]).unwrap();
+        let e = load_golden(&bad).unwrap_err().to_string();
+        assert!(e.contains("bad.parquet") && e.contains("`question`"), "{e}");
+    }
+
+    #[test]
     fn bad_rows_name_the_line_and_the_fix() {
         let dir = tempfile::tempdir().unwrap();
         let cases = [
