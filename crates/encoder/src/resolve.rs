@@ -76,9 +76,18 @@ pub fn resolve_model(spec: &str) -> Result<ModelSource, EncoderError> {
             "{}, {}, Hugging Face cache {}",
             models.join(spec).display(),
             models.join(last).display(),
-            hf_cache_dir().map(|p| p.display().to_string()).unwrap_or_else(|| "(no HOME)".into())
+            hf_cache_dir().map(|p| home_relative(&p)).unwrap_or_else(|| "(no HOME)".into())
         ),
     })
+}
+
+/// A path with the home directory written `~`, so messages that end up in reports and
+/// manifests do not carry one machine's layout.
+fn home_relative(path: &Path) -> String {
+    match std::env::var_os("HOME").map(PathBuf::from) {
+        Some(home) if path.starts_with(&home) => format!("~/{}", path.strip_prefix(&home).expect("checked prefix").display()),
+        _ => path.display().to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -102,5 +111,8 @@ mod tests {
         let err = resolve_model("nobody/no-such-model-xyz").unwrap_err().to_string();
         assert!(err.contains("nobody/no-such-model-xyz") && err.contains("just models"), "{err}");
         assert_eq!(err.lines().count(), 1);
+        if let Some(home) = std::env::var_os("HOME").filter(|h| h.len() > 1) {
+            assert!(!err.contains(&*home.to_string_lossy()), "the home directory is written ~: {err}");
+        }
     }
 }
