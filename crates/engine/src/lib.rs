@@ -189,6 +189,11 @@ impl Engine {
         Ok(Engine { dense: std::sync::Mutex::new(dense), reader, fields, chunks, by_id, page_keys, doc_chunks, embedder, reranker: None, manifest })
     }
 
+    /// A chunk by id.
+    pub fn chunk(&self, id: &str) -> Option<&ChunkRecord> {
+        self.by_id.get(id).map(|&i| &self.chunks[i])
+    }
+
     /// Adds a reranker, used when a search's config asks for reranking.
     pub fn with_reranker(mut self, reranker: Box<dyn Reranker>) -> Engine {
         self.reranker = Some(reranker);

@@ -147,7 +147,7 @@ fn run(args: Args) -> Result<()> {
     let cfg = RetrievalConfig {
         dense: !args.no_dense,
         bm25: !args.no_bm25,
-        candidates: args.candidates.max(args.k).max(if args.rerank.is_some() || args.rerank_kind != "cross-encoder" { args.n_initial } else { 0 }),
+        candidates: args.candidates.max(args.k).max(rerank.as_ref().map_or(0, |r| r.n_initial)),
         fusion,
         filter: gauge_engine::Filter { sources: args.source, doc_types: args.doc_type, pages },
         max_per_doc: args.max_per_doc,

@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use crate::golden::{load_golden, GoldenQuestion};
 use crate::pipeline::{Pipeline, Variant};
-use crate::relevance::{is_relevant, score_question, RelevanceMode, RetrievedPassage};
+use crate::relevance::{is_relevant, score_question, QuestionScores, RelevanceMode, RetrievedPassage};
 use crate::report;
-use crate::stats::{bootstrap_ci, mean, paired_comparison};
+use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 
 /// Stage name of evaluation artifacts.
 pub const STAGE: &str = "evaluate";
@@ -52,7 +52,7 @@ pub struct AblateOutput {
 }
 
 /// One row of `per_query.parquet`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct QueryRow {
     /// Config name.
     pub config: String,
@@ -60,18 +60,8 @@ pub struct QueryRow {
     pub qid: String,
     /// Category ("" when none).
     pub category: String,
-    /// First relevant rank.
-    pub first_relevant_rank: Option<usize>,
-    /// Reciprocal rank @10.
-    pub reciprocal_rank: f64,
-    /// Hit@1, 3, 5, 10.
-    pub hits: [f64; 4],
-    /// nDCG@10.
-    pub ndcg: f64,
-    /// Recall@k.
-    pub recall: f64,
-    /// Keyword coverage@k.
-    pub keyword_coverage: Option<f64>,
+    /// The question's scores.
+    pub scores: QuestionScores,
     /// Refused by the cutoff.
     pub refused: bool,
     /// Passages returned.
@@ -137,68 +127,44 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn key(stage: &str, parts: &[&serde_json::Value]) -> String {
-        format!("{stage}:{}", serde_json::Value::Array(parts.iter().map(|v| (*v).clone()).collect()))
+    /// The artifact of `stage` for the configs in `parts` (upstream first): from this run's
+    /// memo, else from `build` (itself a cache hit when the store has it).
+    fn cached(&mut self, stage: &str, parts: &[&serde_json::Value], build: impl FnOnce(&ArtifactStore) -> anyhow::Result<(PathBuf, bool)>) -> anyhow::Result<PathBuf> {
+        let key = format!("{stage}:{}", serde_json::Value::Array(parts.iter().map(|v| (*v).clone()).collect()));
+        if let Some(dir) = self.memo.get(&key) {
+            return Ok(dir.clone());
+        }
+        let (dir, cache_hit) = build(self.store)?;
+        if !cache_hit {
+            self.built.push(format!("{stage} {}", dir.display()));
+        }
+        self.memo.insert(key, dir.clone());
+        Ok(dir)
     }
 
     fn upstream(&mut self, v: &Variant) -> anyhow::Result<Upstream> {
         let s = &v.stages;
-        let ex = serde_json::to_value(&s.extract)?;
-        let ch = serde_json::to_value(&s.chunk)?;
-        let em = serde_json::to_value(&s.embed)?;
-        let ix = serde_json::to_value(&s.index)?;
-        let k_ex = Self::key("extract", &[&ex]);
-        let pages = match self.memo.get(&k_ex) {
-            Some(d) => d.clone(),
-            None => {
-                let out = gauge_extract::run(std::slice::from_ref(&self.corpus), &s.extract, self.store, &Default::default())
-                    .with_context(|| format!("config `{}`: extract", v.name))?;
-                if !out.cache_hit {
-                    self.built.push(format!("extract {}", out.dir.display()));
-                }
-                self.memo.insert(k_ex, out.dir.clone());
-                out.dir
-            }
-        };
-        let k_ch = Self::key("chunk", &[&ex, &ch]);
-        let chunks = match self.memo.get(&k_ch) {
-            Some(d) => d.clone(),
-            None => {
-                // Token windows count with the embedding model's tokenizer.
-                let tokenizer = (s.chunk.strategy == gauge_chunk::Strategy::Tokens).then(|| gauge_encoder::resolve::resolve_model(&s.embed.model)).transpose()?;
-                let tok_path = tokenizer.as_ref().map(|m| m.dir.join("tokenizer.json"));
-                let out = gauge_chunk::run(&pages, tok_path.as_deref(), &s.chunk, self.store, false).with_context(|| format!("config `{}`: chunk", v.name))?;
-                if !out.cache_hit {
-                    self.built.push(format!("chunk {}", out.dir.display()));
-                }
-                self.memo.insert(k_ch, out.dir.clone());
-                out.dir
-            }
-        };
-        let k_em = Self::key("embed", &[&ex, &ch, &em]);
-        let embeddings = match self.memo.get(&k_em) {
-            Some(d) => d.clone(),
-            None => {
-                let out = gauge_embed::run(&chunks, &s.embed, &gauge_embed::Runtime::default(), self.store).with_context(|| format!("config `{}`: embed", v.name))?;
-                if !out.cache_hit {
-                    self.built.push(format!("embed {}", out.dir.display()));
-                }
-                self.memo.insert(k_em, out.dir.clone());
-                out.dir
-            }
-        };
-        let k_ix = Self::key("index", &[&ex, &ch, &em, &ix]);
-        let index = match self.memo.get(&k_ix) {
-            Some(d) => d.clone(),
-            None => {
-                let out = gauge_index::run(&chunks, &embeddings, &s.index, self.store, false).with_context(|| format!("config `{}`: index", v.name))?;
-                if !out.cache_hit {
-                    self.built.push(format!("index {}", out.dir.display()));
-                }
-                self.memo.insert(k_ix, out.dir.clone());
-                out.dir
-            }
-        };
+        let (ex, ch, em, ix) = (serde_json::to_value(&s.extract)?, serde_json::to_value(&s.chunk)?, serde_json::to_value(&s.embed)?, serde_json::to_value(&s.index)?);
+        let corpus = self.corpus.clone();
+        let pages = self.cached("extract", &[&ex], |store| {
+            let out = gauge_extract::run(std::slice::from_ref(&corpus), &s.extract, store, &Default::default()).with_context(|| format!("config `{}`: extract", v.name))?;
+            Ok((out.dir, out.cache_hit))
+        })?;
+        let chunks = self.cached("chunk", &[&ex, &ch], |store| {
+            // Token windows count with the embedding model's tokenizer.
+            let tokenizer = (s.chunk.strategy == gauge_chunk::Strategy::Tokens).then(|| gauge_encoder::resolve::resolve_model(&s.embed.model)).transpose()?;
+            let tok_path = tokenizer.as_ref().map(|m| m.dir.join("tokenizer.json"));
+            let out = gauge_chunk::run(&pages, tok_path.as_deref(), &s.chunk, store, false).with_context(|| format!("config `{}`: chunk", v.name))?;
+            Ok((out.dir, out.cache_hit))
+        })?;
+        let embeddings = self.cached("embed", &[&ex, &ch, &em], |store| {
+            let out = gauge_embed::run(&chunks, &s.embed, &gauge_embed::Runtime::default(), store).with_context(|| format!("config `{}`: embed", v.name))?;
+            Ok((out.dir, out.cache_hit))
+        })?;
+        let index = self.cached("index", &[&ex, &ch, &em, &ix], |store| {
+            let out = gauge_index::run(&chunks, &embeddings, &s.index, store, false).with_context(|| format!("config `{}`: index", v.name))?;
+            Ok((out.dir, out.cache_hit))
+        })?;
         let fingerprint = gauge_core::Manifest::read(&index)?.fingerprint;
         Ok(Upstream { index, fingerprint })
     }
@@ -215,8 +181,7 @@ fn retrieved_passages(engine: &Engine, passages: &[Passage]) -> Vec<(String, f64
                 if !seen_windows.insert((w.doc_id.clone(), w.first)) {
                     continue;
                 }
-                let chunks: Vec<&gauge_core::schema::ChunkRecord> =
-                    w.chunk_ids.iter().filter_map(|id| engine.chunks.iter().find(|c| &c.chunk_id == id)).collect();
+                let chunks: Vec<&gauge_core::schema::ChunkRecord> = w.chunk_ids.iter().filter_map(|id| engine.chunk(id)).collect();
                 let rp = RetrievedPassage {
                     source: p.chunk.source.clone(),
                     page_start: chunks.iter().map(|c| c.page_start).min().unwrap_or(p.chunk.page_start),
@@ -244,33 +209,24 @@ fn retrieved_passages(engine: &Engine, passages: &[Passage]) -> Vec<(String, f64
     out
 }
 
-fn percentile(values: &[f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)]
-}
-
 /// The metrics with intervals and paired comparisons, per config and category.
 pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, k: usize, resamples: usize, seed: u64) -> Vec<MetricRow> {
     let mut categories: Vec<String> = vec!["all".into()];
     let cats: BTreeSet<&str> = rows.iter().map(|r| r.category.as_str()).filter(|c| !c.is_empty()).collect();
     categories.extend(cats.into_iter().map(str::to_string));
-    let has_keywords = rows.iter().any(|r| r.keyword_coverage.is_some());
+    let has_keywords = rows.iter().any(|r| r.scores.keyword_coverage.is_some());
     type Getter = fn(&QueryRow) -> f64;
     let mut metrics: Vec<(String, Getter)> = vec![
-        ("hit@1".into(), |r| r.hits[0]),
-        ("hit@3".into(), |r| r.hits[1]),
-        ("hit@5".into(), |r| r.hits[2]),
-        ("hit@10".into(), |r| r.hits[3]),
-        ("mrr@10".into(), |r| r.reciprocal_rank),
-        ("ndcg@10".into(), |r| r.ndcg),
-        (format!("recall@{k}"), |r| r.recall),
+        ("hit@1".into(), |r| r.scores.hits[0]),
+        ("hit@3".into(), |r| r.scores.hits[1]),
+        ("hit@5".into(), |r| r.scores.hits[2]),
+        ("hit@10".into(), |r| r.scores.hits[3]),
+        ("mrr@10".into(), |r| r.scores.reciprocal_rank),
+        ("ndcg@10".into(), |r| r.scores.ndcg),
+        (format!("recall@{k}"), |r| r.scores.recall),
     ];
     if has_keywords {
-        metrics.push((format!("keyword_coverage@{k}"), |r| r.keyword_coverage.unwrap_or(0.0)));
+        metrics.push((format!("keyword_coverage@{k}"), |r| r.scores.keyword_coverage.unwrap_or(0.0)));
     }
     metrics.push(("refusal_rate".into(), |r| if r.refused { 1.0 } else { 0.0 }));
     let mut out = Vec::new();
@@ -300,9 +256,10 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, k: usize
                     delta,
                 });
             }
-            let lat: Vec<f64> = mine.iter().map(|r| r.latency_ms).collect();
+            let mut lat: Vec<f64> = mine.iter().map(|r| r.latency_ms).collect();
+            lat.sort_by(f64::total_cmp);
             for (name, p) in [("latency_p50_ms", 0.5), ("latency_p95_ms", 0.95)] {
-                out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: name.into(), n: lat.len(), value: percentile(&lat, p), ci: None, delta: None });
+                out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: name.into(), n: lat.len(), value: if lat.is_empty() { 0.0 } else { percentile(&lat, p) }, ci: None, delta: None });
             }
         }
     }
@@ -333,12 +290,15 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
         rows: Some(golden.len() as u64),
     }];
     let mut skipped: Vec<(String, String)> = Vec::new();
+    // Each reranker model's weights are read (hashed) once, however many configs use it.
+    let mut identities: HashMap<String, Result<String, String>> = HashMap::new();
     for (i, (v, u)) in pipeline.variants.iter().zip(&upstream).enumerate() {
         inputs.push(FileEntry { path: u.index.display().to_string(), name: format!("index:{}", v.name), hash: u.fingerprint.clone(), rows: None });
         if let Some(rc) = &v.stages.retrieval.rerank {
             // The reranker's weights are an input: a config skipped for a missing model runs
             // once the model is there, and a changed model re-evaluates.
-            let hash = match gauge_rerank::reranker_identity(rc) {
+            let identity = identities.entry(rc.model.clone()).or_insert_with(|| gauge_rerank::reranker_identity(rc)).clone();
+            let hash = match identity {
                 Ok(h) => h,
                 Err(reason) => {
                     anyhow::ensure!(i > 0, "the baseline config's reranker is not available: {reason}");
@@ -484,12 +444,7 @@ fn evaluate_variants(
                     config: v.name.clone(),
                     qid: q.qid.clone(),
                     category: q.category.clone().unwrap_or_default(),
-                    first_relevant_rank: scores.first_relevant_rank,
-                    reciprocal_rank: scores.reciprocal_rank,
-                    hits: scores.hits,
-                    ndcg: scores.ndcg,
-                    recall: scores.recall,
-                    keyword_coverage: scores.keyword_coverage,
+                    scores,
                     refused: result.refusal.is_some(),
                     n_results: passages.len(),
                     latency_ms,

@@ -47,15 +47,15 @@ pub fn write_per_query(path: &Path, rows: &[QueryRow]) -> anyhow::Result<u64> {
         strings(rows.iter().map(|r| r.config.as_str())),
         strings(rows.iter().map(|r| r.qid.as_str())),
         strings(rows.iter().map(|r| r.category.as_str())),
-        Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.first_relevant_rank.map(|x| x as i32)))) as ArrayRef,
-        floats(rows.iter().map(|r| r.reciprocal_rank)),
-        floats(rows.iter().map(|r| r.hits[0])),
-        floats(rows.iter().map(|r| r.hits[1])),
-        floats(rows.iter().map(|r| r.hits[2])),
-        floats(rows.iter().map(|r| r.hits[3])),
-        floats(rows.iter().map(|r| r.ndcg)),
-        floats(rows.iter().map(|r| r.recall)),
-        opt_floats(rows.iter().map(|r| r.keyword_coverage)),
+        Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.scores.first_relevant_rank.map(|x| x as i32)))) as ArrayRef,
+        floats(rows.iter().map(|r| r.scores.reciprocal_rank)),
+        floats(rows.iter().map(|r| r.scores.hits[0])),
+        floats(rows.iter().map(|r| r.scores.hits[1])),
+        floats(rows.iter().map(|r| r.scores.hits[2])),
+        floats(rows.iter().map(|r| r.scores.hits[3])),
+        floats(rows.iter().map(|r| r.scores.ndcg)),
+        floats(rows.iter().map(|r| r.scores.recall)),
+        opt_floats(rows.iter().map(|r| r.scores.keyword_coverage)),
         Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.refused)))) as ArrayRef,
         Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.n_results as i32))) as ArrayRef,
         floats(rows.iter().map(|r| r.latency_ms)),
@@ -177,15 +177,10 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         base,
         cx.evaluated().len().saturating_sub(1)
     ));
-    let cats: Vec<String> = {
-        let mut c: Vec<String> = cx.metrics.iter().map(|m| m.category.clone()).filter(|c| c != "all").collect();
-        c.dedup();
-        let set: std::collections::BTreeSet<String> = c.into_iter().collect();
-        // One category is the whole set again: no separate table.
-        let per_category = if set.len() >= 2 { set.into_iter().collect() } else { Vec::new() };
-        std::iter::once("all".to_string()).chain(per_category).collect()
-    };
-    for cat in &cats {
+    let set: std::collections::BTreeSet<&str> = cx.metrics.iter().map(|m| m.category.as_str()).filter(|c| *c != "all").collect();
+    // One category is the whole set again: no separate table.
+    let cats: Vec<&str> = std::iter::once("all").chain(if set.len() >= 2 { set } else { Default::default() }).collect();
+    for &cat in &cats {
         if cat != "all" {
             s.push_str(&format!("\n## Category `{cat}`\n\n"));
         }

@@ -7,7 +7,8 @@ pub fn mean(v: &[f64]) -> f64 {
     if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The `p` quantile (nearest rank) of sorted, non-empty values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let idx = (p * (sorted.len() - 1) as f64).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
 }
