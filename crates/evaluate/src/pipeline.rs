@@ -123,8 +123,8 @@ impl Pipeline {
         let file: PipelineFile = toml::from_str(&text).map_err(|e| err(format!("invalid pipeline: {}", e.to_string().trim())))?;
         let here = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { normalize(&here.join(p)) };
-        anyhow_ensure(file.resamples >= 1000, || err(format!("resamples = {} is too few for a 95 % interval; use at least 1000", file.resamples)))?;
-        anyhow_ensure(file.k >= 1, || err("k must be at least 1".into()))?;
+        ensure_or(file.resamples >= 1000, || err(format!("resamples = {} is too few for a 95 % interval; use at least 1000", file.resamples)))?;
+        ensure_or(file.k >= 1, || err("k must be at least 1".into()))?;
         let mut resolved: Vec<(String, toml::Table)> = Vec::new();
         let mut variants = Vec::new();
         let rows = std::iter::once((true, file.baseline)).chain(file.variants.into_iter().map(|v| (false, v)));
@@ -198,7 +198,7 @@ fn normalize(p: &Path) -> PathBuf {
     if out.is_empty() { PathBuf::from(".") } else { out.iter().collect() }
 }
 
-fn anyhow_ensure(ok: bool, e: impl FnOnce() -> PipelineError) -> Result<(), PipelineError> {
+fn ensure_or(ok: bool, e: impl FnOnce() -> PipelineError) -> Result<(), PipelineError> {
     if ok { Ok(()) } else { Err(e()) }
 }
 

@@ -293,7 +293,8 @@ pub fn run(chunks_arg: &Path, cfg: &SynthConfig, rt: &Runtime, store: &ArtifactS
     }
     // The plan is a pure function of the chunks and the config, so a resumed run sees the
     // same samples under the same indexes.
-    let df = plan::document_frequencies(&chunks);
+    // Word statistics for sentence salience (inverse cloze only).
+    let df = if cfg.mode == Mode::Ict { plan::document_frequencies(&chunks) } else { Default::default() };
     let ict_sentence = |i: usize| plan::salient_sentence(&chunks[i].text, &df, chunks.len());
     let planned = plan::plan(&chunks, cfg.n, &styles, cfg.seed, cfg.min_chars, &|i| ict_sentence(i).is_some());
     anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
