@@ -29,6 +29,10 @@ models:
 test: setup models
     cargo test --release --workspace
 
+# Type-check the CUDA build of every Burn model crate (no CUDA toolkit needed; CI runs it).
+check-cuda:
+    CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo check --release --workspace --all-targets --features gauge-encoder/cuda,gauge-embed/cuda,gauge-rerank/cuda,gauge-engine/cuda
+
 # extract: documents (PDF/Markdown/text/JSONL) → pages.parquet. Prints the artifact dir.
 extract input=corpus *flags="": setup
     {{bin}}/extract {{input}} --artifacts {{artifacts}} {{flags}}
@@ -115,9 +119,17 @@ bench-venv:
     test -x {{venv}}/bin/python3 || python3 -m venv {{venv}}
     {{venv}}/bin/pip install --quiet --disable-pip-version-check onnxruntime tokenizers numpy pyarrow rank_bm25
 
-# GPU check: embed on CUDA and on the CPU, require cosine >= 0.9999 (needs an NVIDIA GPU).
-gpu-check:
-    scripts/gpu-check.sh
+# CUDA 13 build toolkit (nvcc, cudart, cuBLAS, CCCL) from NVIDIA's PyPI wheels into ~/.cache/gauge-cuda13; prints the root (CUDA_PATH). Idempotent.
+cuda-toolkit:
+    scripts/cuda-toolkit.sh
+
+# GPU binaries (Burn CUDA + faiss GPU) → dist/gpu/bin, and the GPU check bundle → dist/gpu-check.tar.xz. Uses CUDA_PATH if set, else `just cuda-toolkit`.
+build-gpu: setup models
+    scripts/build-gpu.sh
+
+# The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
+gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
+    scripts/gpu-check.sh {{flags}} {{out}}
 
 # Print the Parquet schema tables the README shows.
 schemas:

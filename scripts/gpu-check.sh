@@ -1,37 +1,187 @@
 #!/usr/bin/env bash
-# GPU check (run on a machine with an NVIDIA GPU and CUDA drivers): builds `embed` with the
-# `cuda` feature, embeds the same chunks on the GPU and on the CPU, and requires every
-# vector pair to agree to cosine >= 0.9999. Writes bench/gpu-check.json.
-# Usage: scripts/gpu-check.sh [CHUNKS_DIR]   (default: chunks of the Track manual)
+# The prepared GPU check: gauge's CUDA embedding and GPU faiss against gauge on the CPU and
+# against PyTorch / sentence-transformers / faiss CPU on the same machine, in the same run.
+#
+#   scripts/gpu-check.sh [--cpu-only] OUT_DIR
+#
+# On a GPU machine (NVIDIA driver >= 580, CUDA 13 runtime libraries, Python with torch,
+# transformers and sentence-transformers; no Rust, no network) it runs the binary that
+# `just build-gpu` packed into dist/gpu-check.tar.xz (carried there with the repository),
+# makes a BERT of all-MiniLM-L6-v2's shape with seeded random weights through transformers,
+# and writes to OUT_DIR:
+#   - parity: gauge CUDA vs gauge CPU vs PyTorch (sentence-transformers, fp32) vectors on the
+#     fixture texts and 2,000 synthetic passages; each pair must reach cosine >= 0.9999;
+#   - throughput: gauge CUDA on 20,000 synthetic passages of ~250 word pieces vs
+#     sentence-transformers fp32, fp16 and bf16 on the same GPU, as ratios;
+#   - faiss: Flat and IVF-PQ on 1M random 384-d vectors, build and search time on the GPU vs
+#     the CPU, recall@10 against exact search.
+# With --cpu-only (no GPU: this is what runs here and in tests) it does the CPU half: gauge
+# CPU vs the PyTorch fixture vectors of the real all-MiniLM-L6-v2 (when `just models` has run),
+# gauge CPU vs a float64 numpy BERT on a random-weight model (numpy-made when torch is absent),
+# gauge CPU throughput, and faiss CPU on 100k vectors.
+# Results: OUT_DIR/gpu-check.json (everything), OUT_DIR/gpu-check.md (the tables), logs.
+# Exit status 1 when a parity check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gauge-target}"
-scripts/fetch-models.sh
-cargo build --release --bins
-bin="$CARGO_TARGET_DIR/release"
-art=$(mktemp -d)
-chunks=${1:-}
-if [ -z "$chunks" ]; then
-  docs="$art/docs"; mkdir -p "$docs"
-  cp "../shared/corpora/fra/FRA-Track_Structures_CM_2026_Vol_III_Ch1_Railroad_Workplace_Safety_General.pdf" "$docs/"
-  pages=$("$bin/extract" "$docs" --artifacts "$art" | tail -n1)
-  chunks=$("$bin/chunk" "$pages" --artifacts "$art" | tail -n1)
+cpu_only=0
+if [ "${1:-}" = "--cpu-only" ]; then cpu_only=1; shift; fi
+out=${1:?usage: scripts/gpu-check.sh [--cpu-only] OUT_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+log() { echo "gpu-check: $*" >&2; }
+started=$(date +%s)
+
+if [ $cpu_only -eq 0 ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "gpu-check: no nvidia-smi on this machine; run with --cpu-only for the CPU half" >&2
+  exit 2
 fi
-cpu=$("$bin/embed" "$chunks" --model models/all-MiniLM-L6-v2 --artifacts "$art/cpu" | tail -n1)
-cargo build --release -p gauge-embed --features cuda --bin embed
-gpu=$("$bin/embed" "$chunks" --model models/all-MiniLM-L6-v2 --artifacts "$art/gpu" --device cuda | tail -n1)
-cargo build --release -p gauge-embed --bin embed   # back to the CPU build
-py="${GAUGE_VENV:-$HOME/.cache/gauge-venv}/bin/python3"; [ -x "$py" ] || py=python3   # needs numpy, pyarrow (just bench-venv)
-"$py" - "$cpu/embeddings.parquet" "$gpu/embeddings.parquet" <<'PY'
-import json, sys
-import numpy as np, pyarrow.parquet as pq
-a = pq.read_table(sys.argv[1]); b = pq.read_table(sys.argv[2])
-assert a.column("chunk_id").to_pylist() == b.column("chunk_id").to_pylist()
-va = np.array(a.column("vector").to_pylist(), dtype=np.float64)
-vb = np.array(b.column("vector").to_pylist(), dtype=np.float64)
-cos = (va * vb).sum(1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
-out = {"chunks": len(cos), "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean()), "pass": bool(cos.min() >= 0.9999)}
-json.dump(out, open("bench/gpu-check.json", "w"), indent=2)
-print(json.dumps(out))
-sys.exit(0 if out["pass"] else 1)
+
+# --- the gauge binary: the packed bundle, else a local build --------------------------------
+bundle=dist/gpu-check
+if [ ! -x "$bundle/bin/gpu_check" ] && [ -f dist/gpu-check.tar.xz ]; then
+  log "unpacking dist/gpu-check.tar.xz"
+  mkdir -p dist && tar -xJf dist/gpu-check.tar.xz -C dist
+fi
+if [ -n "${GAUGE_GPU_CHECK_BIN:-}" ]; then
+  bin=$GAUGE_GPU_CHECK_BIN
+elif [ -x "$bundle/bin/gpu_check" ]; then
+  bin=$bundle/bin/gpu_check
+  export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+elif [ $cpu_only -eq 1 ] && command -v cargo >/dev/null 2>&1; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gauge-target}"
+  cargo build --release -q -p gauge-engine --example gpu_check
+  bin=$CARGO_TARGET_DIR/release/examples/gpu_check
+else
+  echo "gpu-check: no gauge binary: run \`just build-gpu\` on the build machine and carry dist/gpu-check.tar.xz" >&2
+  exit 2
+fi
+if [ $cpu_only -eq 0 ]; then
+  # CUDA 13's cudart/cuBLAS (faiss GPU) and NVRTC (Burn's CUDA kernels) from the machine's toolkit.
+  for d in "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-13.0; do
+    [ -n "$d" ] && [ -d "$d/lib64" ] && export LD_LIBRARY_PATH="$d/lib64:$LD_LIBRARY_PATH" && break
+  done
+  nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+fi
+if missing=$(ldd "$bin" 2>/dev/null | grep "not found"); [ -n "$missing" ]; then
+  echo "gpu-check: $bin cannot load: $missing (set LD_LIBRARY_PATH to the CUDA 13 lib64 folder)" >&2
+  exit 2
+fi
+log "binary $bin ($(du -h "$bin" | cut -f1))"
+
+# --- Python ----------------------------------------------------------------------------------
+py=python3
+if [ $cpu_only -eq 1 ] && [ -x "${GAUGE_VENV:-$HOME/.cache/gauge-venv}/bin/python3" ]; then
+  py=${GAUGE_VENV:-$HOME/.cache/gauge-venv}/bin/python3
+fi
+"$py" -c "import numpy, tokenizers" 2>/dev/null || { echo "gpu-check: $py needs numpy and tokenizers (just bench-venv)" >&2; exit 2; }
+pyc() { "$py" scripts/gpu_check.py "$@"; }
+has_torch=0
+"$py" -c "import torch, transformers" 2>/dev/null && has_torch=1
+if [ $cpu_only -eq 0 ]; then
+  "$py" -c "import torch, transformers, sentence_transformers; assert torch.cuda.is_available()" \
+    || { echo "gpu-check: the GPU half needs torch (with CUDA), transformers and sentence-transformers" >&2; exit 2; }
+fi
+
+# --- inputs ----------------------------------------------------------------------------------
+assets=$bundle/assets
+[ -f "$assets/tokenizer.json" ] || assets=models/all-MiniLM-L6-v2
+[ -f "$assets/tokenizer.json" ] || { echo "gpu-check: no tokenizer: run \`just models\` (or carry dist/gpu-check.tar.xz)" >&2; exit 2; }
+fixture=../shared/fixtures/minilm-reference.jsonl
+if [ -f "$bundle/fixture-texts.jsonl" ]; then cp "$bundle/fixture-texts.jsonl" "$work/fixture.jsonl"
+elif [ -f "$fixture" ]; then pyc texts "$fixture" "$work/fixture.jsonl"
+else echo "gpu-check: no fixture texts (../shared/fixtures or the bundle)" >&2; exit 2; fi
+if [ $cpu_only -eq 1 ]; then n_passages=500; n_parity=64; n_faiss=100000; n_queries=200
+else n_passages=20000; n_parity=2000; n_faiss=1000000; n_queries=1000; fi
+pyc passages "$n_passages" "$work/passages.jsonl"
+head -n "$n_parity" "$work/passages.jsonl" > "$work/parity.jsonl"
+
+results=$work/results.jsonl
+: > "$results"
+record() { echo "{\"name\": \"$1\", \"result\": $2}" >> "$results"; }
+embed() { # MODEL TEXTS DEVICE OUT → timing JSON
+  "$bin" embed "$1" "$2" "$3" "$4" 256 2>> "$out/gpu_check.log"
+}
+compare() { pyc compare "$1" "$2" 384; }
+
+# --- 1. parity with the real all-MiniLM-L6-v2 (CPU half, when the weights are here) ------------
+if [ $cpu_only -eq 1 ] && [ -f models/all-MiniLM-L6-v2/model.safetensors ] && [ -f "$fixture" ]; then
+  log "parity: real all-MiniLM-L6-v2, gauge CPU vs the PyTorch fixture vectors"
+  embed models/all-MiniLM-L6-v2 "$work/fixture.jsonl" cpu "$work/real-cpu.f32" > /dev/null
+  pyc fixture-vectors "$fixture" "$work/real-torch.f32"
+  record "parity/minilm/fixture/gauge-cpu~pytorch" "$(compare "$work/real-cpu.f32" "$work/real-torch.f32")"
+fi
+
+# --- 2. a random-weight BERT of MiniLM's shape --------------------------------------------------
+model=$work/bert-random
+if [ $has_torch -eq 1 ]; then maker=transformers; else maker=numpy; fi
+log "making a random-weight BERT (all-MiniLM-L6-v2 shape) with $maker"
+pyc make-model "$model" "$assets" "$maker"
+for set in fixture parity; do
+  embed "$model" "$work/$set.jsonl" cpu "$work/$set-cpu.f32" > /dev/null
+  if [ $cpu_only -eq 1 ]; then
+    log "parity ($set): gauge CPU vs numpy float64"
+    pyc reference "$model" "$work/$set.jsonl" "$work/$set-ref.f32" numpy
+    record "parity/random/$set/gauge-cpu~numpy-f64" "$(compare "$work/$set-cpu.f32" "$work/$set-ref.f32")"
+  else
+    log "parity ($set): gauge CUDA, gauge CPU, PyTorch CUDA fp32"
+    embed "$model" "$work/$set.jsonl" cuda "$work/$set-cuda.f32" > /dev/null
+    pyc reference "$model" "$work/$set.jsonl" "$work/$set-ref.f32" torch-cuda
+    record "parity/random/$set/gauge-cuda~gauge-cpu" "$(compare "$work/$set-cuda.f32" "$work/$set-cpu.f32")"
+    record "parity/random/$set/gauge-cuda~pytorch" "$(compare "$work/$set-cuda.f32" "$work/$set-ref.f32")"
+    record "parity/random/$set/gauge-cpu~pytorch" "$(compare "$work/$set-cpu.f32" "$work/$set-ref.f32")"
+  fi
+done
+
+# --- 3. throughput ---------------------------------------------------------------------------
+if [ $cpu_only -eq 1 ]; then
+  log "throughput: gauge CPU on $n_passages passages"
+  record "throughput/gauge-cpu" "$(embed "$model" "$work/passages.jsonl" cpu "$work/passages-cpu.f32")"
+else
+  log "throughput: gauge CUDA and sentence-transformers on $n_passages passages"
+  record "throughput/gauge-cuda" "$(embed "$model" "$work/passages.jsonl" cuda "$work/passages-cuda.f32")"
+  for dtype in fp32 fp16 bf16; do
+    record "throughput/sentence-transformers-$dtype" "$(pyc st-throughput "$model" "$work/passages.jsonl" $dtype 2>> "$out/python.log")"
+  done
+fi
+
+# --- 4. faiss --------------------------------------------------------------------------------
+devices=cpu; [ $cpu_only -eq 0 ] && devices=cpu,cuda
+log "faiss: Flat and IVF-PQ on $n_faiss × 384 on $devices"
+"$bin" faiss "$n_faiss" 384 "$n_queries" "$devices" "$work/faiss.json" 2>> "$out/gpu_check.log"
+record "faiss" "$(cat "$work/faiss.json")"
+
+# --- report ----------------------------------------------------------------------------------
+"$py" - "$results" "$out" "$cpu_only" "$bin" "$(( $(date +%s) - started ))" <<'PY'
+import json, os, sys
+results, out, cpu_only, binary, seconds = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4], int(sys.argv[5])
+rows = [json.loads(l) for l in open(results)]
+by = {r["name"]: r["result"] for r in rows}
+parity = {k: v for k, v in by.items() if k.startswith("parity/")}
+ok = all(v["min_cosine"] >= 0.9999 for v in parity.values())
+tp = {k.split("/", 1)[1]: v for k, v in by.items() if k.startswith("throughput/")}
+ratios = {}
+if "gauge-cuda" in tp:
+    for k, v in tp.items():
+        if k.startswith("sentence-transformers"):
+            ratios[f"gauge-cuda / {k}"] = tp["gauge-cuda"]["tokens_per_second"] / v["tokens_per_second"]
+report = {"mode": "cpu-only" if cpu_only else "gpu", "pass": ok, "seconds": seconds,
+          "binary": {"path": binary, "bytes": os.path.getsize(binary)},
+          "parity": parity, "throughput": tp, "throughput_ratios": ratios, "faiss": by.get("faiss")}
+json.dump(report, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
+md = [f"# gpu-check ({report['mode']}, {seconds} s) — {'PASS' if ok else 'FAIL'}", "",
+      "| parity | rows | min cosine | min centred cosine | max abs diff |", "|---|---:|---:|---:|---:|"]
+md += [f"| {k[7:]} | {v['rows']} | {v['min_cosine']:.6f} | {v['min_centred_cosine']:.6f} | {v['max_abs_diff']:.2e} |" for k, v in parity.items()]
+md += ["", "| throughput | texts | tokens | seconds | tokens/s |", "|---|---:|---:|---:|---:|"]
+md += [f"| {k} | {v['texts']} | {v['tokens']} | {v['seconds']:.2f} | {v['tokens_per_second']:,.0f} |" for k, v in tp.items()]
+md += [f"| ratio {k} | | | | {v:.2f}× |" for k, v in ratios.items()]
+if report["faiss"]:
+    md += ["", "| faiss | device | vectors | build s | search s (queries) | recall@10 |", "|---|---|---:|---:|---:|---:|"]
+    for r in report["faiss"]["runs"]:
+        rec = "—" if r["recall_at_10"] is None else f"{r['recall_at_10']:.3f}"
+        md.append(f"| {r['index']} | {r['device']} | {r['vectors']:,} | {r['build_seconds']:.2f} | {r['search_seconds']:.3f} ({r['queries']}) | {rec} |")
+open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+sys.exit(0 if ok else 1)
 PY

@@ -58,7 +58,7 @@ fn query_reranks_with_the_cross_encoder_and_maxsim() {
     let (_, index) = build(tmp.path());
     let fixture = fixture();
     let f = fixture.to_str().unwrap();
-    let model = CrossEncoder::load(&ModelSource { id: "tiny".into(), dir: fixture.clone() }, &CrossEncoderOptions::default(), &gauge_encoder::device::Device::flex()).unwrap();
+    let model = CrossEncoder::load(&ModelSource { id: "tiny".into(), dir: fixture.clone() }, &CrossEncoderOptions::default(), &gauge_encoder::device::cpu()).unwrap();
     let q = "when must crossing gate arms be lowered";
     for prefixes in [false, true] {
         let mut args = vec![q, "--rerank", f, "--n-initial", "6", "-k", "4"];

@@ -67,6 +67,17 @@ fn hybrid_retrieval_finds_the_exact_report_id_among_look_alikes() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nprobe applies to IVF indexes; this index is `Flat`"));
 
+    // GPU devices in a CPU build are one-line errors naming the feature that provides them.
+    let out = run("query", &["--index", &index, "ERA22LA175", "--faiss-device", "cuda"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--features faiss-gpu"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run("query", &["--index", &index, "ERA22LA175", "--device", "cuda:0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--features cuda"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run("query", &["--index", &index, "ERA22LA175", "--faiss-device", "tpu"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown faiss device `tpu`"), "{}", String::from_utf8_lossy(&out.stderr));
+
     // The index refuses a query embedder of another dimension.
     let fake = tmp.path().join("fake-index");
     std::fs::create_dir_all(&fake).unwrap();

@@ -3,14 +3,14 @@
 //! identical pair ids and every logit within 1e-4. Usage: `xlmr_reference DIR OUT_JSON`.
 use std::path::PathBuf;
 
-use gauge_encoder::device::Device;
+use gauge_encoder::device;
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = PathBuf::from(args.get(1).expect("usage: xlmr_reference DIR OUT_JSON"));
     let out = PathBuf::from(args.get(2).expect("usage: xlmr_reference DIR OUT_JSON"));
-    let model = CrossEncoder::load(&ModelSource { id: "tiny-xlmr".into(), dir: dir.clone() }, &CrossEncoderOptions { max_length: Some(128), ..Default::default() }, &Device::flex())
+    let model = CrossEncoder::load(&ModelSource { id: "tiny-xlmr".into(), dir: dir.clone() }, &CrossEncoderOptions { max_length: Some(128), ..Default::default() }, &device::cpu())
         .unwrap_or_else(|e| panic!("{e}"));
     let text = std::fs::read_to_string(dir.join("reference.jsonl")).expect("reference.jsonl");
     let (mut worst, mut ids_ok, mut n) = (0.0f32, true, 0);

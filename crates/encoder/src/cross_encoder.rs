@@ -4,7 +4,9 @@
 //! `classifier`) and `XLMRobertaForSequenceClassification` (no pooler; `classifier.dense`,
 //! `tanh`, `classifier.out_proj` on the first token), the latter with XLM-R's position
 //! offset and single token type (e.g. BAAI/bge-reranker-base).
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, TensorData};
+
+use crate::device::{Device, Tensor};
 use serde::Serialize;
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
@@ -72,7 +74,7 @@ pub struct CrossEncoder {
 fn dense(weights: &Weights, prefix: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Dense, EncoderError> {
     let w = weights.get(&format!("{prefix}.weight"), &[d_out, d_in])?.transposed();
     let b = weights.get(&format!("{prefix}.bias"), &[d_out])?;
-    Ok(Dense { weight: Tensor::from_data(TensorData::new(w.values, [d_in, d_out]), device), bias: Tensor::from_data(TensorData::new(b.values, [d_out]), device) })
+    Ok(Dense::new(w.values, b.values, d_in, d_out, device))
 }
 
 impl CrossEncoder {
@@ -163,7 +165,7 @@ impl CrossEncoder {
             Head::Bert { pooler: None, classifier } => classifier.forward(cls),
             Head::Roberta { dense, out_proj } => out_proj.forward(dense.forward(cls).tanh()),
         };
-        let logits: Vec<f32> = out.into_data().try_into_vec().expect("f32 logits");
+        let logits: Vec<f32> = out.into_data().into_vec().expect("f32 logits");
         logits.chunks_exact(self.info.num_labels).map(|row| row[0]).collect()
     }
 

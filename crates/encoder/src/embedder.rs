@@ -1,7 +1,9 @@
 //! Sentence embeddings: tokenize, batch by a token budget, encode, pool, normalise.
 use std::path::Path;
 
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Int, TensorData};
+
+use crate::device::{Device, Tensor};
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
@@ -198,7 +200,7 @@ impl Embedder {
             pooled = pooled / norm;
         }
         let h = self.info.dimension;
-        let values: Vec<f32> = pooled.into_data().try_into_vec().expect("f32 output");
+        let values: Vec<f32> = pooled.into_data().into_vec().expect("f32 output");
         values.chunks_exact(h).map(<[f32]>::to_vec).collect()
     }
 
@@ -246,7 +248,7 @@ impl Embedder {
         let work = |batch: &[usize]| {
             let rows: Vec<&TokenIds> = batch.iter().map(|&i| &ids[i]).collect();
             let (hidden, _, l) = self.hidden_states(&rows);
-            let values: Vec<f32> = hidden.into_data().try_into_vec().expect("f32 activations");
+            let values: Vec<f32> = hidden.into_data().into_vec().expect("f32 activations");
             batch
                 .iter()
                 .enumerate()

@@ -6,7 +6,8 @@
 //! - [`embedder`]: tokenization, token-budget batching, pooling, normalisation, prefixes.
 //! - [`family`]: defaults of the MiniLM, BGE, E5 and GTE families.
 //! - [`resolve`]: `--model` as a folder, `models/<name>` or the Hugging Face cache.
-//! - [`device`]: the compute device (burn-flex CPU; CUDA with the `cuda` feature).
+//! - [`device`]: the backend, tensor type and compute device (burn-flex CPU; CUDA with the
+//!   `cuda` feature), chosen at run time.
 pub mod bert;
 pub mod config;
 pub mod cross_encoder;
@@ -49,6 +50,9 @@ pub enum EncoderError {
     /// An unknown device name.
     #[error("unknown device `{0}` (expected cpu; ndarray or cuda[:N] in builds with those features)")]
     Device(String),
+    /// A CUDA device asked of a build without the `cuda` feature.
+    #[error("device `{0}` needs a CUDA build: rebuild with `--features cuda` (or `just build-gpu`)")]
+    NoCuda(String),
 }
 
 impl EncoderError {
@@ -58,25 +62,84 @@ impl EncoderError {
     }
 }
 
-/// Compute devices.
+/// Compute devices and the tensor type of every gauge model.
+///
+/// gauge runs on Burn's runtime-dispatched backend ([`burn::Dispatch`]): one model code, the
+/// device chosen at run time (`--device cpu|cuda[:N]`), so the encoder, and later crates built
+/// on it, get the CPU and CUDA from the same source.
 pub mod device {
     use super::EncoderError;
-    pub use burn::tensor::Device;
+
+    /// The backend every gauge tensor lives on: Burn's dispatch over the enabled backends.
+    pub type Backend = burn::Dispatch;
+    /// A device of [`Backend`]: burn-flex (CPU), burn-ndarray, or CUDA with the `cuda` feature.
+    pub type Device = burn::DispatchDevice;
+    /// A tensor on [`Backend`] (float unless a kind is given: `Tensor<2, Int>`).
+    pub type Tensor<const D: usize, K = burn::tensor::Float> = burn::tensor::Tensor<Backend, D, K>;
+
+    /// The CPU device (burn-flex).
+    pub fn cpu() -> Device {
+        burn::DispatchDevice::Flex(burn::backend::flex::FlexDevice)
+    }
+
+    /// CUDA device `index` (builds with the `cuda` feature).
+    #[cfg(feature = "cuda")]
+    pub fn cuda(index: usize) -> Device {
+        burn::DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(index))
+    }
+
+    /// Whether tensors on this device live in host memory (burn-flex, burn-ndarray), where
+    /// gauge's fused CPU kernels apply.
+    pub fn is_host_cpu(device: &Device) -> bool {
+        match device {
+            burn::DispatchDevice::Flex(_) => true,
+            #[cfg(feature = "ndarray")]
+            burn::DispatchDevice::NdArray(_) => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
 
     /// Parses `cpu` (burn-flex), `ndarray` (with the `ndarray` feature) or `cuda` / `cuda:N`
     /// (with the `cuda` feature).
     pub fn parse(name: &str) -> Result<Device, EncoderError> {
         match name {
-            "cpu" | "flex" => Ok(Device::flex()),
+            "cpu" | "flex" => Ok(cpu()),
             #[cfg(feature = "ndarray")]
-            #[allow(deprecated)]
-            "ndarray" => Ok(Device::ndarray()),
-            #[cfg(feature = "cuda")]
-            s if s == "cuda" || s.starts_with("cuda:") => {
-                let index: usize = s.strip_prefix("cuda:").map(|i| i.parse().unwrap_or(0)).unwrap_or(0);
-                Ok(Device::cuda(index))
+            "ndarray" => Ok(burn::DispatchDevice::NdArray(Default::default())),
+            "cuda" => cuda_device(0, name),
+            s if s.starts_with("cuda:") => {
+                let index = s["cuda:".len()..].parse::<usize>().map_err(|_| EncoderError::Device(name.to_string()))?;
+                cuda_device(index, name)
             }
             other => Err(EncoderError::Device(other.to_string())),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_device(index: usize, _name: &str) -> Result<Device, EncoderError> {
+        Ok(cuda(index))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn cuda_device(_index: usize, name: &str) -> Result<Device, EncoderError> {
+        Err(EncoderError::NoCuda(name.to_string()))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn device_names_parse_or_fail_with_the_fix() {
+            assert!(is_host_cpu(&parse("cpu").unwrap()));
+            assert!(matches!(parse("gpu"), Err(EncoderError::Device(_))));
+            assert!(matches!(parse("cuda:x"), Err(EncoderError::Device(_))));
+            #[cfg(not(feature = "cuda"))]
+            {
+                let err = parse("cuda:1").unwrap_err().to_string();
+                assert!(err.contains("--features cuda"), "{err}");
+            }
         }
     }
 }

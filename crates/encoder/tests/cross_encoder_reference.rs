@@ -3,7 +3,7 @@
 //! logit within 1e-4.
 use std::path::PathBuf;
 
-use gauge_encoder::device::Device;
+use gauge_encoder::device;
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 fn fixture() -> PathBuf {
@@ -15,7 +15,7 @@ fn fixture() -> PathBuf {
 #[test]
 fn pair_encodings_and_logits_match_transformers() {
     let dir = fixture();
-    let model = CrossEncoder::load(&ModelSource { id: "tiny".into(), dir: dir.clone() }, &CrossEncoderOptions { max_length: Some(128), ..Default::default() }, &Device::flex()).unwrap();
+    let model = CrossEncoder::load(&ModelSource { id: "tiny".into(), dir: dir.clone() }, &CrossEncoderOptions { max_length: Some(128), ..Default::default() }, &device::cpu()).unwrap();
     let text = std::fs::read_to_string(dir.join("reference.jsonl")).unwrap();
     let cases: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(cases.len() >= 5);
@@ -50,6 +50,6 @@ fn a_bi_encoder_folder_is_not_a_cross_encoder() {
     if !minilm.is_dir() {
         panic!("{}: missing; run `just models`", minilm.display());
     }
-    let err = CrossEncoder::load(&ModelSource { id: "minilm".into(), dir: minilm }, &CrossEncoderOptions::default(), &Device::flex()).err().unwrap().to_string();
+    let err = CrossEncoder::load(&ModelSource { id: "minilm".into(), dir: minilm }, &CrossEncoderOptions::default(), &device::cpu()).err().unwrap().to_string();
     assert!(err.contains("classifier.weight") && err.contains("model.safetensors"), "{err}");
 }

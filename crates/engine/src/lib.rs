@@ -10,6 +10,7 @@ use std::path::Path;
 use gauge_core::schema::{read_chunks, ChunkRecord};
 use gauge_core::Manifest;
 use gauge_encoder::Embedder;
+use gauge_index::{DenseIndex, FaissDevice};
 use gauge_retrieve::{
     apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, Fusion, RankedList, Refusal, RerankConfig, Reranker,
     Window,
@@ -137,9 +138,23 @@ pub struct SearchResult {
     pub refusal: Option<Refusal>,
 }
 
+/// Sets `nprobe` / `efSearch` on a CPU faiss index, naming the index type when it has no such
+/// parameter.
+fn apply_search_parameters(index: &faiss::index::IndexImpl, cfg: &RetrievalConfig, kind: &str) -> anyhow::Result<()> {
+    if let Some(n) = cfg.nprobe {
+        gauge_index::dense::set_parameter(index, "nprobe", n as f64).map_err(|e| anyhow::anyhow!("nprobe applies to IVF indexes; this index is `{kind}` ({e})"))?;
+    }
+    if let Some(ef) = cfg.ef_search {
+        gauge_index::dense::set_parameter(index, "efSearch", ef as f64).map_err(|e| anyhow::anyhow!("efSearch applies to HNSW indexes; this index is `{kind}` ({e})"))?;
+    }
+    Ok(())
+}
+
 /// An opened index directory.
 pub struct Engine {
-    dense: std::sync::Mutex<faiss::index::IndexImpl>,
+    dense: std::sync::Mutex<DenseIndex>,
+    /// `nprobe` / `efSearch` fixed when the index moved to a GPU (see [`Engine::on_faiss_device`]).
+    placed_parameters: (Option<usize>, Option<usize>),
     reader: tantivy::IndexReader,
     fields: gauge_index::Bm25Fields,
     /// The chunk table, in faiss row order.
@@ -186,7 +201,7 @@ impl Engine {
         for c in &chunks {
             doc_chunks.entry(c.doc_id.clone()).or_default().push(c.chunk_id.clone());
         }
-        Ok(Engine { dense: std::sync::Mutex::new(dense), reader, fields, chunks, by_id, page_keys, doc_chunks, embedder, reranker: None, manifest })
+        Ok(Engine { dense: std::sync::Mutex::new(DenseIndex::Cpu(dense)), placed_parameters: (None, None), reader, fields, chunks, by_id, page_keys, doc_chunks, embedder, reranker: None, manifest })
     }
 
     /// A chunk by id.
@@ -200,17 +215,54 @@ impl Engine {
         self
     }
 
-    /// Sets faiss query-time parameters (`nprobe`, `efSearch`) on the dense index.
-    fn set_search_parameters(&self, index: &faiss::index::IndexImpl, cfg: &RetrievalConfig) -> anyhow::Result<()> {
-        let space = faiss::index::autotune::ParameterSpace::new().map_err(|e| anyhow::anyhow!("faiss: {e}"))?;
-        let kind = self.manifest.config["index"]["faiss"].as_str().unwrap_or("?").to_string();
-        if let Some(n) = cfg.nprobe {
-            space.set_index_parameter(index, "nprobe", n as f64).map_err(|e| anyhow::anyhow!("nprobe applies to IVF indexes; this index is `{kind}` ({e})"))?;
+    /// Moves the dense index to `device` (a GPU copy for `cuda[:N]`, in builds with the
+    /// `faiss-gpu` feature), with `cfg`'s `nprobe` / `efSearch` set first: a GPU index keeps
+    /// the values it was placed with, and a search asking for others is refused.
+    pub fn on_faiss_device(mut self, device: FaissDevice, cfg: &RetrievalConfig) -> anyhow::Result<Engine> {
+        if device.is_cpu() {
+            return Ok(self);
         }
-        if let Some(ef) = cfg.ef_search {
-            space.set_index_parameter(index, "efSearch", ef as f64).map_err(|e| anyhow::anyhow!("efSearch applies to HNSW indexes; this index is `{kind}` ({e})"))?;
+        let kind = self.index_kind();
+        let dense = self.dense.get_mut().expect("no panic while placing");
+        let placed = match dense {
+            DenseIndex::Cpu(cpu) => {
+                apply_search_parameters(cpu, cfg, &kind)?;
+                DenseIndex::copy_to(cpu, device)?
+            }
+            #[allow(unreachable_patterns)]
+            other => anyhow::bail!("the dense index already searches on {}", other.device()),
+        };
+        *dense = placed;
+        self.placed_parameters = (cfg.nprobe, cfg.ef_search);
+        Ok(self)
+    }
+
+    /// Where the dense index searches.
+    pub fn faiss_device(&self) -> FaissDevice {
+        self.dense.lock().expect("no panic while searching").device()
+    }
+
+    fn index_kind(&self) -> String {
+        self.manifest.config["index"]["faiss"].as_str().unwrap_or("?").to_string()
+    }
+
+    /// Sets faiss query-time parameters (`nprobe`, `efSearch`) on the dense index (on a GPU:
+    /// checks they are the values it was placed with).
+    fn set_search_parameters(&self, index: &mut DenseIndex, cfg: &RetrievalConfig) -> anyhow::Result<()> {
+        match index {
+            DenseIndex::Cpu(cpu) => apply_search_parameters(cpu, cfg, &self.index_kind()),
+            #[allow(unreachable_patterns)]
+            gpu => {
+                anyhow::ensure!(
+                    (cfg.nprobe, cfg.ef_search) == self.placed_parameters,
+                    "this index searches on {} with nprobe {:?} / efSearch {:?}, fixed when it moved there; open it with the values wanted",
+                    gpu.device(),
+                    self.placed_parameters.0,
+                    self.placed_parameters.1
+                );
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// Dense top-`n` passing the filter: faiss is asked for more until `n` survive or the
@@ -220,17 +272,16 @@ impl Engine {
     }
 
     fn dense_search_with(&self, query: &str, n: usize, filter: &Filter, cfg: &RetrievalConfig) -> anyhow::Result<RankedList> {
-        use faiss::Index;
         let embedder = self.embedder.as_ref().ok_or_else(|| anyhow::anyhow!("dense retrieval needs a query embedder (--model)"))?;
         let q = embedder.embed_queries(&[query])?.remove(0);
         let total = self.chunks.len();
         let mut ask = if filter.is_empty() { n } else { (n * 4).max(64) }.min(total);
         let mut index = self.dense.lock().expect("no panic while searching");
-        if cfg.nprobe.is_some() || cfg.ef_search.is_some() {
-            self.set_search_parameters(&index, cfg)?;
+        if cfg.nprobe.is_some() || cfg.ef_search.is_some() || !index.device().is_cpu() {
+            self.set_search_parameters(&mut index, cfg)?;
         }
         loop {
-            let res = index.search(&q, ask).map_err(|e| anyhow::anyhow!("faiss: {e}"))?;
+            let res = index.search(&q, ask)?;
             let hits: Vec<(String, f32)> = res
                 .labels
                 .iter()

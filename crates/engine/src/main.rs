@@ -68,6 +68,14 @@ struct Args {
     /// faiss efSearch (HNSW indexes).
     #[arg(long)]
     ef_search: Option<usize>,
+    /// Device of the query embedder and the reranker: cpu, or cuda[:N] in a `--features cuda`
+    /// build.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Where faiss searches: cpu, or cuda[:N] in a `--features faiss-gpu` build (the index is
+    /// copied to the GPU when opened).
+    #[arg(long, default_value = "cpu")]
+    faiss_device: gauge_index::FaissDevice,
     /// Rerank with this cross-encoder (folder or hub id in the local cache), or with this
     /// bi-encoder when `--rerank-kind maxsim` (default there: the index's model).
     #[arg(long)]
@@ -173,13 +181,13 @@ fn run(args: Args) -> Result<()> {
             passage_prefix: built["passage_prefix"].as_str().map(str::to_string),
             ..EmbedConfig::default()
         };
-        Some(load_embedder(&config, &Runtime::default())?)
+        Some(load_embedder(&config, &Runtime { device: args.device.clone(), ..Runtime::default() })?)
     } else {
         None
     };
-    let mut engine = Engine::open(&args.index, embedder)?;
+    let mut engine = Engine::open(&args.index, embedder)?.on_faiss_device(args.faiss_device, &cfg)?;
     if let Some(rc) = &rerank {
-        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, "cpu")?);
+        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &args.device)?);
     }
     let result = engine.search(&args.question, &cfg)?;
     if args.json {

@@ -5,6 +5,7 @@
 //! `bm25/` (tantivy), `chunks.parquet` (a copy of the chunk table, in faiss row order: source,
 //! pages, section, neighbours, text) and `manifest.json` (with the embedder's settings, so a
 //! query embedder of another model or dimension is refused).
+pub mod dense;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
 use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
 
+pub use dense::{DenseIndex, FaissDevice};
 pub use tokenizer::{IdentifierTokenizer, IDENTIFIER_TOKENIZER};
 
 /// Stage name.
@@ -31,11 +33,16 @@ pub struct IndexConfig {
     pub faiss: String,
     /// English stemming in the BM25 index.
     pub stemming: bool,
+    /// Where faiss trains and fills the index (`cpu`, `cuda[:N]` with the `faiss-gpu`
+    /// feature). The written index is the CPU form either way. Left out of the manifest (and
+    /// so of the fingerprint) when `cpu`, so CPU artifacts keep their address.
+    #[serde(skip_serializing_if = "FaissDevice::is_cpu")]
+    pub device: FaissDevice,
 }
 
 impl Default for IndexConfig {
     fn default() -> Self {
-        IndexConfig { faiss: "Flat".into(), stemming: false }
+        IndexConfig { faiss: "Flat".into(), stemming: false, device: FaissDevice::Cpu }
     }
 }
 
@@ -105,16 +112,10 @@ fn faiss_err(e: faiss::error::Error) -> anyhow::Error {
     anyhow::anyhow!("faiss: {e}")
 }
 
-/// Builds the dense index: factory string, training when the type needs it, then all vectors.
+/// Builds the dense index on the CPU: factory string, training when the type needs it, then
+/// all vectors (see [`dense::build`] for other devices).
 pub fn build_faiss(vectors: &[f32], dim: usize, description: &str) -> anyhow::Result<faiss::index::IndexImpl> {
-    use faiss::Index;
-    let mut index = faiss::index_factory(dim as u32, description, faiss::MetricType::InnerProduct)
-        .map_err(|e| anyhow::anyhow!("faiss index type `{description}`: {e} (try Flat, HNSW32, IVF64,Flat, IVF64,PQ16)"))?;
-    if !index.is_trained() {
-        index.train(vectors).map_err(|e| anyhow::anyhow!("training `{description}` on {} vectors failed: {e}", vectors.len() / dim.max(1)))?;
-    }
-    index.add(vectors).map_err(faiss_err)?;
-    Ok(index)
+    dense::build(vectors, dim, description, FaissDevice::Cpu)
 }
 
 /// Runs the stage: `chunks_arg` and `embeddings_arg` are artifact directories (or their files).
@@ -155,7 +156,7 @@ pub fn run(chunks_arg: &Path, embeddings_arg: &Path, config: &IndexConfig, store
     run.set_input_rows("embeddings.parquet", emb.ids.len() as u64);
 
     let t = std::time::Instant::now();
-    let dense = build_faiss(&emb.vectors, emb.dim, &config.faiss)?;
+    let dense = dense::build(&emb.vectors, emb.dim, &config.faiss, config.device)?;
     faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(faiss_err)?;
     run.set_stat("faiss_build_seconds", t.elapsed().as_secs_f64());
     run.add_output("dense.faiss", Some(chunks.len() as u64))?;

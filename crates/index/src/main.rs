@@ -24,6 +24,10 @@ struct Args {
     /// English stemming in the BM25 index.
     #[arg(long)]
     stemming: bool,
+    /// Where faiss trains and fills the index: cpu, or cuda[:N] in a `--features faiss-gpu`
+    /// build. The index written is the CPU form either way.
+    #[arg(long)]
+    faiss_device: Option<gauge_index::FaissDevice>,
     /// JSON config file (IndexConfig); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -46,7 +50,10 @@ fn run(args: Args) -> Result<()> {
         config.faiss = f;
     }
     config.stemming |= args.stemming;
+    if let Some(d) = args.faiss_device {
+        config.device = d;
+    }
     let out = gauge_index::run(&args.chunks, &args.embeddings, &config, &ArtifactStore::new(&args.artifacts), args.force)?;
-    gauge_core::report_outcome("index", &out.dir, out.cache_hit, || format!("{} chunks indexed ({} + BM25)", out.chunks, config.faiss));
+    gauge_core::report_outcome("index", &out.dir, out.cache_hit, || format!("{} chunks indexed ({} on {} + BM25)", out.chunks, config.faiss, config.device));
     Ok(())
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds gauge's GPU binaries (Burn CUDA: `--features cuda`; faiss on the GPU: `faiss-gpu`)
+# into dist/gpu/bin (stripped), and packs the GPU check's bundle, dist/gpu-check.tar.xz
+# (the gpu_check binary, the shared libraries it needs that a CUDA machine may lack,
+# tokenizer files, the fixture texts), small enough to carry to a GPU machine.
+#
+# CUDA: CUDA_PATH when set (a CUDA 13 installation; CUDACXX defaults to $CUDA_PATH/bin/nvcc),
+# else the wheels of `just cuda-toolkit`. CUDAARCHS (default 90, Hopper) picks the GPU
+# architectures faiss is compiled for, e.g. "80;86;89;90". The faiss GPU build is the long
+# part: about 45 CPU-minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gauge-target}"
+if [ -z "${CUDA_PATH:-}" ]; then
+  CUDA_PATH=$(scripts/cuda-toolkit.sh | tail -n1)
+fi
+export CUDA_PATH
+export CUDACXX="${CUDACXX:-$CUDA_PATH/bin/nvcc}"
+export CUDAARCHS="${CUDAARCHS:-90}"
+# cudarc (under burn-cuda) picks its CUDA bindings from this instead of probing nvcc.
+export CUDARC_CUDA_VERSION="${CUDARC_CUDA_VERSION:-13000}"
+export PATH="$CUDA_PATH/bin:$PATH"
+[ -x "$CUDACXX" ] || { echo "build-gpu: no nvcc at $CUDACXX; set CUDA_PATH to a CUDA 13 installation or run \`just cuda-toolkit\`" >&2; exit 1; }
+features="gauge-embed/cuda,gauge-rerank/cuda,gauge-engine/cuda,gauge-index/faiss-gpu,gauge-engine/faiss-gpu"
+started=$(date +%s)
+echo "build-gpu: CUDA_PATH=$CUDA_PATH CUDAARCHS=$CUDAARCHS ($("$CUDACXX" --version | tail -n1))" >&2
+cargo build --release -p gauge-embed -p gauge-index -p gauge-engine --bins --features "$features"
+cargo build --release -p gauge-engine --example gpu_check --features "$features"
+elapsed=$(( $(date +%s) - started ))
+
+rel=$CARGO_TARGET_DIR/release
+rm -rf dist/gpu.partial dist/gpu-check.partial
+mkdir -p dist/gpu.partial/bin dist/gpu-check.partial/bin dist/gpu-check.partial/lib dist/gpu-check.partial/assets
+for b in embed index query; do strip -o "dist/gpu.partial/bin/$b" "$rel/$b"; done
+strip -o dist/gpu-check.partial/bin/gpu_check "$rel/examples/gpu_check"
+# Libraries a CUDA machine may not have (BLAS/LAPACK for faiss's CPU side, OpenMP, Fortran
+# runtime): everything the binary links that is neither glibc nor CUDA.
+ldd "$rel/examples/gpu_check" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+  case "$name" in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcudart.so*|libcublas*.so*|libcuda.so*|libnvrtc*.so*) ;;
+    *) cp -L "$path" "dist/gpu-check.partial/lib/$name" ;;
+  esac
+done
+for f in tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
+  cp "models/all-MiniLM-L6-v2/$f" dist/gpu-check.partial/assets/
+done
+python3 scripts/gpu_check.py texts ../shared/fixtures/minilm-reference.jsonl dist/gpu-check.partial/fixture-texts.jsonl
+rm -rf dist/gpu dist/gpu-check && mv dist/gpu.partial dist/gpu && mv dist/gpu-check.partial dist/gpu-check
+tar -C dist -cJf dist/gpu-check.tar.xz.partial gpu-check && mv dist/gpu-check.tar.xz.partial dist/gpu-check.tar.xz
+{
+  echo "build-gpu: cargo build took ${elapsed} s on $(nproc) cores"
+  echo "build-gpu: dist/gpu/bin (stripped):"; ls -l dist/gpu/bin | awk 'NR>1 {printf "  %-8s %6.1f MiB\n", $9, $5/1048576}'
+  echo "build-gpu: gpu_check $(du -m dist/gpu-check/bin/gpu_check | cut -f1) MiB, bundled libraries: $(ls dist/gpu-check/lib | tr '\n' ' ')"
+  echo "build-gpu: dist/gpu-check.tar.xz $(du -m dist/gpu-check.tar.xz | cut -f1) MiB (carry it to the GPU machine; scripts/gpu-check.sh unpacks it)"
+  echo "build-gpu: run time needs libcudart.so.13, libcublas.so.13 (CUDA 13) and libnvrtc for the Burn kernels; driver >= 580"
+} | tee dist/build-gpu.txt >&2

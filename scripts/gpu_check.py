@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""The Python half of scripts/gpu-check.sh: random-weight models of a real shape, reference
+vectors, vector comparison, sentence-transformers throughput, and the report.
+
+Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-transformers.
+
+  gpu_check.py passages N OUT_JSONL             synthetic passages of ~250 word pieces (seeded)
+  gpu_check.py texts FIXTURE_JSONL OUT_JSONL    the fixture's texts
+  gpu_check.py make-model OUT_DIR ASSETS_DIR BACKEND
+        BERT of all-MiniLM-L6-v2's shape (6 layers, 384 hidden, 12 heads, 1536 FFN), seeded
+        random weights, saved as a Hugging Face / sentence-transformers folder (tokenizer and
+        pooling files from ASSETS_DIR). BACKEND: transformers (torch) or numpy (no torch).
+  gpu_check.py reference MODEL_DIR TEXTS_JSONL OUT_F32 BACKEND
+        sentence embeddings (mean pooling, L2) by numpy (a float64 BERT forward written here),
+        torch-cpu or torch-cuda (sentence-transformers, fp32).
+  gpu_check.py compare A_F32 B_F32 DIM          cosine per row (raw and centred), as JSON
+  gpu_check.py fixture-vectors FIXTURE_JSONL OUT_F32   the fixture's PyTorch vectors
+  gpu_check.py st-throughput MODEL_DIR TEXTS_JSONL DTYPE   sentence-transformers on CUDA
+"""
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+SHAPE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+             intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2,
+             layer_norm_eps=1e-12, pad_token_id=0)
+# Larger than BERT's 0.02 so that different texts give clearly different vectors and a
+# wrong kernel cannot hide behind near-identical outputs.
+INIT_STD = 0.1
+SEED = 1234
+
+WORDS = ("track signal crossing inspection hazardous materials tank car placard railroad "
+         "locomotive brake switch derailment employee bridge worker protection watchman flagman "
+         "roadway maintenance defect gauge rail tie fastener ballast curve speed restriction "
+         "section part subpart appendix compliance manual enforcement violation penalty "
+         "carrier shipper packaging label marking emergency response notification incident "
+         "report federal administration regulation requirement procedure training qualified "
+         "person authority movement block interlocking wayside device circuit battery").split()
+
+
+def passages(n, out):
+    rng = np.random.default_rng(SEED)
+    with open(out, "w") as f:
+        for i in range(n):
+            words = rng.choice(WORDS, size=int(rng.integers(150, 200)))
+            number = f"§ {int(rng.integers(100, 300))}.{int(rng.integers(1, 999))}"
+            f.write(json.dumps({"text": f"{number} " + " ".join(words) + "."}) + "\n")
+
+
+def texts(fixture, out):
+    with open(fixture) as src, open(out, "w") as dst:
+        for line in src:
+            dst.write(json.dumps({"text": json.loads(line)["text"]}) + "\n")
+
+
+def read_texts(path):
+    with open(path) as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+def bert_names(cfg):
+    h, i = cfg["hidden_size"], cfg["intermediate_size"]
+    shapes = {
+        "embeddings.word_embeddings.weight": (cfg["vocab_size"], h),
+        "embeddings.position_embeddings.weight": (cfg["max_position_embeddings"], h),
+        "embeddings.token_type_embeddings.weight": (cfg["type_vocab_size"], h),
+        "embeddings.LayerNorm.weight": (h,), "embeddings.LayerNorm.bias": (h,),
+    }
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{l}"
+        for n in ("query", "key", "value"):
+            shapes[f"{p}.attention.self.{n}.weight"] = (h, h)
+            shapes[f"{p}.attention.self.{n}.bias"] = (h,)
+        shapes[f"{p}.attention.output.dense.weight"] = (h, h)
+        shapes[f"{p}.attention.output.dense.bias"] = (h,)
+        shapes[f"{p}.attention.output.LayerNorm.weight"] = (h,)
+        shapes[f"{p}.attention.output.LayerNorm.bias"] = (h,)
+        shapes[f"{p}.intermediate.dense.weight"] = (i, h)
+        shapes[f"{p}.intermediate.dense.bias"] = (i,)
+        shapes[f"{p}.output.dense.weight"] = (h, i)
+        shapes[f"{p}.output.dense.bias"] = (h,)
+        shapes[f"{p}.output.LayerNorm.weight"] = (h,)
+        shapes[f"{p}.output.LayerNorm.bias"] = (h,)
+    return shapes
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name in sorted(tensors):
+        data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    meta = json.dumps(header, separators=(",", ":")).encode()
+    meta += b" " * ((8 - len(meta) % 8) % 8)
+    tmp = path + ".partial"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(meta)))
+        f.write(meta)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", f"{name}: {t['dtype']} (the numpy reference reads F32)"
+        a, b = t["data_offsets"]
+        out[name.removeprefix("bert.")] = np.frombuffer(body[a:b], dtype="<f4").reshape(t["shape"]).astype(np.float64)
+    return out
+
+
+def copy_assets(assets, out):
+    import shutil
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                 "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
+        if os.path.exists(os.path.join(assets, name)):
+            shutil.copy(os.path.join(assets, name), os.path.join(out, name))
+    os.makedirs(os.path.join(out, "1_Pooling"), exist_ok=True)
+    with open(os.path.join(out, "1_Pooling", "config.json"), "w") as f:
+        json.dump({"word_embedding_dimension": SHAPE["hidden_size"], "pooling_mode_mean_tokens": True}, f)
+    with open(os.path.join(out, "modules.json"), "w") as f:
+        json.dump([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                   {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}], f)
+    os.makedirs(os.path.join(out, "2_Normalize"), exist_ok=True)
+    with open(os.path.join(out, "sentence_bert_config.json"), "w") as f:
+        json.dump({"max_seq_length": 256, "do_lower_case": False}, f)
+
+
+def make_model(out, assets, backend):
+    os.makedirs(out, exist_ok=True)
+    if backend == "transformers":
+        import torch
+        from transformers import BertConfig, BertModel
+        torch.manual_seed(SEED)
+        cfg = BertConfig(**SHAPE, initializer_range=INIT_STD)
+        model = BertModel(cfg, add_pooling_layer=False)
+        with torch.no_grad():  # LayerNorms start at 1/0 in transformers: perturb them too
+            for name, p in model.named_parameters():
+                if "LayerNorm" in name:
+                    p.add_(torch.randn_like(p) * INIT_STD)
+        model.save_pretrained(out, safe_serialization=True)
+    elif backend == "numpy":
+        rng = np.random.default_rng(SEED)
+        tensors = {}
+        for name, shape in bert_names(SHAPE).items():
+            base = 1.0 if name.endswith("LayerNorm.weight") else 0.0
+            tensors[name] = base + rng.normal(0.0, INIT_STD, size=shape)
+        write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump({"architectures": ["BertModel"], "model_type": "bert", "hidden_act": "gelu",
+                       "initializer_range": INIT_STD, **SHAPE}, f, indent=1)
+    else:
+        sys.exit(f"make-model: unknown backend {backend} (transformers, numpy)")
+    copy_assets(assets, out)
+
+
+def numpy_reference(model_dir, texts_):
+    from tokenizers import Tokenizer
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    w = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    tok.enable_truncation(256)
+    tok.no_padding()
+    h, heads, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    hd = h // heads
+
+    def ln(x, p):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * w[p + ".weight"] + w[p + ".bias"]
+
+    def dense(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    def erf(z):  # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), vectorised
+        t = 1.0 / (1.0 + 0.3275911 * np.abs(z))
+        y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * np.exp(-z * z)
+        return np.sign(z) * y
+
+    out = []
+    for text in texts_:
+        ids = np.array(tok.encode(text).ids)
+        n = len(ids)
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n] + w["embeddings.token_type_embeddings.weight"][0]
+        x = ln(x, "embeddings.LayerNorm")
+        for l in range(cfg["num_hidden_layers"]):
+            p = f"encoder.layer.{l}"
+            q, k, v = (dense(x, f"{p}.attention.self.{m}").reshape(n, heads, hd).transpose(1, 0, 2) for m in ("query", "key", "value"))
+            s = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            ctx = (s @ v).transpose(1, 0, 2).reshape(n, h)
+            x = ln(dense(ctx, f"{p}.attention.output.dense") + x, f"{p}.attention.output.LayerNorm")
+            f = dense(x, f"{p}.intermediate.dense")
+            f = 0.5 * f * (1.0 + erf(f / math.sqrt(2.0)))
+            x = ln(dense(f, f"{p}.output.dense") + x, f"{p}.output.LayerNorm")
+        m = x.mean(0)
+        out.append(m / max(np.linalg.norm(m), 1e-12))
+    return np.array(out, dtype=np.float32)
+
+
+def st_model(model_dir, device, dtype="fp32"):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(model_dir, device=device)
+    model.max_seq_length = 256
+    if dtype == "fp16":
+        model = model.half()
+    elif dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    return model
+
+
+def reference(model_dir, texts_path, out, backend):
+    t = read_texts(texts_path)
+    if backend == "numpy":
+        v = numpy_reference(model_dir, t)
+    elif backend in ("torch-cpu", "torch-cuda"):
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 reference: no TF32 shortcuts
+        torch.backends.cudnn.allow_tf32 = False
+        model = st_model(model_dir, "cuda" if backend == "torch-cuda" else "cpu")
+        v = model.encode(t, batch_size=64, convert_to_numpy=True, normalize_embeddings=True).astype(np.float32)
+    else:
+        sys.exit(f"reference: unknown backend {backend} (numpy, torch-cpu, torch-cuda)")
+    v.astype("<f4").tofile(out)
+
+
+def fixture_vectors(fixture, out):
+    with open(fixture) as f:
+        v = np.array([json.loads(line)["sentence_embedding"] for line in f], dtype="<f4")
+    v.tofile(out)
+
+
+def compare(a_path, b_path, dim):
+    a = np.fromfile(a_path, dtype="<f4").reshape(-1, dim).astype(np.float64)
+    b = np.fromfile(b_path, dtype="<f4").reshape(-1, dim).astype(np.float64)
+    assert a.shape == b.shape, f"{a_path} has {a.shape[0]} rows, {b_path} {b.shape[0]}"
+
+    def cos(x, y):
+        return (x * y).sum(1) / np.maximum(np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1), 1e-300)
+
+    raw = cos(a, b)
+    # Centred: minus the mean vector of the reference, so a shared offset cannot carry the score.
+    mean = b.mean(0)
+    centred = cos(a - mean, b - mean) if len(a) > 1 else raw
+    print(json.dumps({"rows": int(len(a)), "min_cosine": float(raw.min()), "mean_cosine": float(raw.mean()),
+                      "min_centred_cosine": float(centred.min()), "max_abs_diff": float(np.abs(a - b).max())}))
+
+
+def st_throughput(model_dir, texts_path, dtype):
+    import torch
+    t = read_texts(texts_path)
+    model = st_model(model_dir, "cuda", dtype)
+    model.encode(t[:512], batch_size=128)
+    torch.cuda.synchronize()
+    tokens = sum(len(e) for e in model.tokenizer(t, truncation=True, max_length=256)["input_ids"])
+    start = time.perf_counter()
+    model.encode(t, batch_size=128, convert_to_numpy=True)
+    torch.cuda.synchronize()
+    s = time.perf_counter() - start
+    print(json.dumps({"dtype": dtype, "texts": len(t), "tokens": tokens, "seconds": s, "tokens_per_second": tokens / s,
+                      "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}))
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    if cmd == "passages":
+        passages(int(args[0]), args[1])
+    elif cmd == "texts":
+        texts(args[0], args[1])
+    elif cmd == "make-model":
+        make_model(*args)
+    elif cmd == "reference":
+        reference(*args)
+    elif cmd == "fixture-vectors":
+        fixture_vectors(*args)
+    elif cmd == "compare":
+        compare(args[0], args[1], int(args[2]))
+    elif cmd == "st-throughput":
+        st_throughput(*args)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
