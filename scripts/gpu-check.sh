@@ -13,7 +13,7 @@
 #     fixture texts and 2,000 synthetic passages; each pair must reach cosine >= 0.9999;
 #   - throughput: gauge CUDA on 20,000 synthetic passages of ~250 word pieces vs
 #     sentence-transformers fp32, fp16 and bf16 on the same GPU, as ratios;
-#   - faiss: Flat and IVF-PQ on 1M random 384-d vectors, build and search time on the GPU vs
+#   - faiss: Flat and IVF-PQ on 1M random 384-d vectors (around random centres), build and search time on the GPU vs
 #     the CPU, recall@10 against exact search.
 # With --cpu-only (no GPU: this is what runs here and in tests) it does the CPU half: gauge
 # CPU vs the PyTorch fixture vectors of the real all-MiniLM-L6-v2 (when `just models` has run),
@@ -92,7 +92,7 @@ fixture=../shared/fixtures/minilm-reference.jsonl
 if [ -f "$bundle/fixture-texts.jsonl" ]; then cp "$bundle/fixture-texts.jsonl" "$work/fixture.jsonl"
 elif [ -f "$fixture" ]; then pyc texts "$fixture" "$work/fixture.jsonl"
 else echo "gpu-check: no fixture texts (../shared/fixtures or the bundle)" >&2; exit 2; fi
-if [ $cpu_only -eq 1 ]; then n_passages=500; n_parity=64; n_faiss=100000; n_queries=200
+if [ $cpu_only -eq 1 ]; then n_passages=500; n_parity=64; n_faiss=20000; n_queries=200
 else n_passages=20000; n_parity=2000; n_faiss=1000000; n_queries=1000; fi
 pyc passages "$n_passages" "$work/passages.jsonl"
 head -n "$n_parity" "$work/passages.jsonl" > "$work/parity.jsonl"
@@ -150,7 +150,7 @@ fi
 devices=cpu; [ $cpu_only -eq 0 ] && devices=cpu,cuda
 log "faiss: Flat and IVF-PQ on $n_faiss × 384 on $devices"
 "$bin" faiss "$n_faiss" 384 "$n_queries" "$devices" "$work/faiss.json" 2>> "$out/gpu_check.log"
-record "faiss" "$(cat "$work/faiss.json")"
+record "faiss" "$("$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$work/faiss.json")"
 
 # --- report ----------------------------------------------------------------------------------
 "$py" - "$results" "$out" "$cpu_only" "$bin" "$(( $(date +%s) - started ))" <<'PY'
