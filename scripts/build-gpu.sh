@@ -29,28 +29,14 @@ cargo build --release -p gauge-engine --example gpu_check --features "$features"
 elapsed=$(( $(date +%s) - started ))
 
 rel=$CARGO_TARGET_DIR/release
-rm -rf dist/gpu.partial dist/gpu-check.partial
-mkdir -p dist/gpu.partial/bin dist/gpu-check.partial/bin dist/gpu-check.partial/lib dist/gpu-check.partial/assets
+rm -rf dist/gpu.partial
+mkdir -p dist/gpu.partial/bin
 for b in embed index query; do strip -o "dist/gpu.partial/bin/$b" "$rel/$b"; done
-strip -o dist/gpu-check.partial/bin/gpu_check "$rel/examples/gpu_check"
-# Libraries a CUDA machine may not have (BLAS/LAPACK for faiss's CPU side, OpenMP, Fortran
-# runtime): everything the binary links that is neither glibc nor CUDA.
-ldd "$rel/examples/gpu_check" | awk '/=> \// {print $1, $3}' | while read -r name path; do
-  case "$name" in
-    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcudart.so*|libcublas*.so*|libcuda.so*|libnvrtc*.so*) ;;
-    *) cp -L "$path" "dist/gpu-check.partial/lib/$name" ;;
-  esac
-done
-for f in tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
-  cp "models/all-MiniLM-L6-v2/$f" dist/gpu-check.partial/assets/
-done
-python3 scripts/gpu_check.py texts ../shared/fixtures/minilm-reference.jsonl dist/gpu-check.partial/fixture-texts.jsonl
-rm -rf dist/gpu dist/gpu-check && mv dist/gpu.partial dist/gpu && mv dist/gpu-check.partial dist/gpu-check
-tar -C dist -cJf dist/gpu-check.tar.xz.partial gpu-check && mv dist/gpu-check.tar.xz.partial dist/gpu-check.tar.xz
+rm -rf dist/gpu && mv dist/gpu.partial dist/gpu
+scripts/pack-gpu-check.sh "$rel/examples/gpu_check"
 {
   echo "build-gpu: cargo build took ${elapsed} s on $(nproc) cores"
   echo "build-gpu: dist/gpu/bin (stripped):"; ls -l dist/gpu/bin | awk 'NR>1 {printf "  %-8s %6.1f MiB\n", $9, $5/1048576}'
-  echo "build-gpu: gpu_check $(du -m dist/gpu-check/bin/gpu_check | cut -f1) MiB, bundled libraries: $(ls dist/gpu-check/lib | tr '\n' ' ')"
-  echo "build-gpu: dist/gpu-check.tar.xz $(du -m dist/gpu-check.tar.xz | cut -f1) MiB (carry it to the GPU machine; scripts/gpu-check.sh unpacks it)"
+  cat dist/gpu-check.txt
   echo "build-gpu: run time needs libcudart.so.13, libcublas.so.13 (CUDA 13) and libnvrtc for the Burn kernels; driver >= 580"
 } | tee dist/build-gpu.txt >&2

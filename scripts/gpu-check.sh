@@ -60,7 +60,18 @@ fi
 if [ $cpu_only -eq 0 ]; then
   # CUDA 13's cudart/cuBLAS (faiss GPU) and NVRTC (Burn's CUDA kernels) from the machine's toolkit.
   for d in "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-13.0; do
-    [ -n "$d" ] && [ -d "$d/lib64" ] && export LD_LIBRARY_PATH="$d/lib64:$LD_LIBRARY_PATH" && break
+    [ -n "$d" ] && [ -d "$d/lib64" ] && export LD_LIBRARY_PATH="$d/lib64:${LD_LIBRARY_PATH:-}" && break
+  done
+  # Else the CUDA 13 libraries PyTorch's wheels brought (site-packages/nvidia/...).
+  for lib in libcudart.so.13 libcublas.so.13 libnvrtc.so.13; do
+    have=0
+    ldconfig -p 2>/dev/null | grep -q "$lib" && have=1
+    IFS=: read -ra dirs <<< "${LD_LIBRARY_PATH:-}"
+    for d in "${dirs[@]}"; do [ -n "$d" ] && [ -e "$d/$lib" ] && have=1; done
+    if [ $have -eq 0 ]; then
+      found=$(find /usr/local /usr/lib $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) -name "$lib" 2>/dev/null | head -n1 || true)
+      [ -n "$found" ] && export LD_LIBRARY_PATH="$(dirname "$found"):${LD_LIBRARY_PATH:-}"
+    fi
   done
   nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
 fi

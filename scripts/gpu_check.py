@@ -24,7 +24,10 @@ import struct
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # `texts` (used when packing the bundle) needs no numpy
+    np = None
 
 SHAPE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
              intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2,
