@@ -38,8 +38,6 @@ for lib in cudart cublas cublasLt curand; do
     ln -s "$(basename "$versioned")" "$root/lib/lib$lib.so"
   fi
 done
-# nvcc finds NVVM (cicc, libdevice) relative to itself.
-if [ ! -e "$root/nvvm" ] && [ -d "$site/nvidia/cu13/nvvm" ]; then :; fi
 "$root/bin/nvcc" --version | tail -n1 >&2
 echo "$root" > "$venv/.gauge-cuda-root"
 echo "${pins[*]}" > "$stamp"

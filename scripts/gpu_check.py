@@ -76,19 +76,14 @@ def bert_names(cfg):
     }
     for l in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{l}"
-        for n in ("query", "key", "value"):
-            shapes[f"{p}.attention.self.{n}.weight"] = (h, h)
-            shapes[f"{p}.attention.self.{n}.bias"] = (h,)
-        shapes[f"{p}.attention.output.dense.weight"] = (h, h)
-        shapes[f"{p}.attention.output.dense.bias"] = (h,)
-        shapes[f"{p}.attention.output.LayerNorm.weight"] = (h,)
-        shapes[f"{p}.attention.output.LayerNorm.bias"] = (h,)
-        shapes[f"{p}.intermediate.dense.weight"] = (i, h)
-        shapes[f"{p}.intermediate.dense.bias"] = (i,)
-        shapes[f"{p}.output.dense.weight"] = (h, i)
-        shapes[f"{p}.output.dense.bias"] = (h,)
-        shapes[f"{p}.output.LayerNorm.weight"] = (h,)
-        shapes[f"{p}.output.LayerNorm.bias"] = (h,)
+        dense = {f"attention.self.{n}": (h, h) for n in ("query", "key", "value")}
+        dense.update({"attention.output.dense": (h, h), "intermediate.dense": (i, h), "output.dense": (h, i)})
+        for name, (d_out, d_in) in dense.items():
+            shapes[f"{p}.{name}.weight"] = (d_out, d_in)
+            shapes[f"{p}.{name}.bias"] = (d_out,)
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}.{norm}.weight"] = (h,)
+            shapes[f"{p}.{norm}.bias"] = (h,)
     return shapes
 
 

@@ -65,7 +65,8 @@ impl From<FaissDevice> for String {
     }
 }
 
-fn faiss_err(e: faiss::error::Error) -> anyhow::Error {
+/// A faiss error as a one-line `anyhow` error.
+pub(crate) fn faiss_err(e: faiss::error::Error) -> anyhow::Error {
     anyhow::anyhow!("faiss: {e}")
 }
 
@@ -94,14 +95,6 @@ impl fmt::Debug for DenseIndex {
 }
 
 impl DenseIndex {
-    /// Places a CPU index on `device` (a GPU copy for `cuda`).
-    pub fn place(index: IndexImpl, device: FaissDevice) -> anyhow::Result<DenseIndex> {
-        match device {
-            FaissDevice::Cpu => Ok(DenseIndex::Cpu(index)),
-            FaissDevice::Cuda(n) => gpu::to_gpu(index, n),
-        }
-    }
-
     /// A copy of a CPU index on a CUDA device (the CPU index stays as it is).
     pub fn copy_to(index: &IndexImpl, device: FaissDevice) -> anyhow::Result<DenseIndex> {
         match device {
@@ -168,7 +161,7 @@ pub fn build(vectors: &[f32], dim: usize, description: &str, device: FaissDevice
             Ok(index)
         }
         FaissDevice::Cuda(n) => {
-            let mut placed = gpu::to_gpu(index, n).map_err(|e| anyhow::anyhow!("faiss index type `{description}` on cuda:{n}: {e} (GPU faiss has Flat, IVF*,Flat, IVF*,PQ* and IVF*,SQ*; HNSW is CPU-only)"))?;
+            let mut placed = gpu::copy_to_gpu(&index, n).map_err(|e| anyhow::anyhow!("faiss index type `{description}` on cuda:{n}: {e} (GPU faiss has Flat, IVF*,Flat, IVF*,PQ* and IVF*,SQ*; HNSW is CPU-only)"))?;
             gpu::train_add(&mut placed, vectors, description, rows)?;
             placed.into_cpu()
         }
@@ -200,11 +193,6 @@ mod gpu {
         Ok(r)
     }
 
-    pub(super) fn to_gpu(index: IndexImpl, device: u32) -> anyhow::Result<DenseIndex> {
-        let res = resources(device)?;
-        Ok(DenseIndex::Gpu { index: index.into_gpu(res, device as i32).map_err(faiss_err)?, device })
-    }
-
     pub(super) fn copy_to_gpu(index: &IndexImpl, device: u32) -> anyhow::Result<DenseIndex> {
         let res = resources(device)?;
         Ok(DenseIndex::Gpu { index: index.to_gpu(res, device as i32).map_err(faiss_err)?, device })
@@ -225,10 +213,6 @@ mod gpu {
 
     fn unavailable(device: u32) -> anyhow::Error {
         anyhow::anyhow!("faiss device cuda:{device} needs a build with `--features faiss-gpu` (`just build-gpu`); this build has CPU faiss only (use --faiss-device cpu)")
-    }
-
-    pub(super) fn to_gpu(_index: IndexImpl, device: u32) -> anyhow::Result<DenseIndex> {
-        Err(unavailable(device))
     }
 
     pub(super) fn copy_to_gpu(_index: &IndexImpl, device: u32) -> anyhow::Result<DenseIndex> {
@@ -260,7 +244,7 @@ mod tests {
     fn cpu_build_searches_exactly() {
         let dim = 8;
         let vectors: Vec<f32> = (0..64 * dim).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
-        let mut index = DenseIndex::place(build(&vectors, dim, "Flat", FaissDevice::Cpu).unwrap(), FaissDevice::Cpu).unwrap();
+        let mut index = DenseIndex::Cpu(build(&vectors, dim, "Flat", FaissDevice::Cpu).unwrap());
         assert_eq!(index.ntotal(), 64);
         let res = index.search(&vectors[5 * dim..6 * dim], 1).unwrap();
         let best = res.distances[0];

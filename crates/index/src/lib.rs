@@ -108,10 +108,6 @@ pub struct IndexOutput {
     pub chunks: usize,
 }
 
-fn faiss_err(e: faiss::error::Error) -> anyhow::Error {
-    anyhow::anyhow!("faiss: {e}")
-}
-
 /// Builds the dense index on the CPU: factory string, training when the type needs it, then
 /// all vectors (see [`dense::build`] for other devices).
 pub fn build_faiss(vectors: &[f32], dim: usize, description: &str) -> anyhow::Result<faiss::index::IndexImpl> {
@@ -157,7 +153,7 @@ pub fn run(chunks_arg: &Path, embeddings_arg: &Path, config: &IndexConfig, store
 
     let t = std::time::Instant::now();
     let dense = dense::build(&emb.vectors, emb.dim, &config.faiss, config.device)?;
-    faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(faiss_err)?;
+    faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(dense::faiss_err)?;
     run.set_stat("faiss_build_seconds", t.elapsed().as_secs_f64());
     run.add_output("dense.faiss", Some(chunks.len() as u64))?;
 
