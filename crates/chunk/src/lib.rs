@@ -3,6 +3,7 @@
 //! Pages of a document are joined into one document text (pages separated by a blank
 //! line, [`gauge_core::schema::PAGE_SEPARATOR`]); chunks are slices of it, so each carries
 //! exact character offsets and the pages it spans, whatever the strategy.
+pub mod cli;
 pub mod headings;
 pub mod recursive;
 pub mod tokens;
@@ -10,9 +11,8 @@ pub mod tokens;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use gauge_core::artifact::{artifact_dir, StageSpec};
 use gauge_core::schema::{read_pages, write_chunks, ChunkRecord, PageRecord, PAGE_SEPARATOR};
-use gauge_core::{hash, ArtifactStore, FileEntry, StageOutcome};
+use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
 use serde::{Deserialize, Serialize};
 
 pub use recursive::RecursiveSplitter;
@@ -71,6 +71,10 @@ pub struct ChunkConfig {
     pub filters: FilterConfig,
     /// Add an `embed_text` column: `title › section`, a blank line, then the text.
     pub contextual_header: bool,
+    /// The tokenizer `tokens` counts with: a `tokenizer.json`, a model folder holding one, or
+    /// a model id found like any model (usually the embedding model's). Only `tokens` reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
 }
 
 impl Default for ChunkConfig {
@@ -82,6 +86,7 @@ impl Default for ChunkConfig {
             separators: recursive::DEFAULT_SEPARATORS.iter().map(|s| s.to_string()).collect(),
             filters: FilterConfig::default(),
             contextual_header: false,
+            tokenizer: None,
         }
     }
 }
@@ -107,15 +112,15 @@ pub enum ChunkError {
 
 impl ChunkConfig {
     /// Checks sizes and strategy requirements.
-    pub fn validate(&self, tokenizer: Option<&Path>) -> Result<(), ChunkError> {
+    pub fn validate(&self) -> Result<(), ChunkError> {
         if self.size == 0 {
             return Err(ChunkError::Config("size must be at least 1".into()));
         }
         if self.overlap >= self.size {
             return Err(ChunkError::Config(format!("overlap ({}) must be smaller than size ({})", self.overlap, self.size)));
         }
-        if self.strategy == Strategy::Tokens && tokenizer.is_none() {
-            return Err(ChunkError::Config("--strategy tokens needs --tokenizer (a tokenizer.json or model folder)".into()));
+        if self.strategy == Strategy::Tokens && self.tokenizer.is_none() {
+            return Err(ChunkError::Config("strategy `tokens` needs `tokenizer` (--tokenizer: a tokenizer.json, a model folder or a model id)".into()));
         }
         Ok(())
     }
@@ -204,17 +209,7 @@ pub fn split_document(doc: &Document<'_>, config: &ChunkConfig, tokenizer: Optio
     ranges.into_iter().map(|(start, end)| Span { start, end, section: section_at(start) }).collect()
 }
 
-/// Whether a chunk is table-of-contents material (dot leaders).
-pub fn is_toc(text: &str) -> bool {
-    let non_space = text.chars().filter(|c| !c.is_whitespace()).count();
-    let dots = text.chars().filter(|&c| c == '.' || c == '…').count();
-    if non_space > 0 && dots * 2 > non_space {
-        return true;
-    }
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let leaders = lines.iter().filter(|l| l.contains("....") || l.contains(". . . .") || l.contains("……")).count();
-    !lines.is_empty() && leaders * 2 > lines.len()
-}
+pub use gauge_core::text::is_toc;
 
 /// Counts of what each step produced or removed (for the manifest).
 #[derive(Debug, Default, Clone, Serialize)]
@@ -332,65 +327,65 @@ pub fn chunk_pages(pages: &[PageRecord], config: &ChunkConfig, tokenizer: Option
     (out, stats)
 }
 
-/// The result of a run.
-pub struct ChunkOutput {
-    /// Artifact directory.
-    pub dir: PathBuf,
-    /// Whether it already existed.
-    pub cache_hit: bool,
-    /// Counts (default on a cache hit).
-    pub stats: ChunkStats,
+/// The tokenizer file a config names: a `tokenizer.json`, a folder holding one, or a model
+/// id resolved like any model.
+pub fn tokenizer_file(spec: &str) -> Result<PathBuf, ChunkError> {
+    let path = Path::new(spec);
+    let dir = if path.is_file() {
+        return Ok(path.to_path_buf());
+    } else if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        gauge_core::models::resolve_model(spec).map_err(|e| ChunkError::Tokenizer { path: path.to_path_buf(), message: e.to_string() })?.dir
+    };
+    Ok(dir.join("tokenizer.json"))
 }
 
-/// Runs the stage on a pages artifact (directory or `pages.parquet`).
-pub fn run(pages_arg: &Path, tokenizer: Option<&Path>, config: &ChunkConfig, store: &ArtifactStore, force: bool) -> Result<ChunkOutput, ChunkError> {
-    config.validate(tokenizer)?;
-    let pages_dir = artifact_dir(pages_arg);
-    let pages_path = pages_dir.join("pages.parquet");
-    if !pages_path.is_file() {
-        return Err(gauge_core::CoreError::Artifact {
-            path: pages_dir.clone(),
-            message: "no pages.parquet here; pass the directory printed by `extract`".into(),
-        }
-        .into());
+/// The `chunk` stage: an extract artifact (`pages.parquet`) → `chunks.parquet`.
+pub struct Chunk;
+
+impl Stage for Chunk {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = ChunkConfig;
+    /// The extract artifact directory (or its `pages.parquet`).
+    type Inputs = PathBuf;
+    type Options = ();
+    type State = (PathBuf, Option<tokens::TokenWindows>);
+    type Summary = ChunkStats;
+
+    fn plan(config: &ChunkConfig, pages: &PathBuf, _: &()) -> anyhow::Result<Plan<Self::State>> {
+        config.validate()?;
+        let (pages_path, entry) = gauge_core::artifact::input_file(pages, "pages.parquet", "extract")?;
+        let mut inputs = vec![entry];
+        let token_windows = match (config.strategy, &config.tokenizer) {
+            (Strategy::Tokens, Some(spec)) => {
+                let file = tokenizer_file(spec)?;
+                let tw = tokens::TokenWindows::from_file(&file)?;
+                inputs.push(FileEntry { path: file.to_string_lossy().to_string(), name: "tokenizer.json".into(), hash: hash::file_hash(&file)?, rows: None });
+                Some(tw)
+            }
+            _ => None,
+        };
+        Ok(Plan::new(inputs, (pages_path, token_windows)))
     }
-    let mut inputs = vec![FileEntry {
-        path: pages_path.to_string_lossy().to_string(),
-        name: "pages.parquet".into(),
-        hash: hash::file_hash(&pages_path)?,
-        rows: None,
-    }];
-    let token_windows = match (config.strategy, tokenizer) {
-        (Strategy::Tokens, Some(path)) => {
-            let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
-            let tw = tokens::TokenWindows::from_file(&file)?;
-            inputs.push(FileEntry {
-                path: file.to_string_lossy().to_string(),
-                name: "tokenizer.json".into(),
-                hash: hash::file_hash(&file)?,
-                rows: None,
-            });
-            Some(tw)
-        }
-        _ => None,
-    };
-    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config, inputs, seed: None };
-    let mut run = match store.begin(spec, force)? {
-        StageOutcome::CacheHit(dir) => return Ok(ChunkOutput { dir, cache_hit: true, stats: ChunkStats::default() }),
-        StageOutcome::Run(run) => run,
-    };
-    let pages = read_pages(&pages_path)?;
-    run.set_input_rows("pages.parquet", pages.len() as u64);
-    let (chunks, stats) = chunk_pages(&pages, config, token_windows.as_ref());
-    let rows = write_chunks(&run.path("chunks.parquet"), &chunks)?;
-    run.add_output("chunks.parquet", Some(rows))?;
-    if let serde_json::Value::Object(map) = serde_json::to_value(&stats).expect("stats serialise") {
-        for (k, v) in map {
-            run.set_stat(&k, v);
-        }
+
+    fn build((pages_path, token_windows): Self::State, run: &mut StageRun, config: &ChunkConfig, _: &PathBuf, _: &()) -> anyhow::Result<ChunkStats> {
+        let pages = read_pages(&pages_path)?;
+        run.set_input_rows("pages.parquet", pages.len() as u64);
+        let (chunks, stats) = chunk_pages(&pages, config, token_windows.as_ref());
+        let rows = write_chunks(&run.path("chunks.parquet"), &chunks)?;
+        run.add_output("chunks.parquet", Some(rows))?;
+        run.set_stats(&stats);
+        Ok(stats)
     }
-    let dir = run.commit()?;
-    Ok(ChunkOutput { dir, cache_hit: false, stats })
+
+    fn summary_line(s: &ChunkStats) -> String {
+        format!(
+            "{} chunks from {} documents ({} before filters; removed {} short, {} table-of-contents, {} duplicates)",
+            s.chunks, s.documents, s.chunks_before_filters, s.removed_min_chars, s.removed_toc, s.removed_duplicates
+        )
+    }
 }
 
 #[cfg(test)]
@@ -506,7 +501,7 @@ mod tests {
         // Consecutive windows overlap.
         assert!(windows[1].0 < windows[0].1);
         let cfg = ChunkConfig { strategy: Strategy::Tokens, size: 32, overlap: 8, ..ChunkConfig::default() };
-        assert!(cfg.validate(None).is_err());
+        assert!(cfg.validate().is_err());
         let missing = tokens::TokenWindows::from_file(Path::new("/nonexistent/tokenizer.json"));
         assert!(missing.err().unwrap().to_string().contains("/nonexistent/tokenizer.json"));
     }
@@ -514,6 +509,6 @@ mod tests {
     #[test]
     fn invalid_sizes_are_rejected() {
         let cfg = ChunkConfig { size: 100, overlap: 100, ..ChunkConfig::default() };
-        assert!(cfg.validate(None).unwrap_err().to_string().contains("overlap (100) must be smaller than size (100)"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("overlap (100) must be smaller than size (100)"));
     }
 }

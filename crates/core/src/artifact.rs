@@ -143,6 +143,10 @@ impl ArtifactStore {
         if !force && final_dir.join(MANIFEST_FILE).is_file() {
             return Ok(StageOutcome::CacheHit(final_dir));
         }
+        let checkpoint_dir = stage_dir.join(format!(".resume-{fingerprint}"));
+        if force && checkpoint_dir.exists() {
+            std::fs::remove_dir_all(&checkpoint_dir).map_err(|e| CoreError::io(&checkpoint_dir, e))?;
+        }
         let tmp_dir = stage_dir.join(format!(".tmp-{fingerprint}-{}", std::process::id()));
         if tmp_dir.exists() {
             std::fs::remove_dir_all(&tmp_dir).map_err(|e| CoreError::io(&tmp_dir, e))?;
@@ -171,6 +175,7 @@ impl ArtifactStore {
             },
             final_dir,
             tmp_dir,
+            checkpoint_dir,
             started: Instant::now(),
             committed: false,
         }))
@@ -182,6 +187,7 @@ pub struct StageRun {
     manifest: Manifest,
     final_dir: PathBuf,
     tmp_dir: PathBuf,
+    checkpoint_dir: PathBuf,
     started: Instant,
     committed: bool,
 }
@@ -195,6 +201,14 @@ impl StageRun {
     /// Path of an output file inside the temporary directory.
     pub fn path(&self, file: &str) -> PathBuf {
         self.tmp_dir.join(file)
+    }
+
+    /// A directory for resumable state (a journal, training checkpoints): it survives a
+    /// crash or `kill -9`, so a rerun of the same fingerprint finds it, and is removed when
+    /// the run commits or when it is forced. Created on first call.
+    pub fn checkpoint_dir(&self) -> Result<&Path, CoreError> {
+        std::fs::create_dir_all(&self.checkpoint_dir).map_err(|e| CoreError::io(&self.checkpoint_dir, e))?;
+        Ok(&self.checkpoint_dir)
     }
 
     /// Where the artifact will live once committed.
@@ -213,6 +227,13 @@ impl StageRun {
     pub fn set_input_rows(&mut self, name: &str, rows: u64) {
         for input in self.manifest.inputs.iter_mut().filter(|i| i.name == name) {
             input.rows = Some(rows);
+        }
+    }
+
+    /// Records every field of a serialisable struct of counts as a statistic.
+    pub fn set_stats<T: Serialize>(&mut self, stats: &T) {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(stats) {
+            self.manifest.stats.extend(map);
         }
     }
 
@@ -259,6 +280,7 @@ impl StageRun {
         if let Some(old) = trash {
             let _ = std::fs::remove_dir_all(old);
         }
+        let _ = std::fs::remove_dir_all(&self.checkpoint_dir);
         Ok(self.final_dir.clone())
     }
 }
@@ -295,6 +317,18 @@ fn remove_stale_temporaries(stage_dir: &Path) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// An input file of an upstream artifact, hashed: `arg` is the artifact directory (or the
+/// file itself); `made_by` names the stage whose printed directory to pass when it is missing.
+pub fn input_file(arg: &Path, file: &str, made_by: &str) -> Result<(PathBuf, FileEntry), CoreError> {
+    let dir = artifact_dir(arg);
+    let path = dir.join(file);
+    if !path.is_file() {
+        return Err(CoreError::Artifact { path: dir, message: format!("no {file} here; pass the directory printed by `{made_by}`") });
+    }
+    let hash = hash::file_hash(&path)?;
+    Ok((path.clone(), FileEntry { path: path.display().to_string(), name: file.to_string(), hash, rows: None }))
 }
 
 /// Resolves an artifact argument: the directory itself, or a file inside it.
@@ -337,6 +371,27 @@ mod tests {
         // A different config is a different directory.
         let other = serde_json::json!({"size": 4});
         assert!(matches!(store.begin(spec(&other), false).unwrap(), StageOutcome::Run(_)));
+    }
+
+    #[test]
+    fn checkpoints_survive_a_failed_run_and_go_on_commit() {
+        let root = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({"n": 1});
+        let StageOutcome::Run(run) = store.begin(spec(&config), false).unwrap() else { panic!() };
+        let ck = run.checkpoint_dir().unwrap().to_path_buf();
+        std::fs::write(ck.join("journal"), "1").unwrap();
+        drop(run); // a failed run
+        let StageOutcome::Run(run) = store.begin(spec(&config), false).unwrap() else { panic!() };
+        assert_eq!(std::fs::read_to_string(run.checkpoint_dir().unwrap().join("journal")).unwrap(), "1");
+        run.commit().unwrap();
+        assert!(!ck.exists());
+        // --force starts over.
+        let StageOutcome::Run(run) = store.begin(spec(&config), false).map(|_| store.begin(spec(&config), true).unwrap()).unwrap() else { panic!() };
+        std::fs::write(run.checkpoint_dir().unwrap().join("journal"), "2").unwrap();
+        drop(run);
+        let StageOutcome::Run(run) = store.begin(spec(&config), true).unwrap() else { panic!() };
+        assert!(!run.checkpoint_dir().unwrap().join("journal").exists());
     }
 
     #[test]

@@ -1,19 +1,35 @@
-//! Artifact conventions shared by every gauge stage.
+//! The contracts every gauge stage shares (the lowest floor: it depends on no other gauge
+//! crate).
 //!
+//! - [`stage`]: the stage contract ([`stage::Stage`], [`stage::run`], [`stage::Dag`]).
+//! - [`cli`]: the stage binaries' shared command line ([`cli::stage_main`]).
+//! - [`config`]: one config language (defaults → file → `--set` → flags; pipelines too).
 //! - [`schema`]: every Parquet column of every artifact, documented in one place.
 //! - [`table`]: reading and writing those tables (arrow-rs + parquet, zstd).
 //! - [`artifact`]: content-addressed, crash-safe output directories with a `manifest.json`.
+//! - [`golden`]: the golden-set format (written by `synth-data`, read by `evaluate`).
+//! - [`models`]: where model folders are found (models directory, Hugging Face cache).
 //! - [`hash`]: content hashes used for ids and fingerprints.
+//! - [`text`]: text utilities shared by stages.
 //! - [`rng`]: the seeded generator behind every sampled or resampled result.
+//! - [`progress`]: progress bars on stderr.
+#![deny(missing_docs)]
 
 pub mod artifact;
+pub mod cli;
+pub mod config;
+pub mod golden;
 pub mod hash;
+pub mod models;
 pub mod progress;
 pub mod rng;
 pub mod schema;
+pub mod stage;
 pub mod table;
+pub mod text;
 
 pub use artifact::{ArtifactStore, FileEntry, Manifest, StageOutcome, StageRun};
+pub use stage::{Built, Plan, Stage};
 
 /// Version of gauge, recorded in manifests.
 pub const GAUGE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -73,14 +89,6 @@ pub fn init_logging() {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
-}
-
-/// Reads a typed config from a JSON file (naming the file on error), or the defaults when no
-/// file is given.
-pub fn read_config<T: serde::de::DeserializeOwned + Default>(path: Option<&std::path::Path>) -> anyhow::Result<T> {
-    let Some(path) = path else { return Ok(T::default()) };
-    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: invalid config: {e}", path.display()))
 }
 
 /// Reports a stage's outcome: the summary (or the cache hit) on stderr, then the artifact

@@ -1,12 +1,12 @@
 //! Embedding throughput of gauge against the sentence-transformers-equivalent reference
-//! (`../shared/reference/embed_throughput.py`, ONNX Runtime, 2 threads) on the same chunk
+//! (`../shared/reference/embed_throughput.py`, ONNX EmbedOptions, 2 threads) on the same chunk
 //! texts, in the same run. Usage: `bench_embed CHUNKS_DIR OUT_JSON [MODEL] [REFERENCE_SCRIPT]`.
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use gauge_core::schema::read_chunks;
-use gauge_embed::{load_embedder, EmbedConfig, Runtime};
+use gauge_embed::{load_embedder, EmbedConfig, EmbedOptions};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut backends = serde_json::Map::new();
     for (device, name) in devices {
-        let embedder = load_embedder(&config, &Runtime { device: device.to_string(), ..Runtime::default() })?;
+        let embedder = load_embedder(&config, &EmbedOptions { device: device.to_string(), ..EmbedOptions::default() })?;
         // Warm-up, then one timed pass over every chunk (tokenization included, as in the reference).
         let warm = embedder.tokenize(&texts[..texts.len().min(64)])?;
         embedder.embed_ids(&warm, |_| {});
@@ -81,7 +81,7 @@ fn main() -> anyhow::Result<()> {
             "tokens_per_second": stats.tokens as f64 / seconds,
             "padding_share": stats.padding_share(),
             "batches": stats.batches,
-            "token_budget": Runtime::default().token_budget,
+            "token_budget": EmbedOptions::default().token_budget,
             "peak_rss_mib_so_far": peak_rss_mib(),
             "useful_gflops_per_second": useful / seconds / 1e9,
             "share_of_peak": useful / seconds / 1e9 / peak,
@@ -105,7 +105,7 @@ fn main() -> anyhow::Result<()> {
         "gauge": backends,
         "reference_onnxruntime_sentence_transformers": reference_result,
         "ratio_burn_flex_over_reference_tokens_per_second": ratio,
-        "note": "same chunk texts (`text` column), same max length (256), both on this machine in this run; the reference is ../shared/reference/embed_throughput.py (ONNX Runtime, 2 threads, sentence-transformers preprocessing and pooling), best of one run after a warm-up",
+        "note": "same chunk texts (`text` column), same max length (256), both on this machine in this run; the reference is ../shared/reference/embed_throughput.py (ONNX EmbedOptions, 2 threads, sentence-transformers preprocessing and pooling), best of one run after a warm-up",
     });
     let text = serde_json::to_string_pretty(&result)?;
     if let Some(parent) = out_path.parent() {

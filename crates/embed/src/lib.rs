@@ -3,11 +3,12 @@
 //! Embeds each chunk's `embed_text` when the chunk artifact has one, else its `text`, with
 //! the passage prefix of the model family (or `--passage-prefix`). Query-time code uses the
 //! same [`gauge_encoder::Embedder`] (loaded once) through [`load_embedder`].
-use std::path::{Path, PathBuf};
+pub mod cli;
 
-use gauge_core::artifact::{artifact_dir, StageSpec};
-use gauge_core::schema::{read_chunks, write_embeddings};
-use gauge_core::{hash, ArtifactStore, FileEntry, StageOutcome};
+use std::path::PathBuf;
+
+use gauge_core::schema::{read_chunks, write_embeddings, ChunkRecord};
+use gauge_core::{FileEntry, Plan, Stage, StageRun};
 use gauge_encoder::{device, resolve_model, Embedder, EmbedderOptions, Pooling};
 use serde::{Deserialize, Serialize};
 
@@ -42,27 +43,25 @@ impl Default for EmbedConfig {
     }
 }
 
-/// Runtime settings that do not change the output (beyond float rounding).
+/// Run settings that do not change the output (beyond float rounding).
 #[derive(Debug, Clone)]
-pub struct Runtime {
+pub struct EmbedOptions {
     /// `cpu` or `cuda[:N]`.
     pub device: String,
     /// Padded tokens per batch.
     pub token_budget: usize,
     /// Batches encoded at once (default: available cores).
     pub workers: Option<usize>,
-    /// Recompute even when the output exists.
-    pub force: bool,
 }
 
-impl Default for Runtime {
+impl Default for EmbedOptions {
     fn default() -> Self {
-        Runtime { device: "cpu".into(), token_budget: 2048, workers: None, force: false }
+        EmbedOptions { device: "cpu".into(), token_budget: 2048, workers: None }
     }
 }
 
 /// Loads the embedder a config describes.
-pub fn load_embedder(config: &EmbedConfig, runtime: &Runtime) -> anyhow::Result<Embedder> {
+pub fn load_embedder(config: &EmbedConfig, runtime: &EmbedOptions) -> anyhow::Result<Embedder> {
     let source = resolve_model(&config.model)?;
     let options = EmbedderOptions {
         pooling: config.pooling,
@@ -76,66 +75,72 @@ pub fn load_embedder(config: &EmbedConfig, runtime: &Runtime) -> anyhow::Result<
     Ok(Embedder::load(&source, &options, &device::parse(&runtime.device)?)?)
 }
 
-/// The result of a run.
-pub struct EmbedOutput {
-    /// Artifact directory.
-    pub dir: PathBuf,
-    /// Whether it already existed.
-    pub cache_hit: bool,
-    /// Chunks embedded (0 on a cache hit).
+/// What a build did.
+#[derive(Debug, Default)]
+pub struct EmbedSummary {
+    /// Chunks embedded.
     pub chunks: usize,
     /// Seconds spent encoding.
     pub seconds: f64,
 }
 
-/// Runs the stage on a chunks artifact (directory or `chunks.parquet`).
-pub fn run(chunks_arg: &Path, config: &EmbedConfig, runtime: &Runtime, store: &ArtifactStore) -> anyhow::Result<EmbedOutput> {
-    let chunks_dir = artifact_dir(chunks_arg);
-    let chunks_path = chunks_dir.join("chunks.parquet");
-    if !chunks_path.is_file() {
-        anyhow::bail!("{}: no chunks.parquet here; pass the directory printed by `chunk`", chunks_dir.display());
+/// The `embed` stage: a chunk artifact → `embeddings.parquet`.
+pub struct Embed;
+
+impl Stage for Embed {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = EmbedConfig;
+    /// The chunk artifact directory (or its `chunks.parquet`).
+    type Inputs = PathBuf;
+    type Options = EmbedOptions;
+    type State = (Vec<ChunkRecord>, Embedder);
+    type Summary = EmbedSummary;
+
+    fn plan(config: &EmbedConfig, chunks: &PathBuf, options: &EmbedOptions) -> anyhow::Result<Plan<Self::State>> {
+        let (chunks_path, mut entry) = gauge_core::artifact::input_file(chunks, "chunks.parquet", "chunk")?;
+        // Schema first: a wrong table is reported before the model is loaded.
+        let chunks = read_chunks(&chunks_path)?;
+        entry.rows = Some(chunks.len() as u64);
+        let embedder = load_embedder(config, options)?;
+        let info = &embedder.info;
+        let inputs = vec![
+            entry,
+            FileEntry { path: format!("{}/model.safetensors", config.model), name: "model.safetensors".into(), hash: info.weights_hash.clone(), rows: None },
+            FileEntry { path: format!("{}/tokenizer.json", config.model), name: "tokenizer.json".into(), hash: info.tokenizer_hash.clone(), rows: None },
+        ];
+        // The effective settings (after family defaults) are what the output depends on.
+        let echo = serde_json::json!({ "config": config, "embedder": info });
+        Ok(Plan::new(inputs, (chunks, embedder)).echo(echo))
     }
-    // Schema first: a wrong table is reported before the model is loaded.
-    let chunks = read_chunks(&chunks_path)?;
-    let embedder = load_embedder(config, runtime)?;
-    let info = &embedder.info;
-    let inputs = vec![
-        FileEntry { path: chunks_path.display().to_string(), name: "chunks.parquet".into(), hash: hash::file_hash(&chunks_path)?, rows: Some(chunks.len() as u64) },
-        FileEntry { path: format!("{}/model.safetensors", config.model), name: "model.safetensors".into(), hash: info.weights_hash.clone(), rows: None },
-        FileEntry { path: format!("{}/tokenizer.json", config.model), name: "tokenizer.json".into(), hash: info.tokenizer_hash.clone(), rows: None },
-    ];
-    // The effective settings (after family defaults) are what the output depends on.
-    let effective = serde_json::json!({ "config": config, "embedder": info });
-    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &effective, inputs, seed: None };
-    let mut run = match store.begin(spec, runtime.force)? {
-        StageOutcome::CacheHit(dir) => return Ok(EmbedOutput { dir, cache_hit: true, chunks: 0, seconds: 0.0 }),
-        StageOutcome::Run(run) => run,
-    };
-    let texts: Vec<String> = chunks
-        .iter()
-        .map(|c| format!("{}{}", info.passage_prefix, c.embed_text.as_deref().unwrap_or(&c.text)))
-        .collect();
-    let started = std::time::Instant::now();
-    let ids = embedder.tokenize(&texts.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let bar = gauge_core::progress::bar(chunks.len() as u64, "chunks");
-    let (vectors, stats) = embedder.embed_ids(&ids, |n| bar.inc(n as u64));
-    bar.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
-    let dim = info.dimension;
-    let flat: Vec<f32> = vectors.into_iter().flatten().collect();
-    let chunk_ids: Vec<String> = chunks.iter().map(|c| c.chunk_id.clone()).collect();
-    let rows = write_embeddings(&run.path("embeddings.parquet"), &chunk_ids, &flat, dim)?;
-    run.add_output("embeddings.parquet", Some(rows))?;
-    run.set_stat("chunks", chunks.len());
-    run.set_stat("text_column", if chunks.iter().any(|c| c.embed_text.is_some()) { "embed_text" } else { "text" });
-    run.set_stat("tokens", stats.tokens);
-    run.set_stat("padding_share", stats.padding_share());
-    run.set_stat("batches", stats.batches);
-    run.set_stat("encode_seconds", seconds);
-    run.set_stat("chunks_per_second", chunks.len() as f64 / seconds.max(1e-9));
-    run.set_stat("tokens_per_second", stats.tokens as f64 / seconds.max(1e-9));
-    run.set_stat("device", runtime.device.clone());
-    run.set_stat("token_budget", runtime.token_budget);
-    let dir = run.commit()?;
-    Ok(EmbedOutput { dir, cache_hit: false, chunks: chunks.len(), seconds })
+
+    fn build((chunks, embedder): Self::State, run: &mut StageRun, _: &EmbedConfig, _: &PathBuf, options: &EmbedOptions) -> anyhow::Result<EmbedSummary> {
+        let info = &embedder.info;
+        let texts: Vec<String> = chunks.iter().map(|c| format!("{}{}", info.passage_prefix, c.embed_text.as_deref().unwrap_or(&c.text))).collect();
+        let started = std::time::Instant::now();
+        let ids = embedder.tokenize(&texts.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let bar = gauge_core::progress::bar(chunks.len() as u64, "chunks");
+        let (vectors, stats) = embedder.embed_ids(&ids, |n| bar.inc(n as u64));
+        bar.finish_and_clear();
+        let seconds = started.elapsed().as_secs_f64();
+        let flat: Vec<f32> = vectors.into_iter().flatten().collect();
+        let chunk_ids: Vec<String> = chunks.iter().map(|c| c.chunk_id.clone()).collect();
+        let rows = write_embeddings(&run.path("embeddings.parquet"), &chunk_ids, &flat, info.dimension)?;
+        run.add_output("embeddings.parquet", Some(rows))?;
+        run.set_stat("chunks", chunks.len());
+        run.set_stat("text_column", if chunks.iter().any(|c| c.embed_text.is_some()) { "embed_text" } else { "text" });
+        run.set_stat("tokens", stats.tokens);
+        run.set_stat("padding_share", stats.padding_share());
+        run.set_stat("batches", stats.batches);
+        run.set_stat("encode_seconds", seconds);
+        run.set_stat("chunks_per_second", chunks.len() as f64 / seconds.max(1e-9));
+        run.set_stat("tokens_per_second", stats.tokens as f64 / seconds.max(1e-9));
+        run.set_stat("device", options.device.clone());
+        run.set_stat("token_budget", options.token_budget);
+        Ok(EmbedSummary { chunks: chunks.len(), seconds })
+    }
+
+    fn summary_line(s: &EmbedSummary) -> String {
+        format!("{} chunks in {:.1} s ({:.1} chunks/s)", s.chunks, s.seconds, s.chunks as f64 / s.seconds.max(1e-9))
+    }
 }

@@ -13,7 +13,7 @@ use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 use crate::bert::{BertEncoder, Dense};
 use crate::config::BertConfig;
 use crate::embedder::{for_each_batch, plan_batches};
-use crate::resolve::ModelSource;
+use gauge_core::models::ModelSource;
 use crate::weights::Weights;
 use crate::EncoderError;
 

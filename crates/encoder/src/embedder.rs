@@ -10,7 +10,7 @@ use tokenizers::Tokenizer;
 use crate::bert::BertEncoder;
 use crate::config::{BertConfig, Pooling, SentenceConfig};
 use crate::family::Family;
-use crate::resolve::ModelSource;
+use gauge_core::models::ModelSource;
 use crate::weights::Weights;
 use crate::EncoderError;
 
@@ -336,8 +336,7 @@ fn default_workers() -> usize {
 }
 
 fn file_hash(path: &Path) -> Result<String, EncoderError> {
-    let bytes = std::fs::read(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;
-    Ok(blake3::hash(&bytes).to_hex().to_string())
+    gauge_core::hash::file_hash(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))
 }
 
 #[cfg(test)]

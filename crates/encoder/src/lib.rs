@@ -5,7 +5,6 @@
 //! - [`bert`]: the encoder (embeddings, post-norm layers with padding-masked attention).
 //! - [`embedder`]: tokenization, token-budget batching, pooling, normalisation, prefixes.
 //! - [`family`]: defaults of the MiniLM, BGE, E5 and GTE families.
-//! - [`resolve`]: `--model` as a folder, `models/<name>` or the Hugging Face cache.
 //! - [`device`]: the backend, tensor type and compute device (burn-flex CPU; CUDA with the
 //!   `cuda` feature), chosen at run time.
 pub mod bert;
@@ -13,7 +12,6 @@ pub mod config;
 pub mod cross_encoder;
 pub mod embedder;
 pub mod family;
-pub mod resolve;
 pub mod weights;
 
 pub use burn;
@@ -21,7 +19,7 @@ pub use config::{BertConfig, Pooling};
 pub use cross_encoder::{CrossEncoder, CrossEncoderInfo, CrossEncoderOptions, PairEncoding};
 pub use embedder::{BatchStats, Embedder, EmbedderInfo, EmbedderOptions};
 pub use family::Family;
-pub use resolve::{resolve_model, ModelSource};
+pub use gauge_core::models::{resolve_model, ModelSource};
 
 use std::path::{Path, PathBuf};
 
@@ -36,14 +34,9 @@ pub enum EncoderError {
         /// What is wrong and what was expected.
         message: String,
     },
-    /// `--model` did not resolve.
-    #[error("model `{spec}` not found (looked in {searched}); pass a model folder, put one under models/, or run `just models` for the default all-MiniLM-L6-v2")]
-    ModelNotFound {
-        /// What was asked for.
-        spec: String,
-        /// Where it looked.
-        searched: String,
-    },
+    /// A model did not resolve.
+    #[error(transparent)]
+    ModelNotFound(#[from] gauge_core::models::ModelNotFound),
     /// Tokenization failed.
     #[error("tokenization failed: {0}")]
     Tokenize(String),

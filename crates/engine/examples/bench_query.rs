@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use gauge_embed::{load_embedder, EmbedConfig, Runtime};
-use gauge_engine::{Engine, Filter, RetrievalConfig};
-use gauge_retrieve::{fuse, Fusion};
+use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
+use gauge_rank::{fuse, Fusion};
 
 fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {
     ms.sort_by(f64::total_cmp);
@@ -27,22 +26,19 @@ fn main() -> anyhow::Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["question"].as_str().unwrap_or_default().to_string()))
         .collect::<Result<_, _>>()?;
-    let manifest = gauge_core::Manifest::read(&index_dir)?;
-    let model = manifest.config["embedder"]["model"].as_str().unwrap_or(gauge_embed::DEFAULT_MODEL).to_string();
-    let embedder = load_embedder(&EmbedConfig { model, ..Default::default() }, &Runtime::default())?;
-    let engine = Engine::open(&index_dir, Some(embedder))?;
-    let filter = Filter::default();
+    let engine = Engine::open(&index_dir, &EngineOptions::default())?;
     let n = 50;
+    let per_retriever = RetrievalConfig { candidates: n, ..Default::default() };
     // Warm-up.
     engine.search(&questions[0], &RetrievalConfig::default())?;
     let (mut dense_ms, mut bm25_ms, mut fusion_ms) = (Vec::new(), Vec::new(), Vec::new());
     let (mut e2e_dense, mut e2e_bm25, mut e2e_hybrid) = (Vec::new(), Vec::new(), Vec::new());
     for q in &questions {
         let t = Instant::now();
-        let d = engine.dense_search(q, n, &filter)?;
+        let d = engine.retrieve("dense", q, &per_retriever)?;
         dense_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        let b = engine.bm25_search(q, n, &filter)?;
+        let b = engine.retrieve("bm25", q, &per_retriever)?;
         bm25_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let _ = fuse(&[d, b], &Fusion::default());
@@ -67,7 +63,7 @@ fn main() -> anyhow::Result<()> {
     }
     let t = Instant::now();
     let tmp = std::env::temp_dir().join(format!("gauge-bench-bm25-{}", std::process::id()));
-    gauge_index::write_bm25(&tmp, &engine.chunks, false)?;
+    gauge_index::write_bm25(&tmp, &engine.chunks().chunks, false)?;
     let tantivy_build = t.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&tmp);
     // rank_bm25 on the same chunks and questions.
@@ -77,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     let rank_bm25: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}"))?;
     let gauge_bm25 = percentiles(bm25_ms.clone());
     let result = serde_json::json!({
-        "chunks": engine.chunks.len(),
+        "chunks": engine.chunks().chunks.len(),
         "questions": questions.len(),
         "candidates_per_retriever": n,
         "stages": { "dense_embed_and_search": percentiles(dense_ms), "bm25": gauge_bm25, "rrf_fusion": percentiles(fusion_ms) },

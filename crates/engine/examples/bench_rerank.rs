@@ -6,9 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gauge_embed::{load_embedder, EmbedConfig, Runtime};
-use gauge_engine::{Engine, RetrievalConfig};
-use gauge_retrieve::{RerankConfig, RerankKind, Reranker};
+use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
+use gauge_rank::{RerankConfig, RerankKind, Reranker};
 
 fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {
     ms.sort_by(f64::total_cmp);
@@ -94,8 +93,7 @@ fn main() -> anyhow::Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["question"].as_str().unwrap_or_default().to_string()))
         .collect::<Result<_, _>>()?;
-    let embedder = load_embedder(&EmbedConfig { model: minilm.display().to_string(), ..Default::default() }, &Runtime::default())?;
-    let engine = Engine::open(&index_dir, Some(embedder))?;
+    let engine = Engine::open(&index_dir, &EngineOptions { model: Some(minilm.display().to_string()), ..Default::default() })?;
     let tmp = std::env::temp_dir().join(format!("gauge-bench-rerank-{}", std::process::id()));
     random_minilm_cross_encoder(&tmp, &minilm)?;
     let rerankers: Vec<(&str, Box<dyn Reranker>)> = vec![

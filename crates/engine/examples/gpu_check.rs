@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use gauge_core::rng::SplitMix64;
-use gauge_embed::{load_embedder, EmbedConfig, Runtime};
+use gauge_embed::{load_embedder, EmbedConfig, EmbedOptions};
 use gauge_index::dense::{self, DenseIndex, FaissDevice};
 
 fn main() -> Result<()> {
@@ -42,7 +42,7 @@ fn embed(args: &[String]) -> Result<()> {
     }
     let t = Instant::now();
     let config = EmbedConfig { model: model.clone(), max_length, ..EmbedConfig::default() };
-    let embedder = load_embedder(&config, &Runtime { device: device.clone(), ..Runtime::default() })?;
+    let embedder = load_embedder(&config, &EmbedOptions { device: device.clone(), ..EmbedOptions::default() })?;
     let load_s = t.elapsed().as_secs_f64();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let ids = embedder.tokenize(&refs)?;

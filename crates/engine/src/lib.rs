@@ -1,118 +1,61 @@
-//! The retrieval engine: every layer a switch, every candidate carrying its per-stage ranks
-//! and scores.
+//! The retrieval engine: it owns query time. Every layer is a switch, every candidate carries
+//! its per-stage ranks and scores.
 //!
-//! dense top-k (faiss) and BM25 top-k (tantivy), both honouring metadata filters inside the
-//! retriever → fusion → per-document dedup → rerank (cross-encoder or MaxSim) → score cutoff →
-//! final `k` → small-to-big windows.
-use std::collections::HashMap;
+//! enabled retrievers (dense via faiss, BM25 via tantivy, each honouring metadata filters
+//! inside) → fusion → exact-identifier promotion → dedup → rerank (cross-encoder or MaxSim) →
+//! score cutoff → final `k` → small-to-big windows, each passage's span resolved.
+//! [`RetrievalConfig::normalize`] holds the query-time rules, so `query`, `evaluate` and
+//! `answer` rank alike.
+#![deny(missing_docs)]
+pub mod cli;
+pub mod config;
+pub mod retriever;
+
+use std::collections::BTreeSet;
 use std::path::Path;
 
-use gauge_core::schema::{read_chunks, ChunkRecord};
-use gauge_core::Manifest;
+use gauge_core::schema::ChunkRecord;
+use gauge_embed::{load_embedder, EmbedConfig, EmbedOptions};
 use gauge_encoder::Embedder;
-use gauge_index::{DenseIndex, FaissDevice};
-use gauge_retrieve::{
-    apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, Fusion, RankedList, Refusal, RerankConfig, Reranker,
-    Window,
-};
-use serde::{Deserialize, Serialize};
-use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
-use tantivy::schema::IndexRecordOption;
-use tantivy::Term;
+use gauge_index::{FaissDevice, IndexManifest, IndexReader};
+use gauge_rank::{apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, RankedList, Refusal, Reranker, Window};
+use serde::Serialize;
 
-/// Metadata filters, applied inside both retrievers.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct Filter {
-    /// Keep only these sources (empty: all).
-    pub sources: Vec<String>,
-    /// Keep only these document types (empty: all).
-    pub doc_types: Vec<String>,
-    /// Keep only chunks overlapping this page range (inclusive).
-    pub pages: Option<(i32, i32)>,
-}
+pub use config::{DedupKey, Filter, RetrievalConfig};
+pub use retriever::{Bm25Retriever, ChunkTable, DenseRetriever, Retriever};
 
-impl Filter {
-    /// Whether a chunk passes.
-    pub fn accepts(&self, c: &ChunkRecord) -> bool {
-        (self.sources.is_empty() || self.sources.contains(&c.source))
-            && (self.doc_types.is_empty() || self.doc_types.contains(&c.doc_type))
-            && self.pages.is_none_or(|(a, b)| c.page_end >= a && c.page_start <= b)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.sources.is_empty() && self.doc_types.is_empty() && self.pages.is_none()
-    }
-}
-
-/// The unit per-document dedup counts in.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum DedupKey {
-    /// The whole document (`doc_id`).
-    #[default]
-    Doc,
-    /// One page of a document (`doc_id` + `page_start`): useful when a corpus has few, long
-    /// documents whose overlapping chunks crowd the list.
-    Page,
-}
-
-/// Retrieval settings (serde, with defaults); every layer can be switched.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetrievalConfig {
-    /// Dense retrieval on.
+/// How to open an index.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Load the dense retriever (its query embedder). Off: BM25 only, no model needed.
     pub dense: bool,
-    /// BM25 retrieval on.
-    pub bm25: bool,
-    /// Candidates from each retriever.
-    pub candidates: usize,
-    /// Fusion of the two lists.
-    pub fusion: Fusion,
-    /// Metadata filters.
-    pub filter: Filter,
-    /// At most this many chunks per dedup key (0: no limit).
-    pub max_per_doc: usize,
-    /// What `max_per_doc` counts per: the document, or one source page of it.
-    pub dedup_by: DedupKey,
-    /// Small-to-big: neighbouring chunks on each side of a hit (0: off).
-    pub window: usize,
-    /// Refuse when the best final score is under this.
-    pub cutoff: Option<f32>,
-    /// Exact-identifier promotion: when the query holds identifiers (tokens with digits such
-    /// as `ERA22LA175`, `174.63`, `236.405.A1`), fused candidates whose text holds every one
-    /// of them as a whole token move to the front, in fused order.
-    pub promote_exact: bool,
-    /// Reranking of the fused list (the engine's reranker, or the one passed to
-    /// [`Engine::search_with`]).
-    pub rerank: Option<RerankConfig>,
-    /// faiss `nprobe` for IVF indexes (query time).
-    pub nprobe: Option<usize>,
-    /// faiss `efSearch` for HNSW indexes (query time).
-    pub ef_search: Option<usize>,
-    /// Final number of results.
-    pub k: usize,
+    /// Query embedder to use instead of the index's own (refused unless it is the same model).
+    pub model: Option<String>,
+    /// Device of the query embedder: `cpu` or `cuda[:N]`.
+    pub device: String,
 }
 
-impl Default for RetrievalConfig {
+impl Default for EngineOptions {
     fn default() -> Self {
-        RetrievalConfig {
-            dense: true,
-            bm25: true,
-            candidates: 50,
-            fusion: Fusion::default(),
-            filter: Filter::default(),
-            max_per_doc: 0,
-            dedup_by: DedupKey::Doc,
-            window: 0,
-            cutoff: None,
-            promote_exact: true,
-            rerank: None,
-            nprobe: None,
-            ef_search: None,
-            k: 10,
-        }
+        EngineOptions { dense: true, model: None, device: "cpu".into() }
     }
+}
+
+/// Where a passage's text sits in its document: the chunk, or its small-to-big window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PassageSpan {
+    /// Source file.
+    pub source: String,
+    /// First page.
+    pub page_start: i32,
+    /// Last page.
+    pub page_end: i32,
+    /// Start offset in the document text (characters).
+    pub char_start: i64,
+    /// End offset (characters, exclusive).
+    pub char_end: i64,
+    /// The text (the window's chunks joined by newlines).
+    pub text: String,
 }
 
 /// One result.
@@ -127,6 +70,9 @@ pub struct Passage {
     pub chunk: ChunkRecord,
     /// Small-to-big window around it, when enabled.
     pub window: Option<Window>,
+    /// What the passage covers: the chunk, or its window.
+    #[serde(skip)]
+    pub span: PassageSpan,
 }
 
 /// The answer of a search.
@@ -138,75 +84,79 @@ pub struct SearchResult {
     pub refusal: Option<Refusal>,
 }
 
-/// Sets `nprobe` / `efSearch` on a CPU faiss index, naming the index type when it has no such
-/// parameter.
-fn apply_search_parameters(index: &faiss::index::IndexImpl, cfg: &RetrievalConfig, kind: &str) -> anyhow::Result<()> {
-    if let Some(n) = cfg.nprobe {
-        gauge_index::dense::set_parameter(index, "nprobe", n as f64).map_err(|e| anyhow::anyhow!("nprobe applies to IVF indexes; this index is `{kind}` ({e})"))?;
+impl SearchResult {
+    /// The passages a reader sees: a window merged around several hits counts once, at the
+    /// rank of its best hit.
+    pub fn distinct(&self) -> Vec<&Passage> {
+        let mut seen = BTreeSet::new();
+        self.passages.iter().filter(|p| p.window.as_ref().is_none_or(|w| seen.insert((w.doc_id.clone(), w.first)))).collect()
     }
-    if let Some(ef) = cfg.ef_search {
-        gauge_index::dense::set_parameter(index, "efSearch", ef as f64).map_err(|e| anyhow::anyhow!("efSearch applies to HNSW indexes; this index is `{kind}` ({e})"))?;
-    }
-    Ok(())
 }
 
-/// An opened index directory.
+/// An opened index with its retrievers.
 pub struct Engine {
-    dense: std::sync::Mutex<DenseIndex>,
-    /// `nprobe` / `efSearch` fixed when the index moved to a GPU (see [`Engine::on_faiss_device`]).
-    placed_parameters: (Option<usize>, Option<usize>),
-    reader: tantivy::IndexReader,
-    fields: gauge_index::Bm25Fields,
-    /// The chunk table, in faiss row order.
-    pub chunks: Vec<ChunkRecord>,
-    by_id: HashMap<String, usize>,
-    page_keys: Vec<String>,
-    doc_chunks: HashMap<String, Vec<String>>,
-    embedder: Option<Embedder>,
+    table: ChunkTable,
+    settings: IndexManifest,
+    /// The dense retriever, when the engine was opened with its embedder.
+    dense: Option<DenseRetriever>,
+    bm25: Bm25Retriever,
+    /// Retrievers added with [`Engine::with_retriever`].
+    extra: Vec<Box<dyn Retriever>>,
     reranker: Option<Box<dyn Reranker>>,
     /// The index manifest.
-    pub manifest: Manifest,
+    pub manifest: gauge_core::Manifest,
 }
 
 impl Engine {
-    /// Opens an index; with an embedder, checks it is the model (weights and dimension) the
-    /// index was built with.
-    pub fn open(dir: &Path, embedder: Option<Embedder>) -> anyhow::Result<Engine> {
-        let manifest = Manifest::read(dir)?;
-        anyhow::ensure!(manifest.stage == gauge_index::STAGE, "{}: not an index artifact (stage `{}`)", dir.display(), manifest.stage);
-        let built = &manifest.config["embedder"];
-        if let Some(e) = &embedder {
-            let dim = built["dimension"].as_u64().unwrap_or(0) as usize;
-            let weights = built["weights_hash"].as_str().unwrap_or_default();
-            anyhow::ensure!(
-                dim == e.info.dimension && weights == e.info.weights_hash,
-                "{}: index built with model `{}` (dimension {dim}); the query embedder is `{}` (dimension {}); pass --model {} or rebuild the index",
-                dir.display(),
-                built["model"].as_str().unwrap_or("?"),
-                e.info.model,
-                e.info.dimension,
-                built["model"].as_str().unwrap_or("?")
-            );
-        }
-        let dense = faiss::read_index(dir.join("dense.faiss").to_str().expect("utf-8 path")).map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("dense.faiss").display()))?;
-        let bm25 = tantivy::Index::open_in_dir(dir.join("bm25"))?;
-        let stemming = manifest.config["index"]["stemming"].as_bool().unwrap_or(false);
-        gauge_index::register_tokenizer(&bm25, stemming);
-        let reader = bm25.reader()?;
-        let (_, fields) = gauge_index::bm25_schema();
-        let chunks = read_chunks(&dir.join("chunks.parquet"))?;
-        let by_id = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.clone(), i)).collect();
-        let page_keys = chunks.iter().map(|c| format!("{}#{}", c.doc_id, c.page_start)).collect();
-        let mut doc_chunks: HashMap<String, Vec<String>> = HashMap::new();
-        for c in &chunks {
-            doc_chunks.entry(c.doc_id.clone()).or_default().push(c.chunk_id.clone());
-        }
-        Ok(Engine { dense: std::sync::Mutex::new(DenseIndex::Cpu(dense)), placed_parameters: (None, None), reader, fields, chunks, by_id, page_keys, doc_chunks, embedder, reranker: None, manifest })
+    /// Opens an index directory with the query embedder it was built with (or `options.model`,
+    /// when that is the same model).
+    pub fn open(dir: &Path, options: &EngineOptions) -> anyhow::Result<Engine> {
+        let reader = IndexReader::open(dir)?;
+        let embedder = if options.dense {
+            let built = &reader.settings.embedder;
+            let config = EmbedConfig {
+                model: options.model.clone().unwrap_or_else(|| built.model.clone()),
+                query_prefix: Some(built.query_prefix.clone()),
+                passage_prefix: Some(built.passage_prefix.clone()),
+                pooling: gauge_core::config::parse_as(&built.pooling).ok(),
+                normalize: Some(built.normalize),
+                max_length: Some(built.max_length),
+            };
+            let embedder = load_embedder(&config, &EmbedOptions { device: options.device.clone(), ..EmbedOptions::default() })
+                .map_err(|e| anyhow::anyhow!("{}: the dense retriever needs the query embedder this index was built with: {e:#}", dir.display()))?;
+            Some(embedder)
+        } else {
+            None
+        };
+        Engine::from_reader(reader, embedder)
     }
 
-    /// A chunk by id.
-    pub fn chunk(&self, id: &str) -> Option<&ChunkRecord> {
-        self.by_id.get(id).map(|&i| &self.chunks[i])
+    /// An engine over an opened index; with an embedder, checks it is the model (weights and
+    /// dimension) the index was built with.
+    pub fn from_reader(reader: IndexReader, embedder: Option<Embedder>) -> anyhow::Result<Engine> {
+        let built = &reader.settings.embedder;
+        if let Some(e) = &embedder {
+            anyhow::ensure!(
+                built.dimension == e.info.dimension && built.weights_hash == e.info.weights_hash,
+                "{}: index built with model `{}` (dimension {}); the query embedder is `{}` (dimension {}); pass --model {} or rebuild the index",
+                reader.dir.display(),
+                built.model,
+                built.dimension,
+                e.info.model,
+                e.info.dimension,
+                built.model
+            );
+        }
+        let IndexReader { manifest, settings, chunks, dense, bm25, .. } = reader;
+        let dense = embedder.map(|e| DenseRetriever::new(dense, &settings.index.faiss, e));
+        let bm25 = Bm25Retriever::new(&bm25)?;
+        Ok(Engine { table: ChunkTable::new(chunks), settings, dense, bm25, extra: Vec::new(), reranker: None, manifest })
+    }
+
+    /// Adds a retriever, fused after the built-in ones when its config switch is on.
+    pub fn with_retriever(mut self, retriever: Box<dyn Retriever>) -> Engine {
+        self.extra.push(retriever);
+        self
     }
 
     /// Adds a reranker, used when a search's config asks for reranking.
@@ -222,119 +172,40 @@ impl Engine {
         if device.is_cpu() {
             return Ok(self);
         }
-        let kind = self.index_kind();
-        let dense = self.dense.get_mut().expect("no panic while placing");
-        let placed = match dense {
-            DenseIndex::Cpu(cpu) => {
-                apply_search_parameters(cpu, cfg, &kind)?;
-                DenseIndex::copy_to(cpu, device)?
-            }
-            #[allow(unreachable_patterns)]
-            other => anyhow::bail!("the dense index already searches on {}", other.device()),
-        };
-        *dense = placed;
-        self.placed_parameters = (cfg.nprobe, cfg.ef_search);
+        let dense = self.dense.as_mut().ok_or_else(|| anyhow::anyhow!("no dense retriever to place on {device} (dense retrieval is off)"))?;
+        dense.place(device, cfg.nprobe, cfg.ef_search)?;
         Ok(self)
     }
 
-    /// Where the dense index searches.
-    pub fn faiss_device(&self) -> FaissDevice {
-        self.dense.lock().expect("no panic while searching").device()
+    /// Where the dense index searches (`None` without a dense retriever).
+    pub fn faiss_device(&self) -> Option<FaissDevice> {
+        self.dense.as_ref().map(DenseRetriever::device)
     }
 
-    fn index_kind(&self) -> String {
-        self.manifest.config["index"]["faiss"].as_str().unwrap_or("?").to_string()
+    /// Every retriever, in fusion order: dense, BM25, then the added ones.
+    pub fn retrievers(&self) -> impl Iterator<Item = &dyn Retriever> {
+        self.dense.iter().map(|d| d as &dyn Retriever).chain(std::iter::once(&self.bm25 as &dyn Retriever)).chain(self.extra.iter().map(|r| r.as_ref()))
     }
 
-    /// Sets faiss query-time parameters (`nprobe`, `efSearch`) on the dense index (on a GPU:
-    /// checks they are the values it was placed with).
-    fn set_search_parameters(&self, index: &mut DenseIndex, cfg: &RetrievalConfig) -> anyhow::Result<()> {
-        match index {
-            DenseIndex::Cpu(cpu) => apply_search_parameters(cpu, cfg, &self.index_kind()),
-            #[allow(unreachable_patterns)]
-            gpu => {
-                anyhow::ensure!(
-                    (cfg.nprobe, cfg.ef_search) == self.placed_parameters,
-                    "this index searches on {} with nprobe {:?} / efSearch {:?}, fixed when it moved there; open it with the values wanted",
-                    gpu.device(),
-                    self.placed_parameters.0,
-                    self.placed_parameters.1
-                );
-                Ok(())
-            }
-        }
+    /// The chunk table.
+    pub fn chunks(&self) -> &ChunkTable {
+        &self.table
     }
 
-    /// Dense top-`n` passing the filter: faiss is asked for more until `n` survive or the
-    /// whole index has been seen, so a filter never starves the list.
-    pub fn dense_search(&self, query: &str, n: usize, filter: &Filter) -> anyhow::Result<RankedList> {
-        self.dense_search_with(query, n, filter, &RetrievalConfig::default())
+    /// A chunk by id.
+    pub fn chunk(&self, id: &str) -> Option<&ChunkRecord> {
+        self.table.get(id)
     }
 
-    fn dense_search_with(&self, query: &str, n: usize, filter: &Filter, cfg: &RetrievalConfig) -> anyhow::Result<RankedList> {
-        let embedder = self.embedder.as_ref().ok_or_else(|| anyhow::anyhow!("dense retrieval needs a query embedder (--model)"))?;
-        let q = embedder.embed_queries(&[query])?.remove(0);
-        let total = self.chunks.len();
-        let mut ask = if filter.is_empty() { n } else { (n * 4).max(64) }.min(total);
-        let mut index = self.dense.lock().expect("no panic while searching");
-        if cfg.nprobe.is_some() || cfg.ef_search.is_some() || !index.device().is_cpu() {
-            self.set_search_parameters(&mut index, cfg)?;
-        }
-        loop {
-            let res = index.search(&q, ask)?;
-            let hits: Vec<(String, f32)> = res
-                .labels
-                .iter()
-                .zip(&res.distances)
-                .filter_map(|(l, d)| l.get().map(|row| (row as usize, *d)))
-                .filter(|(row, _)| filter.accepts(&self.chunks[*row]))
-                .take(n)
-                .map(|(row, d)| (self.chunks[row].chunk_id.clone(), d))
-                .collect();
-            if hits.len() >= n || ask >= total {
-                return Ok(RankedList { stage: "dense".into(), hits });
-            }
-            ask = (ask * 4).min(total);
-        }
+    /// The index's typed settings (its faiss type, stemming, embedder).
+    pub fn settings(&self) -> &IndexManifest {
+        &self.settings
     }
 
-    /// BM25 top-`n` with the filter inside the tantivy query.
-    pub fn bm25_search(&self, query: &str, n: usize, filter: &Filter) -> anyhow::Result<RankedList> {
-        let f = &self.fields;
-        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for t in gauge_index::tokenizer::tokenize(query) {
-            if !seen.insert(t.text.clone()) {
-                continue;
-            }
-            for field in [f.text, f.title, f.section] {
-                should.push((Occur::Should, Box::new(TermQuery::new(Term::from_field_text(field, &t.text), IndexRecordOption::WithFreqs))));
-            }
-        }
-        if should.is_empty() {
-            return Ok(RankedList { stage: "bm25".into(), hits: Vec::new() });
-        }
-        let mut must: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
-        if !filter.sources.is_empty() {
-            must.push((Occur::Must, Box::new(TermSetQuery::new(filter.sources.iter().map(|s| Term::from_field_text(f.source, s))))));
-        }
-        if !filter.doc_types.is_empty() {
-            must.push((Occur::Must, Box::new(TermSetQuery::new(filter.doc_types.iter().map(|s| Term::from_field_text(f.doc_type, s))))));
-        }
-        if let Some((a, b)) = filter.pages {
-            // Overlap: page_end >= a and page_start <= b.
-            must.push((Occur::Must, Box::new(RangeQuery::new(std::ops::Bound::Included(Term::from_field_i64(f.page_end, a as i64)), std::ops::Bound::Unbounded))));
-            must.push((Occur::Must, Box::new(RangeQuery::new(std::ops::Bound::Unbounded, std::ops::Bound::Included(Term::from_field_i64(f.page_start, b as i64))))));
-        }
-        let searcher = self.reader.searcher();
-        let top = searcher.search(&BooleanQuery::new(must), &tantivy::collector::TopDocs::with_limit(n).order_by_score())?;
-        let mut hits = Vec::with_capacity(top.len());
-        for (score, addr) in top {
-            let doc: tantivy::TantivyDocument = searcher.doc(addr)?;
-            let row = doc.get_first(f.row).and_then(|v| tantivy::schema::Value::as_u64(&v)).unwrap_or(0) as usize;
-            hits.push((self.chunks[row].chunk_id.clone(), score));
-        }
-        Ok(RankedList { stage: "bm25".into(), hits })
+    /// One retriever's list for a query (for benchmarks and debugging).
+    pub fn retrieve(&self, name: &str, query: &str, cfg: &RetrievalConfig) -> anyhow::Result<RankedList> {
+        let r = self.retrievers().find(|r| r.name() == name).ok_or_else(|| anyhow::anyhow!("no retriever `{name}` in this engine"))?;
+        r.retrieve(query, cfg, &self.table)
     }
 
     /// Moves candidates holding every identifier of the query (see
@@ -349,12 +220,12 @@ impl Engine {
             return candidates;
         }
         let (mut exact, rest): (Vec<Candidate>, Vec<Candidate>) = candidates.into_iter().partition(|c| {
-            let tokens: std::collections::HashSet<String> =
-                gauge_index::tokenizer::tokenize(&self.chunks[self.by_id[&c.chunk_id]].text).into_iter().map(|t| t.text).collect();
+            let text = self.table.get(&c.chunk_id).map_or("", |c| c.text.as_str());
+            let tokens: std::collections::HashSet<String> = gauge_index::tokenizer::tokenize(text).into_iter().map(|t| t.text).collect();
             identifiers.iter().all(|id| tokens.contains(id))
         });
         for (i, c) in exact.iter_mut().enumerate() {
-            c.stages.push(gauge_retrieve::StageHit { stage: "exact".into(), rank: i + 1, score: 1.0 });
+            c.stages.push(gauge_rank::StageHit { stage: "exact".into(), rank: i + 1, score: 1.0 });
         }
         exact.extend(rest);
         exact
@@ -367,33 +238,35 @@ impl Engine {
     }
 
     /// Runs the configured pipeline for one query with this reranker (several configs can
-    /// share one engine and differ in their reranker).
+    /// share one engine and differ in their reranker). The config is normalised first.
     pub fn search_with(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>) -> anyhow::Result<SearchResult> {
-        anyhow::ensure!(cfg.dense || cfg.bm25, "both retrievers are off; enable dense or BM25");
+        anyhow::ensure!(!query.trim().is_empty(), "the question is empty; ask something");
+        cfg.validate()?;
+        let cfg = &cfg.clone().normalize();
+        anyhow::ensure!(!cfg.dense || self.dense.is_some(), "dense retrieval needs the query embedder; open the engine with dense on");
         let mut lists = Vec::new();
-        if cfg.dense {
-            lists.push(self.dense_search_with(query, cfg.candidates, &cfg.filter, cfg)?);
-        }
-        if cfg.bm25 {
-            lists.push(self.bm25_search(query, cfg.candidates, &cfg.filter)?);
+        for r in self.retrievers().filter(|r| r.enabled(cfg)) {
+            lists.push(r.retrieve(query, cfg, &self.table)?);
         }
         let mut fused = fuse(&lists, &cfg.fusion);
         if cfg.promote_exact {
             fused = self.promote_exact(query, fused);
         }
+        let t = &self.table;
         let deduped = dedup_per_doc(
             fused,
             |id| {
-                self.by_id.get(id).map(|&i| match cfg.dedup_by {
-                    DedupKey::Doc => self.chunks[i].doc_id.as_str(),
-                    DedupKey::Page => self.page_keys[i].as_str(),
+                t.row(id).map(|i| match cfg.dedup_by {
+                    DedupKey::Doc => t.chunks[i].doc_id.as_str(),
+                    DedupKey::Page => t.page_key(i),
                 })
             },
             cfg.max_per_doc,
         );
         let deduped = match (&cfg.rerank, reranker) {
-            (Some(rc), Some(reranker)) => rerank_candidates(query, deduped, rc, reranker, |id| self.chunks[self.by_id[id]].text.clone())
-                .map_err(|e| anyhow::anyhow!("rerank: {e}"))?,
+            (Some(rc), Some(reranker)) => {
+                rerank_candidates(query, deduped, rc, reranker, |id| t.get(id).map(|c| c.text.clone()).unwrap_or_default()).map_err(|e| anyhow::anyhow!("rerank: {e}"))?
+            }
             (Some(_), None) => anyhow::bail!("the config asks for reranking but no reranker is loaded"),
             _ => deduped,
         };
@@ -406,8 +279,8 @@ impl Engine {
             small_to_big(
                 &top,
                 cfg.window,
-                |id| self.by_id.get(id).map(|&i| ChunkPosition { doc_id: self.chunks[i].doc_id.clone(), index: self.chunks[i].chunk_index as usize }),
-                |doc| self.doc_chunks.get(doc).cloned(),
+                |id| t.get(id).map(|c| ChunkPosition { doc_id: c.doc_id.clone(), index: c.chunk_index as usize }),
+                |doc| t.doc_chunks(doc).cloned(),
             )
         } else {
             Vec::new()
@@ -416,11 +289,30 @@ impl Engine {
             .into_iter()
             .enumerate()
             .map(|(i, candidate)| {
-                let chunk = self.chunks[self.by_id[&candidate.chunk_id]].clone();
+                let chunk = t.get(&candidate.chunk_id).expect("candidates come from the table").clone();
                 let window = windows.iter().find(|w| w.hits.contains(&candidate.chunk_id)).cloned();
-                Passage { rank: i + 1, candidate, chunk, window }
+                let span = self.span_of(&chunk, window.as_ref());
+                Passage { rank: i + 1, candidate, chunk, window, span }
             })
             .collect();
         Ok(SearchResult { passages, refusal: None })
+    }
+
+    /// The span a passage covers: its window's chunks (pages and characters from first to
+    /// last, texts joined by newlines), or the chunk.
+    fn span_of(&self, chunk: &ChunkRecord, window: Option<&Window>) -> PassageSpan {
+        let chunks: Vec<&ChunkRecord> = match window {
+            Some(w) => w.chunk_ids.iter().filter_map(|id| self.table.get(id)).collect(),
+            None => vec![chunk],
+        };
+        let chunks = if chunks.is_empty() { vec![chunk] } else { chunks };
+        PassageSpan {
+            source: chunk.source.clone(),
+            page_start: chunks.iter().map(|c| c.page_start).min().unwrap_or(chunk.page_start),
+            page_end: chunks.iter().map(|c| c.page_end).max().unwrap_or(chunk.page_end),
+            char_start: chunks.iter().map(|c| c.char_start).min().unwrap_or(chunk.char_start),
+            char_end: chunks.iter().map(|c| c.char_end).max().unwrap_or(chunk.char_end),
+            text: chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>().join("\n"),
+        }
     }
 }

@@ -1,19 +1,23 @@
-//! The ablation DAG: build every distinct upstream artifact once (content-addressed), then
-//! evaluate every config on the golden set and write the tables.
+//! Orchestration of `evaluate`: build every config's upstream chain ([`crate::chain`]), run
+//! every config's searches through the engine, score them with the metric registry
+//! ([`crate::metric`]) and write the tables ([`crate::report`]).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use gauge_core::artifact::{StageOutcome, StageSpec};
-use gauge_core::{hash, ArtifactStore, FileEntry};
-use gauge_engine::{Engine, Passage};
-use serde::Serialize;
+use gauge_core::golden::{load_golden, GoldenQuestion};
+use gauge_core::stage::{Dag, Plan, Stage};
+use gauge_core::{hash, ArtifactStore, FileEntry, StageRun};
+use gauge_engine::{Engine, EngineOptions, Passage};
+use serde::{Deserialize, Serialize};
 
-use crate::golden::{load_golden, GoldenQuestion};
-use crate::pipeline::{Pipeline, Variant};
-use crate::relevance::{is_relevant, score_question, QuestionScores, RelevanceMode, RetrievedPassage};
+use crate::chain::{upstream, Upstream};
+use crate::metric::{registry, Metric};
+use crate::pipeline::Pipeline;
+use crate::relevance::{is_relevant, score_question, RelevanceMode, RetrievedPassage};
 use crate::report;
+use crate::rows::{MetricRow, QueryRow, RunRow};
 use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 
 /// Stage name of evaluation artifacts.
@@ -21,214 +25,106 @@ pub const STAGE: &str = "evaluate";
 /// Output format version.
 pub const FORMAT_VERSION: u32 = 2;
 
-/// Options that do not change the numbers.
-#[derive(Debug, Clone)]
-pub struct AblateOptions {
-    /// Artifact root.
-    pub artifacts: PathBuf,
-    /// Where `<pipeline name>/` is copied (usually `eval/`).
-    pub eval_dir: PathBuf,
-    /// Recompute the evaluation even when it is cached (upstream stages stay cached).
-    pub force: bool,
+/// Settings of `evaluate` beyond the pipeline file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvaluateConfig {
     /// Overrides the pipeline's relevance mode.
     pub relevance: Option<RelevanceMode>,
 }
 
-/// What a run produced.
-#[derive(Debug)]
-pub struct AblateOutput {
-    /// The evaluation artifact directory.
-    pub dir: PathBuf,
-    /// The copy under `eval/<name>/`.
-    pub eval_copy: PathBuf,
-    /// Whether the evaluation was a cache hit.
-    pub cache_hit: bool,
-    /// Configs evaluated (skipped ones excluded).
-    pub configs: usize,
-    /// Configs skipped, with the reason.
-    pub skipped: usize,
-    /// Upstream artifacts built this run (the rest were cache hits).
+/// Run settings that do not change the numbers.
+#[derive(Debug, Clone)]
+pub struct EvaluateOptions {
+    /// Where `<pipeline name>/` is copied (usually `eval/`).
+    pub eval_dir: PathBuf,
+    /// Device of query embedders and rerankers: `cpu` or `cuda[:N]`.
+    pub device: String,
+    /// The artifact root upstream stages are built in (the run's own store).
+    pub artifacts: PathBuf,
+}
+
+impl Default for EvaluateOptions {
+    fn default() -> Self {
+        EvaluateOptions { eval_dir: PathBuf::from("eval"), device: "cpu".into(), artifacts: PathBuf::from("artifacts") }
+    }
+}
+
+/// What planning an evaluation found (upstream built, golden set checked).
+pub struct EvaluatePlan {
+    pipeline: Pipeline,
+    golden: Vec<GoldenQuestion>,
+    mode: RelevanceMode,
+    upstream: Vec<Upstream>,
+    skipped: Vec<(String, String)>,
+    /// Upstream artifacts built by this run.
     pub built: Vec<String>,
 }
 
-/// One row of `per_query.parquet`.
-#[derive(Debug, Clone)]
-pub struct QueryRow {
-    /// Config name.
-    pub config: String,
-    /// Question id.
-    pub qid: String,
-    /// Category ("" when none).
-    pub category: String,
-    /// The question's scores.
-    pub scores: QuestionScores,
-    /// Refused by the cutoff.
-    pub refused: bool,
-    /// Passages returned.
-    pub n_results: usize,
-    /// Search wall time.
-    pub latency_ms: f64,
+/// What an evaluation did.
+#[derive(Debug, Default)]
+pub struct EvaluateSummary {
+    /// Configs evaluated.
+    pub configs: usize,
+    /// Configs skipped (see `ablation.md`).
+    pub skipped: usize,
+    /// Seconds.
+    pub seconds: f64,
 }
 
-/// One row of `runs.parquet`.
-#[derive(Debug, Clone)]
-pub struct RunRow {
-    /// Config name.
-    pub config: String,
-    /// Question id.
-    pub qid: String,
-    /// 1-based rank.
-    pub rank: usize,
-    /// Hit chunk.
-    pub chunk_id: String,
-    /// Final score.
-    pub score: f64,
-    /// Source.
-    pub source: String,
-    /// Pages of the passage.
-    pub page_start: i32,
-    /// Last page.
-    pub page_end: i32,
-    /// Judged relevant.
-    pub relevant: bool,
-}
+/// The `evaluate` stage: a pipeline file → metrics, per-question rows, runs, TREC files,
+/// `ablation.md` and `ablation.png` (upstream stages built through the [`Dag`]).
+pub struct Evaluate;
 
-/// One row of `metrics.parquet`.
-#[derive(Debug, Clone, Serialize)]
-pub struct MetricRow {
-    /// Config name.
-    pub config: String,
-    /// `all` or a category.
-    pub category: String,
-    /// Metric name.
-    pub metric: String,
-    /// Questions.
-    pub n: usize,
-    /// Mean (or percentile for latency).
-    pub value: f64,
-    /// Bootstrap interval.
-    pub ci: Option<(f64, f64)>,
-    /// Paired comparison with the baseline.
-    pub delta: Option<crate::stats::PairedComparison>,
-}
+impl Stage for Evaluate {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = EvaluateConfig;
+    /// The pipeline file.
+    type Inputs = PathBuf;
+    type Options = EvaluateOptions;
+    type State = EvaluatePlan;
+    type Summary = EvaluateSummary;
 
-/// Where each stage's artifact for a config lives.
-#[derive(Debug, Clone)]
-struct Upstream {
-    index: PathBuf,
-    fingerprint: String,
-}
-
-struct Builder<'a> {
-    store: &'a ArtifactStore,
-    corpus: PathBuf,
-    memo: HashMap<String, PathBuf>,
-    built: Vec<String>,
-}
-
-impl Builder<'_> {
-    /// The artifact of `stage` for the configs in `parts` (upstream first): from this run's
-    /// memo, else from `build` (itself a cache hit when the store has it).
-    fn cached(&mut self, stage: &str, parts: &[&serde_json::Value], build: impl FnOnce(&ArtifactStore) -> anyhow::Result<(PathBuf, bool)>) -> anyhow::Result<PathBuf> {
-        let key = format!("{stage}:{}", serde_json::Value::Array(parts.iter().map(|v| (*v).clone()).collect()));
-        if let Some(dir) = self.memo.get(&key) {
-            return Ok(dir.clone());
-        }
-        let (dir, cache_hit) = build(self.store)?;
-        if !cache_hit {
-            self.built.push(format!("{stage} {}", dir.display()));
-        }
-        self.memo.insert(key, dir.clone());
-        Ok(dir)
+    fn plan(config: &EvaluateConfig, pipeline_path: &PathBuf, options: &EvaluateOptions) -> anyhow::Result<Plan<EvaluatePlan>> {
+        plan_evaluation(config, pipeline_path, options)
     }
 
-    fn upstream(&mut self, v: &Variant) -> anyhow::Result<Upstream> {
-        let s = &v.stages;
-        let (ex, ch, em, ix) = (serde_json::to_value(&s.extract)?, serde_json::to_value(&s.chunk)?, serde_json::to_value(&s.embed)?, serde_json::to_value(&s.index)?);
-        let corpus = self.corpus.clone();
-        let pages = self.cached("extract", &[&ex], |store| {
-            let out = gauge_extract::run(std::slice::from_ref(&corpus), &s.extract, store, &Default::default()).with_context(|| format!("config `{}`: extract", v.name))?;
-            Ok((out.dir, out.cache_hit))
-        })?;
-        let chunks = self.cached("chunk", &[&ex, &ch], |store| {
-            // Token windows count with the embedding model's tokenizer.
-            let tokenizer = (s.chunk.strategy == gauge_chunk::Strategy::Tokens).then(|| gauge_encoder::resolve::resolve_model(&s.embed.model)).transpose()?;
-            let tok_path = tokenizer.as_ref().map(|m| m.dir.join("tokenizer.json"));
-            let out = gauge_chunk::run(&pages, tok_path.as_deref(), &s.chunk, store, false).with_context(|| format!("config `{}`: chunk", v.name))?;
-            Ok((out.dir, out.cache_hit))
-        })?;
-        let embeddings = self.cached("embed", &[&ex, &ch, &em], |store| {
-            let out = gauge_embed::run(&chunks, &s.embed, &gauge_embed::Runtime::default(), store).with_context(|| format!("config `{}`: embed", v.name))?;
-            Ok((out.dir, out.cache_hit))
-        })?;
-        let index = self.cached("index", &[&ex, &ch, &em, &ix], |store| {
-            let out = gauge_index::run(&chunks, &embeddings, &s.index, store, false).with_context(|| format!("config `{}`: index", v.name))?;
-            Ok((out.dir, out.cache_hit))
-        })?;
-        let fingerprint = gauge_core::Manifest::read(&index)?.fingerprint;
-        Ok(Upstream { index, fingerprint })
+    fn build(plan: EvaluatePlan, run: &mut StageRun, _: &EvaluateConfig, _: &PathBuf, options: &EvaluateOptions) -> anyhow::Result<EvaluateSummary> {
+        let started = Instant::now();
+        let (configs, skipped) = write_evaluation(&plan, run, options)?;
+        Ok(EvaluateSummary { configs, skipped, seconds: started.elapsed().as_secs_f64() })
+    }
+
+    fn summary_line(s: &EvaluateSummary) -> String {
+        let skipped = if s.skipped > 0 { format!(" ({} skipped, see ablation.md)", s.skipped) } else { String::new() };
+        format!("{} configs evaluated{skipped} in {:.1} s", s.configs, s.seconds)
     }
 }
 
-/// Turns the engine's passages into judged units: the chunk, or its small-to-big window
-/// (windows merged by the engine are counted once, at the rank of their best hit).
-fn retrieved_passages(engine: &Engine, passages: &[Passage]) -> Vec<(String, f64, RetrievedPassage)> {
-    let mut seen_windows = BTreeSet::new();
-    let mut out = Vec::new();
-    for p in passages {
-        match &p.window {
-            Some(w) => {
-                if !seen_windows.insert((w.doc_id.clone(), w.first)) {
-                    continue;
-                }
-                let chunks: Vec<&gauge_core::schema::ChunkRecord> = w.chunk_ids.iter().filter_map(|id| engine.chunk(id)).collect();
-                let rp = RetrievedPassage {
-                    source: p.chunk.source.clone(),
-                    page_start: chunks.iter().map(|c| c.page_start).min().unwrap_or(p.chunk.page_start),
-                    page_end: chunks.iter().map(|c| c.page_end).max().unwrap_or(p.chunk.page_end),
-                    char_start: chunks.iter().map(|c| c.char_start).min().unwrap_or(p.chunk.char_start),
-                    char_end: chunks.iter().map(|c| c.char_end).max().unwrap_or(p.chunk.char_end),
-                    text: chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>().join("\n"),
-                };
-                out.push((p.chunk.chunk_id.clone(), p.candidate.score as f64, rp));
-            }
-            None => out.push((
-                p.chunk.chunk_id.clone(),
-                p.candidate.score as f64,
-                RetrievedPassage {
-                    source: p.chunk.source.clone(),
-                    page_start: p.chunk.page_start,
-                    page_end: p.chunk.page_end,
-                    char_start: p.chunk.char_start,
-                    char_end: p.chunk.char_end,
-                    text: p.chunk.text.clone(),
-                },
-            )),
-        }
-    }
-    out
+/// The judged units of a search: each distinct passage (a merged window counts once, at the
+/// rank of its best hit) with the span the engine resolved.
+fn judged_passages(result: &gauge_engine::SearchResult) -> Vec<(String, f64, RetrievedPassage)> {
+    result.distinct().into_iter().map(|p: &Passage| (p.chunk.chunk_id.clone(), p.candidate.score as f64, retrieved(&p.span))).collect()
 }
 
-/// The metrics with intervals and paired comparisons, per config and category.
-pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, k: usize, resamples: usize, seed: u64) -> Vec<MetricRow> {
+fn retrieved(span: &gauge_engine::PassageSpan) -> RetrievedPassage {
+    RetrievedPassage {
+        source: span.source.clone(),
+        page_start: span.page_start,
+        page_end: span.page_end,
+        char_start: span.char_start,
+        char_end: span.char_end,
+        text: span.text.clone(),
+    }
+}
+
+/// The metrics with intervals and paired comparisons, per config and category, for every
+/// metric of the registry (each with its own seed offset, in registry order).
+pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics: &[Metric], resamples: usize, seed: u64) -> Vec<MetricRow> {
     let mut categories: Vec<String> = vec!["all".into()];
     let cats: BTreeSet<&str> = rows.iter().map(|r| r.category.as_str()).filter(|c| !c.is_empty()).collect();
     categories.extend(cats.into_iter().map(str::to_string));
-    let has_keywords = rows.iter().any(|r| r.scores.keyword_coverage.is_some());
-    type Getter = fn(&QueryRow) -> f64;
-    let mut metrics: Vec<(String, Getter)> = vec![
-        ("hit@1".into(), |r| r.scores.hits[0]),
-        ("hit@3".into(), |r| r.scores.hits[1]),
-        ("hit@5".into(), |r| r.scores.hits[2]),
-        ("hit@10".into(), |r| r.scores.hits[3]),
-        ("mrr@10".into(), |r| r.scores.reciprocal_rank),
-        ("ndcg@10".into(), |r| r.scores.ndcg),
-        (format!("recall@{k}"), |r| r.scores.recall),
-    ];
-    if has_keywords {
-        metrics.push((format!("keyword_coverage@{k}"), |r| r.scores.keyword_coverage.unwrap_or(0.0)));
-    }
-    metrics.push(("refusal_rate".into(), |r| if r.refused { 1.0 } else { 0.0 }));
     let mut out = Vec::new();
     for config in configs {
         for cat in &categories {
@@ -239,17 +135,17 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, k: usize
             };
             let mine = sel(config);
             let base = sel(baseline);
-            for (mi, (metric, get)) in metrics.iter().enumerate() {
-                let values: Vec<f64> = mine.iter().map(|r| get(r)).collect();
+            for (mi, metric) in metrics.iter().enumerate() {
+                let values: Vec<f64> = mine.iter().map(|r| metric.value(r)).collect();
                 let mseed = seed.wrapping_add(mi as u64);
                 let delta = (config != baseline && base.len() == mine.len()).then(|| {
-                    let b: Vec<f64> = base.iter().map(|r| get(r)).collect();
+                    let b: Vec<f64> = base.iter().map(|r| metric.value(r)).collect();
                     paired_comparison(&values, &b, resamples, mseed)
                 });
                 out.push(MetricRow {
                     config: config.clone(),
                     category: cat.clone(),
-                    metric: metric.clone(),
+                    metric: metric.name.clone(),
                     n: values.len(),
                     value: mean(&values),
                     ci: Some(bootstrap_ci(&values, resamples, mseed)),
@@ -266,33 +162,29 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, k: usize
     out
 }
 
-/// Runs a pipeline: upstream stages (cached), then the evaluation (cached), then the copy
-/// under `eval/<name>/`.
-pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Result<AblateOutput> {
+/// Loads the pipeline and its golden set, builds every config's upstream artifacts, and says
+/// what the evaluation depends on.
+fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &EvaluateOptions) -> anyhow::Result<Plan<EvaluatePlan>> {
     let mut pipeline = Pipeline::load(pipeline_path)?;
-    if let Some(m) = opts.relevance {
+    if let Some(m) = config.relevance {
         pipeline.relevance = m;
     }
     let golden = load_golden(&pipeline.golden)?;
     let mode = pipeline.relevance.resolve(&golden).map_err(|e| anyhow::anyhow!("{}: {e}", pipeline.golden.display()))?;
     anyhow::ensure!(pipeline.corpus.exists(), "{}: corpus not found (set `corpus` in {})", pipeline.corpus.display(), pipeline_path.display());
-    let store = ArtifactStore::new(&opts.artifacts);
-    let mut builder = Builder { store: &store, corpus: pipeline.corpus.clone(), memo: HashMap::new(), built: Vec::new() };
-    let mut upstream = Vec::new();
+    let store = ArtifactStore::new(&options.artifacts);
+    let mut dag = Dag::new(&store);
+    let mut ups = Vec::new();
     for v in &pipeline.variants {
         tracing::debug!("config `{}`: upstream artifacts", v.name);
-        upstream.push(builder.upstream(v)?);
+        ups.push(upstream(&mut dag, &pipeline.corpus, v)?);
     }
-    let mut inputs = vec![FileEntry {
-        path: pipeline.golden.display().to_string(),
-        name: "golden".into(),
-        hash: hash::file_hash(&pipeline.golden)?,
-        rows: Some(golden.len() as u64),
-    }];
+    check_gold_sources(&golden, &pipeline, &ups[0])?;
+    let mut inputs = vec![FileEntry { path: pipeline.golden.display().to_string(), name: "golden".into(), hash: hash::file_hash(&pipeline.golden)?, rows: Some(golden.len() as u64) }];
     let mut skipped: Vec<(String, String)> = Vec::new();
     // Each reranker model's weights are read (hashed) once, however many configs use it.
     let mut identities: HashMap<String, Result<String, String>> = HashMap::new();
-    for (i, (v, u)) in pipeline.variants.iter().zip(&upstream).enumerate() {
+    for (i, (v, u)) in pipeline.variants.iter().zip(&ups).enumerate() {
         inputs.push(FileEntry { path: u.index.display().to_string(), name: format!("index:{}", v.name), hash: u.fingerprint.clone(), rows: None });
         if let Some(rc) = &v.stages.retrieval.rerank {
             // The reranker's weights are an input: a config skipped for a missing model runs
@@ -312,23 +204,38 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
     for (name, reason) in &skipped {
         eprintln!("evaluate: skipping config `{name}`: {reason}");
     }
-    let config = serde_json::json!({
+    let echo = serde_json::json!({
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
         "variants": pipeline.variants,
     });
-    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &config, inputs, seed: Some(pipeline.seed) };
-    let eval_copy = opts.eval_dir.join(&pipeline.name);
-    let mut run = match store.begin(spec, opts.force)? {
-        StageOutcome::CacheHit(dir) => {
-            copy_to_eval(&dir, &eval_copy)?;
-            return Ok(AblateOutput { dir, eval_copy, cache_hit: true, configs: pipeline.variants.len() - skipped.len(), skipped: skipped.len(), built: builder.built });
-        }
-        StageOutcome::Run(run) => run,
-    };
+    let seed = pipeline.seed;
+    let built = dag.built.clone();
+    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, built }).echo(echo).seed(seed))
+}
+
+/// Refuses a golden set naming sources the corpus does not hold (a typo would score 0
+/// silently), naming the closest existing ones.
+fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstream) -> anyhow::Result<()> {
+    let pages = gauge_core::schema::read_pages(&up.pages.join("pages.parquet"))?;
+    let sources: BTreeSet<&str> = pages.iter().map(|p| p.source.as_str()).collect();
+    let unknown = gauge_core::golden::unknown_sources(golden, sources.iter().copied());
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = unknown.iter().map(|(s, near)| format!("`{s}` (closest: {})", near.join(", "))).collect();
+    anyhow::bail!("{}: gold sources not in the corpus {}: {}; fix the golden set or the pipeline's corpus", pipeline.golden.display(), pipeline.corpus.display(), list.join("; "))
+}
+
+/// Evaluates every config and writes the tables into the run.
+fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOptions) -> anyhow::Result<(usize, usize)> {
+    let EvaluatePlan { pipeline, golden, mode, upstream, skipped, .. } = plan;
+    let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
-    let (query_rows, run_rows, qrels) = evaluate_variants(&pipeline, &upstream, &golden, mode, &skip)?;
+    let (query_rows, run_rows, qrels) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device)?;
     let names: Vec<String> = pipeline.variants.iter().filter(|v| !skip.contains(v.name.as_str())).map(|v| v.name.clone()).collect();
-    let metrics = summarize(&query_rows, &names, &names[0], pipeline.k, pipeline.resamples, pipeline.seed);
+    let has_keywords = golden.iter().any(|q| !q.keywords.is_empty());
+    let metric_registry = registry(pipeline.k, has_keywords);
+    let metrics = summarize(&query_rows, &names, &names[0], &metric_registry, pipeline.resamples, pipeline.seed);
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
     run.add_output("metrics.parquet", Some(n))?;
     let n = report::write_per_query(&run.path("per_query.parquet"), &query_rows)?;
@@ -345,24 +252,16 @@ pub fn run_pipeline(pipeline_path: &Path, opts: &AblateOptions) -> anyhow::Resul
         report::write_qrels(&run.path(&format!("trec/{slug}.qrels")), q)?;
         run.add_output(&format!("trec/{slug}.qrels"), Some(q.len() as u64))?;
     }
-    let context = report::ReportContext {
-        pipeline: &pipeline,
-        golden_len: golden.len(),
-        mode,
-        metrics: &metrics,
-        skipped: &skipped,
-    };
+    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &metrics, skipped, registry: &metric_registry };
     std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;
     run.set_stat("questions", golden.len());
     run.set_stat("configs", names.len());
-    run.set_stat("skipped", serde_json::to_value(&skipped)?);
+    run.set_stat("skipped", serde_json::to_value(skipped)?);
     run.set_stat("relevance", mode.name());
-    let dir = run.commit()?;
-    copy_to_eval(&dir, &eval_copy)?;
-    Ok(AblateOutput { dir, eval_copy, cache_hit: false, configs: names.len(), skipped: skipped.len(), built: builder.built })
+    Ok((names.len(), skipped.len()))
 }
 
 type Qrels = Vec<(String, String)>;
@@ -373,31 +272,31 @@ fn evaluate_variants(
     golden: &[GoldenQuestion],
     mode: RelevanceMode,
     skip: &BTreeSet<&str>,
+    device: &str,
 ) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>)> {
-    // Open each distinct index once, with the query embedder of its embedding config.
+    // Open each distinct index once, with the query embedder it was built with.
     let mut by_index: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, u) in upstream.iter().enumerate() {
         if !skip.contains(pipeline.variants[i].name.as_str()) {
             by_index.entry(u.index.clone()).or_default().push(i);
         }
     }
-    // Each distinct reranker is loaded once.
-    let mut rerankers: HashMap<String, Box<dyn gauge_retrieve::Reranker>> = HashMap::new();
-    let reranker_key = |rc: &gauge_retrieve::RerankConfig| format!("{:?}|{}|{:?}", rc.kind, rc.model, rc.max_length);
+    // Each distinct reranker (what changes its scores: kind, model, max length) is loaded once.
+    let mut rerankers: HashMap<String, Box<dyn gauge_rank::Reranker>> = HashMap::new();
+    let reranker_key = |rc: &gauge_rank::RerankConfig| serde_json::json!([rc.kind, rc.model, rc.max_length]).to_string();
     let bar = gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches");
     let mut query_rows = Vec::new();
     let mut run_rows = Vec::new();
     let mut qrels: Vec<Qrels> = vec![Vec::new(); pipeline.variants.len()];
     for (index, variant_ids) in &by_index {
-        let first = &pipeline.variants[variant_ids[0]];
-        let needs_dense = variant_ids.iter().any(|&i| pipeline.variants[i].stages.retrieval.dense);
-        let embedder = if needs_dense { Some(gauge_embed::load_embedder(&first.stages.embed, &gauge_embed::Runtime::default())?) } else { None };
-        let engine = Engine::open(index, embedder)?;
+        let dense = variant_ids.iter().any(|&i| pipeline.variants[i].stages.retrieval.dense);
+        let engine = Engine::open(index, &EngineOptions { dense, model: None, device: device.to_string() })?;
         // Qrels: every chunk of this index judged on its own, for trec_eval/ranx users.
         let chunk_qrels: Qrels = golden
             .iter()
             .flat_map(|q| {
                 engine
+                    .chunks()
                     .chunks
                     .iter()
                     .filter(|c| is_relevant(q, &chunk_passage(c), mode))
@@ -410,21 +309,17 @@ fn evaluate_variants(
             qrels[vi] = chunk_qrels.clone();
             if let Some(rc) = &v.stages.retrieval.rerank {
                 if !rerankers.contains_key(&reranker_key(rc)) {
-                    let r = gauge_rerank::load_reranker(rc, "cpu").with_context(|| format!("config `{}`: reranker", v.name))?;
+                    let r = gauge_rerank::load_reranker(rc, device).with_context(|| format!("config `{}`: reranker", v.name))?;
                     rerankers.insert(reranker_key(rc), r);
                 }
             }
             let reranker = v.stages.retrieval.rerank.as_ref().map(|rc| rerankers[&reranker_key(rc)].as_ref());
             for q in golden {
-                let mut cfg = v.stages.retrieval.clone();
-                if v.oracle_source_filter {
-                    let sources: BTreeSet<String> = q.gold.iter().map(|g| g.source().to_string()).collect();
-                    cfg.filter.sources = sources.into_iter().collect();
-                }
+                let cfg = config_for(v, q);
                 let started = Instant::now();
                 let result = engine.search_with(&q.question, &cfg, reranker).with_context(|| format!("config `{}`, question `{}`", v.name, q.qid))?;
                 let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-                let judged = retrieved_passages(&engine, &result.passages);
+                let judged = judged_passages(&result);
                 let passages: Vec<RetrievedPassage> = judged.iter().map(|(_, _, p)| p.clone()).take(pipeline.k).collect();
                 let scores = score_question(q, &passages, mode, pipeline.k);
                 for (rank, ((chunk_id, score, p), relevant)) in judged.iter().zip(&scores.relevant).enumerate() {
@@ -462,12 +357,23 @@ fn evaluate_variants(
     Ok((query_rows, run_rows, qrels))
 }
 
+/// The retrieval config a question is searched with: the config's, restricted to the
+/// question's gold sources when the config is the oracle source filter.
+pub fn config_for(v: &crate::pipeline::Variant, q: &GoldenQuestion) -> gauge_engine::RetrievalConfig {
+    let mut cfg = v.stages.retrieval.clone();
+    if v.oracle_source_filter {
+        let sources: BTreeSet<String> = q.gold.iter().map(|g| g.source().to_string()).collect();
+        cfg.filter.sources = sources.into_iter().collect();
+    }
+    cfg
+}
+
 fn chunk_passage(c: &gauge_core::schema::ChunkRecord) -> RetrievedPassage {
     RetrievedPassage { source: c.source.clone(), page_start: c.page_start, page_end: c.page_end, char_start: c.char_start, char_end: c.char_end, text: c.text.clone() }
 }
 
 /// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder).
-fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
+pub fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
     let tmp = parent.join(format!(".tmp-{}-{}", dest.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));

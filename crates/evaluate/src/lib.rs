@@ -1,14 +1,26 @@
-//! The `evaluate` stage: golden sets, chunking-independent relevance, retrieval metrics with
-//! seeded bootstrap intervals and paired tests, and the ablation pipeline (`just ablate`).
+//! The `evaluate` stage: a pipeline's ablation with chunking-independent relevance, retrieval
+//! metrics with seeded bootstrap intervals and paired tests (`just ablate`).
+//!
+//! - [`pipeline`]: pipeline files (baseline + variants, merged by the one config language).
+//! - [`chain`]: each config's upstream build chain, as data for the stage DAG.
+//! - [`ablate`]: orchestration (the [`Evaluate`] stage): searches through the engine, scoring.
+//! - [`relevance`], [`metrics`]: judging passages and per-question metric math.
+//! - [`metric`]: the metric registry (name, computation, where it is printed).
+//! - [`rows`]: the table rows; [`report`]: Parquet, TREC, Markdown and the chart.
+//! - [`stats`]: bootstrap intervals and paired tests.
+#![deny(missing_docs)]
 pub mod ablate;
-pub mod golden;
+pub mod chain;
+pub mod cli;
+pub mod metric;
 pub mod metrics;
 pub mod pipeline;
 pub mod relevance;
 pub mod report;
+pub mod rows;
 pub mod stats;
 
-pub use ablate::{run_pipeline, AblateOptions, AblateOutput};
-pub use golden::{load_golden, GoldItem, GoldenQuestion};
+pub use ablate::{Evaluate, EvaluateConfig, EvaluateOptions};
+pub use gauge_core::golden::{load_golden, GoldItem, GoldenQuestion};
 pub use pipeline::{Pipeline, StageConfigs, Variant};
 pub use relevance::RelevanceMode;

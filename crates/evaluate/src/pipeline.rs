@@ -61,7 +61,8 @@ pub struct Pipeline {
     pub golden: PathBuf,
     /// How passages are judged.
     pub relevance: RelevanceMode,
-    /// Passages per question (the k of Recall@k and coverage@k).
+    /// Passages judged per question: every config's `retrieval.k` (one k; the pipeline's
+    /// top-level `k` is the baseline's default for it).
     pub k: usize,
     /// Seed of every bootstrap and randomisation test.
     pub seed: u64,
@@ -79,8 +80,7 @@ struct PipelineFile {
     golden: PathBuf,
     #[serde(default)]
     relevance: RelevanceMode,
-    #[serde(default = "default_k")]
-    k: usize,
+    k: Option<usize>,
     #[serde(default = "default_seed")]
     seed: u64,
     #[serde(default = "default_resamples")]
@@ -90,9 +90,6 @@ struct PipelineFile {
     variants: Vec<toml::Table>,
 }
 
-fn default_k() -> usize {
-    10
-}
 fn default_seed() -> u64 {
     42
 }
@@ -103,17 +100,6 @@ fn default_resamples() -> usize {
 const STAGE_KEYS: [&str; 5] = ["extract", "chunk", "embed", "index", "retrieval"];
 const ROW_KEYS: [&str; 4] = ["name", "base", "description", "oracle_source_filter"];
 
-/// Overlays `over` on `base`, table by table.
-fn merge(base: &mut toml::Table, over: &toml::Table) {
-    for (k, v) in over {
-        match (base.get_mut(k), v) {
-            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
-            _ => {
-                base.insert(k.clone(), v.clone());
-            }
-        }
-    }
-}
 
 impl Pipeline {
     /// Reads and resolves a pipeline file.
@@ -124,8 +110,8 @@ impl Pipeline {
         let here = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { normalize(&here.join(p)) };
         ensure_or(file.resamples >= 1000, || err(format!("resamples = {} is too few for a 95 % interval; use at least 1000", file.resamples)))?;
-        ensure_or(file.k >= 1, || err("k must be at least 1".into()))?;
-        let mut resolved: Vec<(String, toml::Table)> = Vec::new();
+        ensure_or(file.k.is_none_or(|k| k >= 1), || err("k must be at least 1".into()))?;
+        let mut resolved: Vec<(String, serde_json::Value)> = Vec::new();
         let mut variants = Vec::new();
         let rows = std::iter::once((true, file.baseline)).chain(file.variants.into_iter().map(|v| (false, v)));
         for (is_baseline, row) in rows {
@@ -143,7 +129,11 @@ impl Pipeline {
                 return Err(err(format!("two configs are named `{name}`; names must be unique")));
             }
             let mut table = if is_baseline {
-                toml::Table::new()
+                // The pipeline's `k` is the baseline's `retrieval.k` unless it sets one.
+                match file.k {
+                    Some(k) => serde_json::json!({ "retrieval": { "k": k } }),
+                    None => serde_json::json!({}),
+                }
             } else {
                 let base = match row.get("base") {
                     None => resolved[0].0.clone(),
@@ -160,24 +150,36 @@ impl Pipeline {
             for k in ["name", "base", "description"] {
                 over.remove(k);
             }
-            merge(&mut table, &over);
+            // The one merge path of every config (see gauge_core::config).
+            gauge_core::config::merge(&mut table, &gauge_core::config::toml_to_json(toml::Value::Table(over)));
             let mut stages_table = table.clone();
-            let oracle = match stages_table.remove("oracle_source_filter") {
+            let oracle = match stages_table.as_object_mut().and_then(|t| t.remove("oracle_source_filter")) {
                 None => false,
-                Some(toml::Value::Boolean(b)) => b,
+                Some(serde_json::Value::Bool(b)) => b,
                 Some(_) => return Err(err(format!("`oracle_source_filter` of `{name}` must be true or false"))),
             };
-            let stages: StageConfigs =
-                toml::Value::Table(stages_table).try_into().map_err(|e: toml::de::Error| err(format!("config `{name}`: {}", e.to_string().trim())))?;
+            let mut stages: StageConfigs = gauge_core::config::resolve(&[gauge_core::config::Layer::new(format!("config `{name}`"), stages_table)])
+                .map_err(|e| err(e.to_string()))?;
             if !stages.retrieval.dense && !stages.retrieval.bm25 {
                 return Err(err(format!("config `{name}` turns off both dense and BM25 retrieval")));
+            }
+            stages.retrieval = stages.retrieval.normalize();
+            if let Some(first) = variants.first() {
+                let first: &Variant = first;
+                if first.stages.retrieval.k != stages.retrieval.k {
+                    return Err(err(format!(
+                        "config `{name}` returns k = {} passages but `{}` returns {}; the metrics compare lists of one length, so give every config the same `retrieval.k` (or set the pipeline's `k`)",
+                        stages.retrieval.k, first.name, first.stages.retrieval.k
+                    )));
+                }
             }
             let description = row.get("description").and_then(|d| d.as_str()).unwrap_or_default().to_string();
             variants.push(Variant { name: name.clone(), description, oracle_source_filter: oracle, stages });
             resolved.push((name, table));
         }
         let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "pipeline".into()));
-        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k: file.k, seed: file.seed, resamples: file.resamples, variants })
+        let k = variants[0].stages.retrieval.k;
+        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants })
     }
 }
 
@@ -259,6 +261,7 @@ chunk = {{ size = 500 }}
             ("[baseline]\n[[variants]]\nname = \"baseline\"\n", "unique"),
             ("resamples = 10\n[baseline]\n", "at least 1000"),
             ("[baseline]\nretrievl = {}\n", "unknown key `retrievl`"),
+            ("[baseline]\n[[variants]]\nname = \"short\"\nretrieval = { k = 3 }\n", "same `retrieval.k`"),
         ];
         for (text, want) in cases {
             let e = load(&format!("{HEAD}{text}")).unwrap_err().to_string();

@@ -2,8 +2,8 @@
 //! per-question scores built on them.
 use serde::{Deserialize, Serialize};
 
-use crate::golden::{GoldItem, GoldenQuestion};
-use crate::metrics::{first_relevant_rank, hit_at, keyword_scores, ndcg_at, recall_at, reciprocal_rank_at};
+use gauge_core::golden::{GoldItem, GoldenQuestion};
+use crate::metrics::{first_relevant_rank, keyword_scores, ndcg_at, recall_at, reciprocal_rank_at};
 
 /// How a retrieved passage is judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -109,11 +109,9 @@ pub struct QuestionScores {
     pub relevant: Vec<bool>,
     /// 1-based rank of the first relevant passage.
     pub first_relevant_rank: Option<usize>,
-    /// Reciprocal rank within 10 (keyword mode: mean over keywords).
+    /// Reciprocal rank within k (keyword mode: mean over keywords).
     pub reciprocal_rank: f64,
-    /// Hit@1, @3, @5, @10.
-    pub hits: [f64; 4],
-    /// nDCG@10 (keyword mode: mean over keywords).
+    /// nDCG@k (keyword mode: mean over keywords).
     pub ndcg: f64,
     /// Recall@k of gold items (keyword mode: keyword coverage).
     pub recall: f64,
@@ -126,14 +124,12 @@ pub fn score_question(q: &GoldenQuestion, passages: &[RetrievedPassage], mode: R
     let relevant: Vec<bool> = passages.iter().map(|p| is_relevant(q, p, mode)).collect();
     let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
     let keyword = (!q.keywords.is_empty()).then(|| keyword_scores(&q.keywords, &texts, k));
-    let hits = [hit_at(&relevant, 1), hit_at(&relevant, 3), hit_at(&relevant, 5), hit_at(&relevant, 10)];
     match mode {
         RelevanceMode::Keyword => {
             let ks = keyword.expect("keyword mode checked every question has keywords");
             QuestionScores {
                 first_relevant_rank: first_relevant_rank(&relevant),
                 reciprocal_rank: ks.mrr,
-                hits,
                 ndcg: ks.ndcg,
                 recall: ks.coverage,
                 keyword_coverage: Some(ks.coverage),
@@ -144,9 +140,8 @@ pub fn score_question(q: &GoldenQuestion, passages: &[RetrievedPassage], mode: R
             let covers: Vec<Vec<usize>> = passages.iter().map(|p| covered_gold(q, p, mode)).collect();
             QuestionScores {
                 first_relevant_rank: first_relevant_rank(&relevant),
-                reciprocal_rank: reciprocal_rank_at(&relevant, 10),
-                hits,
-                ndcg: ndcg_at(&relevant, 10),
+                reciprocal_rank: reciprocal_rank_at(&relevant, k),
+                ndcg: ndcg_at(&relevant, k),
                 recall: recall_at(&covers, q.gold.len(), k),
                 keyword_coverage: keyword.map(|k| k.coverage),
                 relevant,
@@ -158,6 +153,10 @@ pub fn score_question(q: &GoldenQuestion, passages: &[RetrievedPassage], mode: R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hits(s: &QuestionScores) -> [f64; 4] {
+        [1, 3, 5, 10].map(|n| crate::metrics::hit_at(&s.relevant, n))
+    }
 
     fn q(gold: Vec<GoldItem>, keywords: &[&str]) -> GoldenQuestion {
         GoldenQuestion {
@@ -203,7 +202,7 @@ mod tests {
         let list: Vec<RetrievedPassage> = [1, 5, 2, 9, 3].iter().map(|&p| passage("a", (p, p), (0, 1), "")).collect();
         let s = score_question(&g, &list, RelevanceMode::Page, 10);
         assert_eq!(s.first_relevant_rank, Some(2));
-        assert_eq!(s.hits, [0.0, 1.0, 1.0, 1.0]);
+        assert_eq!(hits(&s), [0.0, 1.0, 1.0, 1.0]);
         assert_eq!(s.reciprocal_rank, 0.5);
         // DCG = 1/log2(3) + 1/log2(5); ideal = 1 + 1/log2(3).
         let want = (1.0 / 3f64.log2() + 1.0 / 5f64.log2()) / (1.0 + 1.0 / 3f64.log2());
@@ -212,7 +211,7 @@ mod tests {
         assert_eq!(score_question(&g, &list, RelevanceMode::Page, 3).recall, 0.5);
         // Empty retrieval: zeros everywhere.
         let e = score_question(&g, &[], RelevanceMode::Page, 10);
-        assert_eq!((e.first_relevant_rank, e.reciprocal_rank, e.ndcg, e.recall, e.hits), (None, 0.0, 0.0, 0.0, [0.0; 4]));
+        assert_eq!((e.first_relevant_rank, e.reciprocal_rank, e.ndcg, e.recall, hits(&e)), (None, 0.0, 0.0, 0.0, [0.0; 4]));
     }
 
     #[test]
@@ -222,12 +221,12 @@ mod tests {
         list.extend((2..=10).map(|p| passage("a", (p, p), (0, 1), "other")));
         for mode in [RelevanceMode::Page, RelevanceMode::Keyword] {
             let s = score_question(&g, &list, mode, 10);
-            assert_eq!((s.reciprocal_rank, s.ndcg, s.recall, s.hits), (1.0, 1.0, 1.0, [1.0; 4]), "{mode:?}");
+            assert_eq!((s.reciprocal_rank, s.ndcg, s.recall, hits(&s)), (1.0, 1.0, 1.0, [1.0; 4]), "{mode:?}");
         }
         // Reversed: the relevant passage comes tenth.
         list.reverse();
         let s = score_question(&g, &list, RelevanceMode::Page, 10);
-        assert_eq!(s.hits, [0.0, 0.0, 0.0, 1.0]);
+        assert_eq!(hits(&s), [0.0, 0.0, 0.0, 1.0]);
         assert!((s.reciprocal_rank - 0.1).abs() < 1e-12);
         assert!((s.ndcg - 1.0 / 11f64.log2()).abs() < 1e-12);
     }

@@ -8,7 +8,9 @@ use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int32Array, StringArray
 use gauge_core::schema::{arrow_schema, METRIC_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS};
 use gauge_core::table::write_parquet;
 
-use crate::ablate::{MetricRow, QueryRow, RunRow};
+use crate::metric::{Metric, Placement};
+use crate::metrics::hit_at;
+use crate::rows::{MetricRow, QueryRow, RunRow};
 use crate::pipeline::Pipeline;
 use crate::relevance::RelevanceMode;
 
@@ -49,10 +51,10 @@ pub fn write_per_query(path: &Path, rows: &[QueryRow]) -> anyhow::Result<u64> {
         strings(rows.iter().map(|r| r.category.as_str())),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.scores.first_relevant_rank.map(|x| x as i32)))) as ArrayRef,
         floats(rows.iter().map(|r| r.scores.reciprocal_rank)),
-        floats(rows.iter().map(|r| r.scores.hits[0])),
-        floats(rows.iter().map(|r| r.scores.hits[1])),
-        floats(rows.iter().map(|r| r.scores.hits[2])),
-        floats(rows.iter().map(|r| r.scores.hits[3])),
+        floats(rows.iter().map(|r| hit_at(&r.scores.relevant, 1))),
+        floats(rows.iter().map(|r| hit_at(&r.scores.relevant, 3))),
+        floats(rows.iter().map(|r| hit_at(&r.scores.relevant, 5))),
+        floats(rows.iter().map(|r| hit_at(&r.scores.relevant, 10))),
         floats(rows.iter().map(|r| r.scores.ndcg)),
         floats(rows.iter().map(|r| r.scores.recall)),
         opt_floats(rows.iter().map(|r| r.scores.keyword_coverage)),
@@ -124,6 +126,8 @@ pub struct ReportContext<'a> {
     pub metrics: &'a [MetricRow],
     /// Configs not evaluated, with the reason.
     pub skipped: &'a [(String, String)],
+    /// The metrics and where they are printed.
+    pub registry: &'a [Metric],
 }
 
 impl ReportContext<'_> {
@@ -160,8 +164,9 @@ fn mode_text(mode: RelevanceMode) -> &'static str {
     }
 }
 
-/// The ablation table in Markdown: one row per config with Hit@1/3/5, MRR@10 and nDCG@10
-/// (with 95 % intervals) and the paired deltas against the baseline.
+/// The ablation tables in Markdown: one row per config with the registry's main metrics (with
+/// 95 % intervals) and their paired deltas against the baseline, then coverage, refusals and
+/// latency.
 pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
     let p = cx.pipeline;
     let base = &p.variants[0].name;
@@ -184,42 +189,28 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         if cat != "all" {
             s.push_str(&format!("\n## Category `{cat}`\n\n"));
         }
-        s.push_str("| Config | Hit@1 | Hit@3 | Hit@5 | MRR@10 | nDCG@10 | Δ Hit@1 | Δ MRR@10 |\n|---|---|---|---|---|---|---|---|\n");
+        let main: Vec<&Metric> = cx.registry.iter().filter(|m| m.placement == Placement::Main).collect();
+        let deltas: Vec<&Metric> = cx.registry.iter().filter(|m| m.delta_column).collect();
+        let headers: Vec<String> = main.iter().map(|m| m.label.clone()).chain(deltas.iter().map(|m| format!("Δ {}", m.label))).collect();
+        s.push_str(&format!("| Config | {} |\n|---|{}\n", headers.join(" | "), "---|".repeat(headers.len())));
         for v in cx.evaluated() {
             let name = if v.name == *base { format!("{} (baseline)", v.name) } else { v.name.clone() };
-            s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                name.replace('|', "\\|"),
-                cell(cx.get(&v.name, cat, "hit@1")),
-                cell(cx.get(&v.name, cat, "hit@3")),
-                cell(cx.get(&v.name, cat, "hit@5")),
-                cell(cx.get(&v.name, cat, "mrr@10")),
-                cell(cx.get(&v.name, cat, "ndcg@10")),
-                delta_cell(cx.get(&v.name, cat, "hit@1")),
-                delta_cell(cx.get(&v.name, cat, "mrr@10")),
-            ));
+            let cells: Vec<String> = main.iter().map(|m| cell(cx.get(&v.name, cat, &m.name))).chain(deltas.iter().map(|m| delta_cell(cx.get(&v.name, cat, &m.name)))).collect();
+            s.push_str(&format!("| {} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
         }
     }
-    let recall = format!("recall@{}", p.k);
-    let coverage = format!("keyword_coverage@{}", p.k);
-    let has_cov = cx.metrics.iter().any(|m| m.metric == coverage);
-    s.push_str(&format!(
-        "\n## Coverage, refusals, latency\n\n| Config | Hit@10 | Recall@{k} |{} Refusal rate | Latency p50 (ms) | Latency p95 (ms) |\n|---|---|---|{}---|---|---|\n",
-        if has_cov { format!(" Keyword coverage@{} |", p.k) } else { String::new() },
-        if has_cov { "---|" } else { "" },
-        k = p.k
-    ));
+    let coverage: Vec<&Metric> = cx.registry.iter().filter(|m| m.placement == Placement::Coverage).collect();
+    let headers: Vec<String> = coverage.iter().map(|m| m.label.clone()).chain(["Latency p50 (ms)".to_string(), "Latency p95 (ms)".to_string()]).collect();
+    s.push_str(&format!("\n## Coverage, refusals, latency\n\n| Config | {} |\n|---|{}\n", headers.join(" | "), "---|".repeat(headers.len())));
     for v in cx.evaluated() {
-        s.push_str(&format!(
-            "| {} | {} | {} |{} {:.3} | {:.1} | {:.1} |\n",
-            v.name.replace('|', "\\|"),
-            cell(cx.get(&v.name, "all", "hit@10")),
-            cell(cx.get(&v.name, "all", &recall)),
-            if has_cov { format!(" {} |", cell(cx.get(&v.name, "all", &coverage))) } else { String::new() },
-            cx.get(&v.name, "all", "refusal_rate").map(|m| m.value).unwrap_or(0.0),
-            cx.get(&v.name, "all", "latency_p50_ms").map(|m| m.value).unwrap_or(0.0),
-            cx.get(&v.name, "all", "latency_p95_ms").map(|m| m.value).unwrap_or(0.0),
-        ));
+        let mut cells: Vec<String> = coverage
+            .iter()
+            .map(|m| if m.interval { cell(cx.get(&v.name, "all", &m.name)) } else { format!("{:.3}", cx.get(&v.name, "all", &m.name).map(|r| r.value).unwrap_or(0.0)) })
+            .collect();
+        for lat in ["latency_p50_ms", "latency_p95_ms"] {
+            cells.push(format!("{:.1}", cx.get(&v.name, "all", lat).map(|m| m.value).unwrap_or(0.0)));
+        }
+        s.push_str(&format!("| {} | {} |\n", v.name.replace('|', "\\|"), cells.join(" | ")));
     }
     s.push_str("\nLatency is wall time on the machine that ran the evaluation (query embedding included); it is the only number here that changes between runs.\n\n## Configs\n\n");
     for v in &p.variants {
@@ -256,12 +247,13 @@ fn register_font() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!(e))
 }
 
-/// Draws Hit@1, Hit@5, MRR@10 and nDCG@10 per config as horizontal bars with their 95 %
+/// Draws the registry's charted metrics (Hit@1, Hit@5, MRR, nDCG) per config as horizontal bars with their 95 %
 /// interval as whiskers.
 pub fn ablation_png(path: &Path, cx: &ReportContext<'_>) -> anyhow::Result<()> {
     use plotters::prelude::*;
     register_font()?;
-    let metrics = [("Hit@1", "hit@1", RGBColor(0x1f, 0x77, 0xb4)), ("Hit@5", "hit@5", RGBColor(0xff, 0x7f, 0x0e)), ("MRR@10", "mrr@10", RGBColor(0x2c, 0xa0, 0x2c)), ("nDCG@10", "ndcg@10", RGBColor(0x94, 0x67, 0xbd))];
+    const COLORS: [RGBColor; 6] = [RGBColor(0x1f, 0x77, 0xb4), RGBColor(0xff, 0x7f, 0x0e), RGBColor(0x2c, 0xa0, 0x2c), RGBColor(0x94, 0x67, 0xbd), RGBColor(0x8c, 0x56, 0x4b), RGBColor(0x7f, 0x7f, 0x7f)];
+    let metrics: Vec<(&str, &str, RGBColor)> = cx.registry.iter().filter(|m| m.chart).zip(COLORS.iter().cycle()).map(|(m, c)| (m.label.as_str(), m.name.as_str(), *c)).collect();
     let names: Vec<String> = cx.evaluated().iter().map(|v| v.name.clone()).collect();
     let n = names.len();
     let height = 120 + 70 * n as u32;

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use gauge_core::ArtifactStore;
-use gauge_extract::{ExtractConfig, RunOptions};
+use gauge_extract::{Extract, ExtractConfig};
 use unicode_normalization::UnicodeNormalization;
 
 fn words(text: &str) -> HashMap<String, usize> {
@@ -54,7 +54,7 @@ fn main() {
     let mut pages_dir = PathBuf::new();
     for _ in 0..reps {
         let t = Instant::now();
-        let out = gauge_extract::run(&[corpus.clone()], &ExtractConfig::default(), &ArtifactStore::new(&scratch), &RunOptions { force: true, strict: false }).unwrap();
+        let out = gauge_core::stage::run::<Extract>(&ArtifactStore::new(&scratch), &ExtractConfig::default(), &vec![corpus.clone()], &Default::default(), true).unwrap();
         gauge_times.push(t.elapsed().as_secs_f64());
         pages_dir = out.dir;
     }
@@ -82,7 +82,7 @@ fn main() {
     let (mean, med, below, worst, compared) = quality(&pages, &poppler);
     let mut raw_config = ExtractConfig::default();
     raw_config.cleaning.headers_footers = false;
-    let raw_dir = gauge_extract::run(&[corpus.clone()], &raw_config, &ArtifactStore::new(&scratch), &RunOptions::default()).unwrap().dir;
+    let raw_dir = gauge_core::stage::run::<Extract>(&ArtifactStore::new(&scratch), &raw_config, &vec![corpus.clone()], &Default::default(), false).unwrap().dir;
     let raw_pages = gauge_core::schema::read_pages(&raw_dir.join("pages.parquet")).unwrap();
     let (raw_mean, raw_med, raw_below, raw_worst, _) = quality(&raw_pages, &poppler);
     let g = median(gauge_times.clone());

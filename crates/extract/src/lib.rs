@@ -4,14 +4,14 @@
 //! each (page 1); JSONL files one row per record. Unreadable inputs go to `errors.parquet`
 //! and the rest go on.
 pub mod clean;
+pub mod cli;
 pub mod pdf;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use gauge_core::artifact::StageSpec;
 use gauge_core::schema::{write_errors, write_pages, ErrorRecord, PageRecord};
-use gauge_core::{hash, ArtifactStore, FileEntry, StageOutcome};
+use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -177,13 +177,10 @@ pub struct ExtractStats {
     pub hyphen_compounds_kept: usize,
 }
 
-/// The result of a run.
-pub struct ExtractOutput {
-    /// The artifact directory.
-    pub dir: PathBuf,
-    /// Whether it already existed.
-    pub cache_hit: bool,
-    /// Counts (default on a cache hit).
+/// Summary of a build.
+#[derive(Debug, Default)]
+pub struct ExtractSummary {
+    /// Counts.
     pub stats: ExtractStats,
     /// Inputs that failed, with reasons.
     pub errors: Vec<ErrorRecord>,
@@ -192,34 +189,49 @@ pub struct ExtractOutput {
 /// Options of a run that do not affect its output.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Recompute even if the output exists.
-    pub force: bool,
     /// Fail when any input fails.
     pub strict: bool,
 }
 
-/// Runs the stage over `inputs`, writing under `store`.
-pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, opts: &RunOptions) -> Result<ExtractOutput, ExtractError> {
-    let files = discover(inputs)?;
-    let entries: Vec<FileEntry> = files
-        .par_iter()
-        .map(|f| {
-            Ok(FileEntry {
-                path: f.path.to_string_lossy().to_string(),
-                name: f.source.clone(),
-                hash: hash::file_hash(&f.path)?,
-                rows: None,
-            })
-        })
-        .collect::<Result<_, gauge_core::CoreError>>()?;
-    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config, inputs: entries.clone(), seed: None };
-    let mut run = match store.begin(spec, opts.force)? {
-        StageOutcome::CacheHit(dir) => {
-            return Ok(ExtractOutput { dir, cache_hit: true, stats: ExtractStats::default(), errors: Vec::new() })
-        }
-        StageOutcome::Run(run) => run,
-    };
+/// The `extract` stage: input folders or files → `pages.parquet` (+ `errors.parquet`).
+pub struct Extract;
 
+impl Stage for Extract {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = ExtractConfig;
+    type Inputs = Vec<PathBuf>;
+    type Options = RunOptions;
+    type State = Vec<InputFile>;
+    type Summary = ExtractSummary;
+
+    fn plan(_config: &ExtractConfig, inputs: &Vec<PathBuf>, _options: &RunOptions) -> anyhow::Result<Plan<Vec<InputFile>>> {
+        let files = discover(inputs)?;
+        let entries: Vec<FileEntry> = files
+            .par_iter()
+            .map(|f| Ok(FileEntry { path: f.path.to_string_lossy().to_string(), name: f.source.clone(), hash: hash::file_hash(&f.path)?, rows: None }))
+            .collect::<Result<_, gauge_core::CoreError>>()?;
+        Ok(Plan::new(entries, files))
+    }
+
+    fn build(files: Vec<InputFile>, run: &mut StageRun, config: &ExtractConfig, _inputs: &Vec<PathBuf>, options: &RunOptions) -> anyhow::Result<ExtractSummary> {
+        Ok(extract_files(&files, run, config, options)?)
+    }
+
+    fn summary_line(s: &ExtractSummary) -> String {
+        let failed = if s.errors.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = s.errors.iter().map(|e| format!("{} ({})", e.source, e.reason)).collect();
+            format!("; {} failed: {}", s.errors.len(), list.join(", "))
+        };
+        let st = &s.stats;
+        format!("{} documents, {} pages ({} empty) from {} files{failed}", st.documents, st.pages, st.empty_pages, st.files)
+    }
+}
+
+fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig, opts: &RunOptions) -> Result<ExtractSummary, ExtractError> {
+    let entries = run.manifest().inputs.clone();
     pdf::quiet_pdf_panics();
     let mut errors = Vec::new();
     let mut docs = Vec::new();
@@ -328,8 +340,7 @@ pub fn run(inputs: &[PathBuf], config: &ExtractConfig, store: &ArtifactStore, op
     if opts.strict && !errors.is_empty() {
         return Err(ExtractError::Strict { failed: errors.len(), errors: summarize_errors(&errors) });
     }
-    let dir = run.commit()?;
-    Ok(ExtractOutput { dir, cache_hit: false, stats, errors })
+    Ok(ExtractSummary { stats, errors })
 }
 
 fn summarize_errors(errors: &[ErrorRecord]) -> String {

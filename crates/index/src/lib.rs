@@ -5,19 +5,23 @@
 //! `bm25/` (tantivy), `chunks.parquet` (a copy of the chunk table, in faiss row order: source,
 //! pages, section, neighbours, text) and `manifest.json` (with the embedder's settings, so a
 //! query embedder of another model or dimension is refused).
+#![deny(missing_docs)]
+pub mod cli;
 pub mod dense;
+pub mod reader;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-use gauge_core::artifact::{artifact_dir, StageSpec};
+use gauge_core::artifact::artifact_dir;
 use gauge_core::schema::{read_chunks, read_embeddings, ChunkRecord};
-use gauge_core::{hash, ArtifactStore, FileEntry, Manifest, StageOutcome};
+use gauge_core::{Manifest, Plan, Stage, StageRun};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
 use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
 
 pub use dense::{DenseIndex, FaissDevice};
+pub use reader::{BuiltEmbedder, IndexManifest, IndexReader};
 pub use tokenizer::{IdentifierTokenizer, IDENTIFIER_TOKENIZER};
 
 /// Stage name.
@@ -98,75 +102,102 @@ pub fn register_tokenizer(index: &tantivy::Index, stemming: bool) {
     index.tokenizers().register(IDENTIFIER_TOKENIZER, analyzer);
 }
 
-/// The result of a run.
-pub struct IndexOutput {
-    /// Artifact directory.
-    pub dir: PathBuf,
-    /// Whether it already existed.
-    pub cache_hit: bool,
-    /// Chunks indexed.
-    pub chunks: usize,
-}
-
 /// Builds the dense index on the CPU: factory string, training when the type needs it, then
 /// all vectors (see [`dense::build`] for other devices).
 pub fn build_faiss(vectors: &[f32], dim: usize, description: &str) -> anyhow::Result<faiss::index::IndexImpl> {
     dense::build(vectors, dim, description, FaissDevice::Cpu)
 }
 
-/// Runs the stage: `chunks_arg` and `embeddings_arg` are artifact directories (or their files).
-pub fn run(chunks_arg: &Path, embeddings_arg: &Path, config: &IndexConfig, store: &ArtifactStore, force: bool) -> anyhow::Result<IndexOutput> {
-    let chunks_path = artifact_dir(chunks_arg).join("chunks.parquet");
-    let emb_dir = artifact_dir(embeddings_arg);
-    let emb_path = emb_dir.join("embeddings.parquet");
-    anyhow::ensure!(chunks_path.is_file(), "{}: no chunks.parquet; pass the directory printed by `chunk`", chunks_path.display());
-    anyhow::ensure!(emb_path.is_file(), "{}: no embeddings.parquet; pass the directory printed by `embed`", emb_path.display());
-    let emb_manifest = Manifest::read(&emb_dir)?;
-    let chunks_hash = hash::file_hash(&chunks_path)?;
-    let made_from = emb_manifest.inputs.iter().find(|i| i.name == "chunks.parquet").map(|i| i.hash.clone());
-    anyhow::ensure!(
-        made_from.as_deref() == Some(chunks_hash.as_str()),
-        "{}: these embeddings were made from another chunk artifact; pass the chunks that `embed` read",
-        emb_dir.display()
-    );
-    let embedder = emb_manifest.config.get("embedder").cloned().unwrap_or_default();
-    let inputs = vec![
-        FileEntry { path: chunks_path.display().to_string(), name: "chunks.parquet".into(), hash: chunks_hash, rows: None },
-        FileEntry { path: emb_path.display().to_string(), name: "embeddings.parquet".into(), hash: hash::file_hash(&emb_path)?, rows: None },
-    ];
-    let effective = serde_json::json!({ "index": config, "embedder": embedder });
-    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &effective, inputs, seed: None };
-    let mut run = match store.begin(spec, force)? {
-        StageOutcome::CacheHit(dir) => return Ok(IndexOutput { dir, cache_hit: true, chunks: 0 }),
-        StageOutcome::Run(run) => run,
-    };
-    let chunks = read_chunks(&chunks_path)?;
-    let emb = read_embeddings(&emb_path)?;
-    anyhow::ensure!(
-        emb.ids.len() == chunks.len() && emb.ids.iter().zip(&chunks).all(|(a, c)| *a == c.chunk_id),
-        "{}: embeddings do not list the chunks of {} in order",
-        emb_path.display(),
-        chunks_path.display()
-    );
-    run.set_input_rows("chunks.parquet", chunks.len() as u64);
-    run.set_input_rows("embeddings.parquet", emb.ids.len() as u64);
+/// The inputs of `index`: a chunk artifact and the embeddings made from it.
+#[derive(Debug, Clone, Serialize)]
+pub struct IndexInputs {
+    /// The chunk artifact directory (or its `chunks.parquet`); `None`: the one the
+    /// embeddings' manifest says they were made from.
+    pub chunks: Option<PathBuf>,
+    /// The embedding artifact directory (or its `embeddings.parquet`).
+    pub embeddings: PathBuf,
+}
 
-    let t = std::time::Instant::now();
-    let dense = dense::build(&emb.vectors, emb.dim, &config.faiss, config.device)?;
-    faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(dense::faiss_err)?;
-    run.set_stat("faiss_build_seconds", t.elapsed().as_secs_f64());
-    run.add_output("dense.faiss", Some(chunks.len() as u64))?;
+/// What a build did.
+#[derive(Debug, Default)]
+pub struct IndexSummary {
+    /// Chunks indexed.
+    pub chunks: usize,
+    /// faiss factory string.
+    pub faiss: String,
+    /// Where faiss built it.
+    pub device: String,
+}
 
-    let t = std::time::Instant::now();
-    write_bm25(&run.path("bm25"), &chunks, config.stemming)?;
-    run.set_stat("bm25_build_seconds", t.elapsed().as_secs_f64());
+/// The `index` stage: chunks + embeddings → `dense.faiss`, `bm25/`, `chunks.parquet`.
+pub struct Index;
 
-    std::fs::copy(&chunks_path, run.path("chunks.parquet"))?;
-    run.add_output("chunks.parquet", Some(chunks.len() as u64))?;
-    run.set_stat("chunks", chunks.len());
-    run.set_stat("dimension", emb.dim);
-    let dir = run.commit()?;
-    Ok(IndexOutput { dir, cache_hit: false, chunks: chunks.len() })
+impl Stage for Index {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = IndexConfig;
+    type Inputs = IndexInputs;
+    type Options = ();
+    type State = (PathBuf, PathBuf);
+    type Summary = IndexSummary;
+
+    fn plan(config: &IndexConfig, inputs: &IndexInputs, _: &()) -> anyhow::Result<Plan<Self::State>> {
+        let (emb_path, emb_entry) = gauge_core::artifact::input_file(&inputs.embeddings, "embeddings.parquet", "embed")?;
+        let emb_dir = artifact_dir(&inputs.embeddings);
+        let emb_manifest = Manifest::read(&emb_dir)?;
+        let chunks_arg = match &inputs.chunks {
+            Some(c) => c.clone(),
+            None => emb_manifest
+                .inputs
+                .iter()
+                .find(|i| i.name == "chunks.parquet")
+                .map(|i| PathBuf::from(&i.path))
+                .ok_or_else(|| anyhow::anyhow!("{}: the manifest names no chunk artifact; pass --chunks", emb_dir.display()))?,
+        };
+        let (chunks_path, chunks_entry) = gauge_core::artifact::input_file(&chunks_arg, "chunks.parquet", "chunk")?;
+        let made_from = emb_manifest.inputs.iter().find(|i| i.name == "chunks.parquet").map(|i| i.hash.as_str());
+        anyhow::ensure!(
+            made_from == Some(chunks_entry.hash.as_str()),
+            "{}: these embeddings were made from another chunk artifact; pass the chunks that `embed` read",
+            emb_dir.display()
+        );
+        let embedder = emb_manifest.config.get("embedder").cloned().unwrap_or_default();
+        let echo = serde_json::json!({ "index": config, "embedder": embedder });
+        Ok(Plan::new(vec![chunks_entry, emb_entry], (chunks_path, emb_path)).echo(echo))
+    }
+
+    fn build((chunks_path, emb_path): Self::State, run: &mut StageRun, config: &IndexConfig, _: &IndexInputs, _: &()) -> anyhow::Result<IndexSummary> {
+        let chunks = read_chunks(&chunks_path)?;
+        let emb = read_embeddings(&emb_path)?;
+        anyhow::ensure!(
+            emb.ids.len() == chunks.len() && emb.ids.iter().zip(&chunks).all(|(a, c)| *a == c.chunk_id),
+            "{}: embeddings do not list the chunks of {} in order",
+            emb_path.display(),
+            chunks_path.display()
+        );
+        run.set_input_rows("chunks.parquet", chunks.len() as u64);
+        run.set_input_rows("embeddings.parquet", emb.ids.len() as u64);
+
+        let t = std::time::Instant::now();
+        let dense = dense::build(&emb.vectors, emb.dim, &config.faiss, config.device)?;
+        faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(dense::faiss_err)?;
+        run.set_stat("faiss_build_seconds", t.elapsed().as_secs_f64());
+        run.add_output("dense.faiss", Some(chunks.len() as u64))?;
+
+        let t = std::time::Instant::now();
+        write_bm25(&run.path("bm25"), &chunks, config.stemming)?;
+        run.set_stat("bm25_build_seconds", t.elapsed().as_secs_f64());
+
+        std::fs::copy(&chunks_path, run.path("chunks.parquet"))?;
+        run.add_output("chunks.parquet", Some(chunks.len() as u64))?;
+        run.set_stat("chunks", chunks.len());
+        run.set_stat("dimension", emb.dim);
+        Ok(IndexSummary { chunks: chunks.len(), faiss: config.faiss.clone(), device: config.device.to_string() })
+    }
+
+    fn summary_line(s: &IndexSummary) -> String {
+        format!("{} chunks indexed ({} on {} + BM25)", s.chunks, s.faiss, s.device)
+    }
 }
 
 /// Writes the BM25 index of the chunks into `dir` (one segment, single-threaded, so the

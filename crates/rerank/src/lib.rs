@@ -1,4 +1,4 @@
-//! Rerankers behind the engine's rerank stage ([`gauge_retrieve::Reranker`]).
+//! Rerankers behind the engine's rerank stage ([`gauge_rank::Reranker`]).
 //!
 //! - [`CrossEncoderReranker`]: a cross-encoder folder (`BertForSequenceClassification`, e.g.
 //!   cross-encoder/ms-marco-MiniLM-L-6-v2) reading `[CLS] query [SEP] passage [SEP]`; one raw
@@ -6,8 +6,8 @@
 //! - [`MaxSimReranker`]: late interaction with a bi-encoder's token vectors (the embedding
 //!   model we already have): for each query token its best cosine against the passage's
 //!   tokens, summed, ColBERT-style. No extra weights.
-use gauge_encoder::{CrossEncoder, CrossEncoderOptions, Embedder};
-use gauge_retrieve::{RerankConfig, RerankKind, Reranker};
+use gauge_encoder::{CrossEncoder, CrossEncoderOptions, Embedder, EmbedderOptions};
+use gauge_rank::{RerankConfig, RerankKind, Reranker};
 
 /// A cross-encoder as a reranker.
 pub struct CrossEncoderReranker {
@@ -77,9 +77,7 @@ impl Reranker for MaxSimReranker {
 /// (for fingerprints, and to skip configs whose model is not on this machine).
 pub fn reranker_identity(cfg: &RerankConfig) -> Result<String, String> {
     let source = gauge_encoder::resolve_model(&cfg.model).map_err(|e| e.to_string())?;
-    let weights = source.dir.join("model.safetensors");
-    let bytes = std::fs::read(&weights).map_err(|e| format!("{}: {e}", weights.display()))?;
-    Ok(blake3::hash(&bytes).to_hex().to_string())
+    gauge_core::hash::file_hash(&source.dir.join("model.safetensors")).map_err(|e| e.to_string())
 }
 
 /// Loads the reranker a config describes (`device`: `cpu`, …).
@@ -92,9 +90,11 @@ pub fn load_reranker(cfg: &RerankConfig, device: &str) -> anyhow::Result<Box<dyn
             Ok(Box::new(CrossEncoderReranker::new(model)))
         }
         RerankKind::MaxSim => {
-            let embed = gauge_embed::EmbedConfig { model: cfg.model.clone(), max_length: cfg.max_length, ..Default::default() };
-            let runtime = gauge_embed::Runtime { device: device.to_string(), ..Default::default() };
-            Ok(Box::new(MaxSimReranker::new(gauge_embed::load_embedder(&embed, &runtime)?)))
+            let source = gauge_encoder::resolve_model(&cfg.model)?;
+            // The batch budget `embed` uses, so token vectors are computed alike.
+            let options = EmbedderOptions { max_length: cfg.max_length, token_budget: Some(2048), ..Default::default() };
+            let embedder = Embedder::load(&source, &options, &gauge_encoder::device::parse(device)?)?;
+            Ok(Box::new(MaxSimReranker::new(embedder)))
         }
     }
 }

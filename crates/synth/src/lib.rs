@@ -2,8 +2,9 @@
 //! teacher LLM (any OpenAI-compatible endpoint) or offline by inverse cloze.
 //!
 //! Long runs are resumable: every finished sample (accepted or failed) is appended to a
-//! journal beside the artifact as soon as it is known, and a rerun of the same config skips
+//! journal in the run's checkpoint directory as soon as it is known, and a rerun of the same config skips
 //! what the journal holds. The output rows follow the golden-set format `evaluate` reads.
+pub mod cli;
 pub mod plan;
 pub mod split;
 pub mod teacher;
@@ -14,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use gauge_core::artifact::{artifact_dir, StageOutcome, StageSpec};
+use gauge_core::golden::{write_jsonl, GoldItem, GoldenQuestion};
 use gauge_core::schema::{read_chunks, ChunkRecord};
-use gauge_core::{hash, ArtifactStore, FileEntry};
+use gauge_core::{Plan, Stage, StageRun};
 use gauge_llm::{ChatClient, ChatConfig, Message, RetryPolicy, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -76,34 +77,15 @@ impl Default for SynthConfig {
     }
 }
 
-/// A gold passage of a generated question (the golden `span` form, with its pages).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GoldSpan {
-    /// Source file.
-    pub source: String,
-    /// Start offset in the extracted document text.
-    pub char_start: i64,
-    /// End offset (exclusive).
-    pub char_end: i64,
-    /// First page.
-    pub page_start: i32,
-    /// Last page.
-    pub page_end: i32,
-}
-
-/// One generated question, in the golden-set format plus provenance.
+/// One generated question: a golden-set row ([`GoldenQuestion`], the format `evaluate` reads)
+/// plus provenance.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SynthRow {
-    /// `<label>-<sample index>`.
-    pub qid: String,
-    /// The question (ICT: the sentence).
-    pub question: String,
-    /// The chunk(s) it was made from.
-    pub gold: Vec<GoldSpan>,
-    /// The teacher's answer (none for ICT).
-    pub reference_answer: Option<String>,
-    /// Style.
-    pub category: String,
+    /// The golden-set fields: `qid` (`<label>-<sample index>`), the question (ICT: the
+    /// sentence), the gold spans of the chunk(s) it was made from, the teacher's answer (none
+    /// for ICT) and the style as `category`.
+    #[serde(flatten)]
+    pub golden: GoldenQuestion,
     /// The teacher's four-phase reasoning (none for ICT).
     pub thinking: Option<String>,
     /// Teacher model, or `ict`.
@@ -132,26 +114,28 @@ pub struct JournalEntry {
     pub attempts: u32,
 }
 
-/// Runtime settings that do not change the output.
+/// Run settings that do not change the output.
 #[derive(Debug, Clone)]
-pub struct Runtime {
+pub struct SynthOptions {
     /// Requests in flight at once.
     pub concurrency: usize,
     /// Retry and rate policy.
     pub retry: RetryPolicy,
     /// Prompt template folder.
     pub prompts: PathBuf,
-    /// Recompute even when the output exists (the journal is discarded).
-    pub force: bool,
+    /// Also copy `golden.jsonl` here once the artifact exists.
+    pub copy_to: Option<PathBuf>,
 }
 
-/// What a run produced.
-#[derive(Debug)]
-pub struct SynthOutput {
-    /// Artifact directory.
-    pub dir: PathBuf,
-    /// Whether it already existed.
-    pub cache_hit: bool,
+impl Default for SynthOptions {
+    fn default() -> Self {
+        SynthOptions { concurrency: 4, retry: RetryPolicy::default(), prompts: PathBuf::from("pipelines/prompts"), copy_to: None }
+    }
+}
+
+/// What a build produced.
+#[derive(Debug, Default)]
+pub struct SynthSummary {
     /// Rows kept.
     pub accepted: usize,
     /// Samples that failed.
@@ -167,8 +151,8 @@ pub fn sha256_hex(text: &str) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn gold_of(c: &ChunkRecord) -> GoldSpan {
-    GoldSpan { source: c.source.clone(), char_start: c.char_start, char_end: c.char_end, page_start: c.page_start, page_end: c.page_end }
+fn gold_of(c: &ChunkRecord) -> GoldItem {
+    GoldItem::Span { source: c.source.clone(), char_start: c.char_start, char_end: c.char_end, page_start: Some(c.page_start), page_end: Some(c.page_end) }
 }
 
 /// Reads the journal, dropping a torn last line (a crash mid-write) by truncating the file
@@ -231,11 +215,14 @@ fn teacher_sample(client: &ChatClient, prompts: &teacher::Prompts, cfg: &SynthCo
         match teacher::parse_reply(&reply.content) {
             Ok(r) => {
                 let row = SynthRow {
-                    qid: format!("{}-{}", s.style.name(), s.index),
-                    question: r.question.trim().to_string(),
-                    gold: picked.iter().map(|c| gold_of(c)).collect(),
-                    reference_answer: Some(r.answer.trim().to_string()),
-                    category: s.style.name().into(),
+                    golden: GoldenQuestion {
+                        qid: format!("{}-{}", s.style.name(), s.index),
+                        question: r.question.trim().to_string(),
+                        gold: picked.iter().map(|c| gold_of(c)).collect(),
+                        keywords: Vec::new(),
+                        reference_answer: Some(r.answer.trim().to_string()),
+                        category: Some(s.style.name().into()),
+                    },
                     thinking: Some(r.reasoning),
                     teacher_model: cfg.teacher.model.clone(),
                     prompt_sha256: Some(prompt_sha),
@@ -255,42 +242,66 @@ fn teacher_sample(client: &ChatClient, prompts: &teacher::Prompts, cfg: &SynthCo
     unreachable!("two rounds at most")
 }
 
-/// Runs the stage on a chunk artifact (directory or `chunks.parquet`).
-pub fn run(chunks_arg: &Path, cfg: &SynthConfig, rt: &Runtime, store: &ArtifactStore) -> anyhow::Result<SynthOutput> {
-    anyhow::ensure!(cfg.n > 0, "--n must be at least 1");
-    if !cfg.split.is_empty() {
-        anyhow::ensure!((2..=3).contains(&cfg.split.len()) && cfg.split.iter().sum::<u32>() > 0, "--split takes 2 or 3 weights such as 70:15:15 (train:dev:test)");
-    }
-    let dir = artifact_dir(chunks_arg);
-    let chunks_path = dir.join("chunks.parquet");
-    anyhow::ensure!(chunks_path.is_file(), "{}: no chunks.parquet here; pass the directory printed by `chunk`", dir.display());
-    let chunks = read_chunks(&chunks_path)?;
-    anyhow::ensure!(!chunks.is_empty(), "{}: no chunks to sample from", chunks_path.display());
-    let (styles, prompts) = match cfg.mode {
-        Mode::Ict => (vec![Style::Ict], None),
-        Mode::Llm => {
-            anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
-            let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
-            (cfg.styles.clone(), Some(p))
+/// The `synth-data` stage: a chunk artifact → `golden.jsonl` (+ splits, failures, journal).
+pub struct Synth;
+
+/// What planning `synth-data` found.
+pub struct SynthState {
+    chunks: Vec<ChunkRecord>,
+    chunks_path: PathBuf,
+    styles: Vec<Style>,
+    prompts: Option<teacher::Prompts>,
+}
+
+impl Stage for Synth {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = SynthConfig;
+    /// The chunk artifact directory (or its `chunks.parquet`).
+    type Inputs = PathBuf;
+    type Options = SynthOptions;
+    type State = SynthState;
+    type Summary = SynthSummary;
+
+    fn plan(cfg: &SynthConfig, chunks: &PathBuf, rt: &SynthOptions) -> anyhow::Result<Plan<SynthState>> {
+        anyhow::ensure!(cfg.n > 0, "--n must be at least 1");
+        if !cfg.split.is_empty() {
+            anyhow::ensure!((2..=3).contains(&cfg.split.len()) && cfg.split.iter().sum::<u32>() > 0, "--split takes 2 or 3 weights such as 70:15:15 (train:dev:test)");
         }
-    };
-    let effective = serde_json::json!({
-        "config": cfg,
-        "styles": styles,
-        "prompt_templates": prompts.as_ref().map(|p| p.hashes()),
-        "label": match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" },
-    });
-    let inputs = vec![FileEntry { path: chunks_path.display().to_string(), name: "chunks.parquet".into(), hash: hash::file_hash(&chunks_path)?, rows: Some(chunks.len() as u64) }];
-    let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &effective, inputs, seed: Some(cfg.seed) };
-    let fingerprint = ArtifactStore::fingerprint(&spec)?;
-    let journal_path = store.root().join(STAGE).join(format!("{fingerprint}.journal.jsonl"));
-    let mut run = match store.begin(spec, rt.force)? {
-        StageOutcome::CacheHit(dir) => return Ok(SynthOutput { dir, cache_hit: true, accepted: 0, failed: 0, resumed: 0 }),
-        StageOutcome::Run(run) => run,
-    };
-    if rt.force {
-        let _ = std::fs::remove_file(&journal_path);
+        let (chunks_path, mut entry) = gauge_core::artifact::input_file(chunks, "chunks.parquet", "chunk")?;
+        let chunks = read_chunks(&chunks_path)?;
+        anyhow::ensure!(!chunks.is_empty(), "{}: no chunks to sample from", chunks_path.display());
+        entry.rows = Some(chunks.len() as u64);
+        let (styles, prompts) = match cfg.mode {
+            Mode::Ict => (vec![Style::Ict], None),
+            Mode::Llm => {
+                anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
+                let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
+                (cfg.styles.clone(), Some(p))
+            }
+        };
+        let echo = serde_json::json!({
+            "config": cfg,
+            "styles": styles,
+            "prompt_templates": prompts.as_ref().map(|p| p.hashes()),
+            "label": match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" },
+        });
+        Ok(Plan::new(vec![entry], SynthState { chunks, chunks_path, styles, prompts }).echo(echo).seed(cfg.seed))
     }
+
+    fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &PathBuf, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+        generate(state, run, cfg, rt)
+    }
+
+    fn summary_line(s: &SynthSummary) -> String {
+        format!("{} questions kept, {} samples failed ({} resumed from the journal)", s.accepted, s.failed, s.resumed)
+    }
+}
+
+/// Samples, generates (journaled in the run's checkpoint directory) and writes the rows.
+fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    let SynthState { chunks, chunks_path, styles, prompts } = state;
+    let journal_path = run.checkpoint_dir()?.join("journal.jsonl");
     // The plan is a pure function of the chunks and the config, so a resumed run sees the
     // same samples under the same indexes.
     // Word statistics for sentence salience (inverse cloze only).
@@ -314,11 +325,14 @@ pub fn run(chunks_arg: &Path, cfg: &SynthConfig, rt: &Runtime, store: &ArtifactS
                 let c = &chunks[s.chunks[0]];
                 let (_, _, sentence) = ict_sentence(s.chunks[0]).expect("planned ICT samples have a sentence");
                 let row = SynthRow {
-                    qid: format!("ict-{}", s.index),
-                    question: sentence,
-                    gold: vec![gold_of(c)],
-                    reference_answer: None,
-                    category: "ict".into(),
+                    golden: GoldenQuestion {
+                        qid: format!("ict-{}", s.index),
+                        question: sentence,
+                        gold: vec![gold_of(c)],
+                        keywords: Vec::new(),
+                        reference_answer: None,
+                        category: Some("ict".into()),
+                    },
                     thinking: None,
                     teacher_model: "ict".into(),
                     prompt_sha256: None,
@@ -394,7 +408,7 @@ pub fn run(chunks_arg: &Path, cfg: &SynthConfig, rt: &Runtime, store: &ArtifactS
     run.add_output("journal.jsonl", Some(entries.len() as u64))?;
     let mut by_style: HashMap<&str, usize> = HashMap::new();
     for r in &rows {
-        *by_style.entry(r.category.as_str()).or_default() += 1;
+        *by_style.entry(r.golden.category.as_deref().unwrap_or_default()).or_default() += 1;
     }
     run.set_stat("label", match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" });
     run.set_stat("planned", planned.len());
@@ -407,17 +421,5 @@ pub fn run(chunks_arg: &Path, cfg: &SynthConfig, rt: &Runtime, store: &ArtifactS
     run.set_stat("prompt_tokens", usage.prompt_tokens);
     run.set_stat("completion_tokens", usage.completion_tokens);
     run.set_stat("http_attempts", attempts);
-    let dir = run.commit()?;
-    let _ = std::fs::remove_file(&journal_path);
-    Ok(SynthOutput { dir, cache_hit: false, accepted: rows.len(), failed: failures.len(), resumed })
-}
-
-fn write_jsonl<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> anyhow::Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for r in rows {
-        serde_json::to_writer(&mut f, &r)?;
-        f.write_all(b"\n")?;
-    }
-    f.flush()?;
-    Ok(())
+    Ok(SynthSummary { accepted: rows.len(), failed: failures.len(), resumed })
 }

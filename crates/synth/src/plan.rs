@@ -57,7 +57,7 @@ use gauge_core::rng::SplitMix64 as Rng;
 
 /// Whether a chunk can seed a question: long enough and not a table of contents.
 pub fn eligible(c: &ChunkRecord, min_chars: usize) -> bool {
-    c.text.chars().count() >= min_chars && !gauge_chunk::is_toc(&c.text)
+    c.text.chars().count() >= min_chars && !gauge_core::text::is_toc(&c.text)
 }
 
 /// Plans `n` samples: chunks are shuffled per source (seeded), sources get shares

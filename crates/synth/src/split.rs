@@ -18,8 +18,8 @@ pub fn drop_near_duplicates(rows: Vec<SynthRow>, threshold: f64) -> Vec<SynthRow
     let mut kept: Vec<(String, BTreeSet<String>)> = Vec::new();
     let mut out = Vec::new();
     for r in rows {
-        let norm = words(&r.question).join(" ");
-        let sh = shingles(&r.question);
+        let norm = words(&r.golden.question).join(" ");
+        let sh = shingles(&r.golden.question);
         let dup = kept.iter().any(|(n, s)| {
             *n == norm || {
                 let inter = s.intersection(&sh).count() as f64;
@@ -61,15 +61,16 @@ pub fn assign_splits(rows: &mut [SynthRow], weights: &[u32], seed: u64) -> BTree
     let mut parent: Vec<usize> = (0..rows.len()).collect();
     let mut owner: HashMap<(String, i32), usize> = HashMap::new();
     for (i, r) in rows.iter().enumerate() {
-        for g in &r.gold {
-            for p in g.page_start..=g.page_end {
-                match owner.get(&(g.source.clone(), p)) {
+        for g in &r.golden.gold {
+            let Some((first, last)) = g.pages() else { continue };
+            for p in first..=last {
+                match owner.get(&(g.source().to_string(), p)) {
                     Some(&j) => {
                         let (a, b) = (find(&mut parent, i), find(&mut parent, j));
                         parent[a] = b;
                     }
                     None => {
-                        owner.insert((g.source.clone(), p), i);
+                        owner.insert((g.source().to_string(), p), i);
                     }
                 }
             }
@@ -83,7 +84,7 @@ pub fn assign_splits(rows: &mut [SynthRow], weights: &[u32], seed: u64) -> BTree
     let mut ordered: Vec<(String, Vec<usize>)> = groups
         .into_values()
         .map(|members| {
-            let key = members.iter().map(|&i| rows[i].qid.as_str()).min().unwrap_or_default().to_string();
+            let key = members.iter().map(|&i| rows[i].golden.qid.as_str()).min().unwrap_or_default().to_string();
             (gauge_core::hash::bytes_hash(format!("{seed}:{key}").as_bytes()), members)
         })
         .collect();
@@ -111,15 +112,18 @@ pub fn assign_splits(rows: &mut [SynthRow], weights: &[u32], seed: u64) -> BTree
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::GoldSpan;
+    use gauge_core::golden::{GoldItem, GoldenQuestion};
 
     fn row(i: usize, q: &str, pages: &[(i32, i32)]) -> SynthRow {
         SynthRow {
-            qid: format!("q{i}"),
-            question: q.into(),
-            gold: pages.iter().map(|&(a, b)| GoldSpan { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: a, page_end: b }).collect(),
-            reference_answer: None,
-            category: "ict".into(),
+            golden: GoldenQuestion {
+                qid: format!("q{i}"),
+                question: q.into(),
+                gold: pages.iter().map(|&(a, b)| GoldItem::Span { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: Some(a), page_end: Some(b) }).collect(),
+                keywords: Vec::new(),
+                reference_answer: None,
+                category: Some("ict".into()),
+            },
             thinking: None,
             teacher_model: "ict".into(),
             prompt_sha256: None,
@@ -136,7 +140,7 @@ mod tests {
             row(2, "What must the inspector verify at each highway-rail crossing gate arm?", &[(3, 3)]),
             row(3, "How long are inspection records of a tank car kept?", &[(4, 4)]),
         ];
-        let kept: Vec<String> = drop_near_duplicates(rows, 0.7).into_iter().map(|r| r.qid).collect();
+        let kept: Vec<String> = drop_near_duplicates(rows, 0.7).into_iter().map(|r| r.golden.qid).collect();
         assert_eq!(kept, ["q0", "q3"]);
     }
 
@@ -148,8 +152,9 @@ mod tests {
         let counts = assign_splits(&mut rows, &[70, 15, 15], 3);
         let mut page_split: HashMap<i32, String> = HashMap::new();
         for r in &rows {
-            for g in &r.gold {
-                for p in g.page_start..=g.page_end {
+            for g in &r.golden.gold {
+                let (first, last) = g.pages().unwrap();
+                for p in first..=last {
                     let s = r.split.clone().unwrap();
                     assert_eq!(page_split.entry(p).or_insert(s.clone()), &s, "page {p} in two splits");
                 }

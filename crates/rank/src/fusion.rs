@@ -42,10 +42,11 @@ impl Candidate {
 }
 
 /// Score normalisation before weighted fusion.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Normalization {
     /// `(s - min) / (max - min)` per list (all equal → 1).
+    #[default]
     MinMax,
     /// `(s - mean) / std` per list (std 0 → 0).
     ZScore,
@@ -63,16 +64,27 @@ pub enum Fusion {
     /// Reciprocal rank fusion: `Σ 1 / (k + rank)`.
     Rrf {
         /// The constant `k` (60 in the original paper).
+        #[serde(default = "default_rrf_k")]
         k: f32,
     },
     /// `alpha · norm(first list) + (1 - alpha) · norm(second list)`; a candidate missing
     /// from a list gets that list's lowest normalised score.
     Weighted {
         /// Weight of the first list (dense).
+        #[serde(default = "default_alpha")]
         alpha: f32,
         /// Normalisation of each list's scores.
+        #[serde(default)]
         normalization: Normalization,
     },
+}
+
+fn default_rrf_k() -> f32 {
+    60.0
+}
+
+fn default_alpha() -> f32 {
+    0.5
 }
 
 impl Default for Fusion {

@@ -1,7 +1,17 @@
-//! Finding a model folder from `--model`: a folder, `models/<name>`, the Hugging Face cache.
+//! Finding a model folder from a config's `model`: a folder path, the gauge models directory
+//! (independent of the working directory), the Hugging Face cache. Every model-loading crate
+//! (encoder, decoder, chunk tokenizers) resolves through here.
 use std::path::{Path, PathBuf};
 
-use crate::EncoderError;
+/// A model that is in none of the places looked at.
+#[derive(Debug, thiserror::Error)]
+#[error("model `{spec}` not found (looked in {searched}); run `just models`, pass a model folder, or set GAUGE_MODELS_DIR")]
+pub struct ModelNotFound {
+    /// What was asked for.
+    pub spec: String,
+    /// Where it looked.
+    pub searched: String,
+}
 
 /// A model folder and the id it was asked for by.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,9 +22,18 @@ pub struct ModelSource {
     pub dir: PathBuf,
 }
 
-/// Where `just models` puts models: `$GAUGE_MODELS_DIR`, else `models/` in the working directory.
+/// Where `just models` puts models, whatever the working directory: `$GAUGE_MODELS_DIR`, else
+/// `$XDG_DATA_HOME/gauge/models`, else `~/.local/share/gauge/models`.
 pub fn models_dir() -> PathBuf {
-    std::env::var_os("GAUGE_MODELS_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("models"))
+    if let Some(dir) = std::env::var_os("GAUGE_MODELS_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("gauge/models")
 }
 
 /// The Hugging Face hub cache: `$HF_HUB_CACHE`, `$HF_HOME/hub`, else `~/.cache/huggingface/hub`.
@@ -45,16 +64,16 @@ pub fn find_in_hf_cache(cache: &Path, id: &str) -> Option<PathBuf> {
     dirs.pop()
 }
 
-/// Resolves `--model`: an existing folder; else `models/<id>` or `models/<last part of id>`;
-/// else the Hugging Face cache. Nothing is downloaded here: fetching is `just models`' job
+/// Resolves a model: an existing folder; else `<models dir>/<id>` or `<models dir>/<last part
+/// of id>` (see [`models_dir`]); else the Hugging Face cache. Nothing is downloaded here: fetching is `just models`' job
 /// (or `huggingface-cli download` for hub models), so runs are reproducible offline.
-pub fn resolve_model(spec: &str) -> Result<ModelSource, EncoderError> {
+pub fn resolve_model(spec: &str) -> Result<ModelSource, ModelNotFound> {
     let path = Path::new(spec);
     if path.is_dir() {
         return Ok(ModelSource { id: spec.to_string(), dir: path.to_path_buf() });
     }
     if path.exists() {
-        return Err(EncoderError::file(path, "is a file; --model takes a model folder or a hub id".to_string()));
+        return Err(ModelNotFound { spec: spec.to_string(), searched: format!("{spec} is a file; a model is a folder or a hub id") });
     }
     let models = models_dir();
     let last = spec.rsplit('/').next().unwrap_or(spec);
@@ -70,12 +89,12 @@ pub fn resolve_model(spec: &str) -> Result<ModelSource, EncoderError> {
             }
         }
     }
-    Err(EncoderError::ModelNotFound {
+    Err(ModelNotFound {
         spec: spec.to_string(),
         searched: format!(
             "{}, {}, Hugging Face cache {}",
-            models.join(spec).display(),
-            models.join(last).display(),
+            home_relative(&models.join(spec)),
+            home_relative(&models.join(last)),
             hf_cache_dir().map(|p| home_relative(&p)).unwrap_or_else(|| "(no HOME)".into())
         ),
     })

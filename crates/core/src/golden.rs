@@ -1,4 +1,5 @@
-//! Golden sets: one question a row, in JSONL or Parquet.
+//! The golden-set format: one question a row, in JSONL or Parquet. `synth-data` writes it
+//! (plus provenance fields), `evaluate` reads it; this module is the one definition.
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -57,6 +58,15 @@ pub enum GoldItem {
 }
 
 impl GoldItem {
+    /// The pages it covers, when known.
+    pub fn pages(&self) -> Option<(i32, i32)> {
+        match self {
+            GoldItem::Page { page, .. } => Some((*page, *page)),
+            GoldItem::Span { page_start: Some(a), page_end: Some(b), .. } => Some((*a, *b)),
+            GoldItem::Span { .. } => None,
+        }
+    }
+
     /// The source file.
     pub fn source(&self) -> &str {
         match self {
@@ -77,7 +87,7 @@ pub struct GoldenQuestion {
     #[serde(default)]
     pub gold: Vec<GoldItem>,
     /// Keywords a relevant passage contains.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keywords: Vec<String>,
     /// Reference answer.
     #[serde(default)]
@@ -85,6 +95,30 @@ pub struct GoldenQuestion {
     /// Category (question style, topic…); metrics are also reported per category.
     #[serde(default)]
     pub category: Option<String>,
+}
+
+/// Sources named by the gold passages that the corpus does not hold, each with up to three
+/// closest existing sources (by edit distance), so a typo is refused instead of scoring 0.
+pub fn unknown_sources<'a>(questions: &[GoldenQuestion], corpus_sources: impl IntoIterator<Item = &'a str>) -> Vec<(String, Vec<String>)> {
+    let known: std::collections::BTreeSet<&str> = corpus_sources.into_iter().collect();
+    let wanted: std::collections::BTreeSet<&str> = questions.iter().flat_map(|q| &q.gold).map(GoldItem::source).collect();
+    wanted
+        .into_iter()
+        .filter(|s| !known.contains(s))
+        .map(|s| (s.to_string(), crate::text::closest(s, known.iter().copied(), 3)))
+        .collect()
+}
+
+/// Writes golden rows (or any serialisable rows) as JSONL.
+pub fn write_jsonl<T: Serialize>(path: &Path, rows: impl IntoIterator<Item = T>) -> Result<(), crate::CoreError> {
+    use std::io::Write;
+    let file = std::fs::File::create(path).map_err(|e| crate::CoreError::io(path, e))?;
+    let mut w = std::io::BufWriter::new(file);
+    for row in rows {
+        let line = serde_json::to_string(&row).expect("rows serialise");
+        writeln!(w, "{line}").map_err(|e| crate::CoreError::io(path, e))?;
+    }
+    w.flush().map_err(|e| crate::CoreError::io(path, e))
 }
 
 /// Reads a golden set (`.jsonl`/`.json` lines, or `.parquet`) and checks it: at least one
@@ -141,7 +175,7 @@ fn read_parquet(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::DataType;
     let p = path.display().to_string();
-    let batch = gauge_core::table::read_parquet_any(path).map_err(|e| GoldenError::Read { path: p.clone(), message: e.to_string() })?;
+    let batch = crate::table::read_parquet_any(path).map_err(|e| GoldenError::Read { path: p.clone(), message: e.to_string() })?;
     let col = |name: &str| batch.column_by_name(name).cloned();
     let strings = |name: &str| -> Result<Option<Vec<Option<String>>>, GoldenError> {
         let Some(c) = col(name) else { return Ok(None) };
@@ -252,7 +286,7 @@ mod tests {
             Field::new("keywords", DataType::List(std::sync::Arc::new(Field::new("item", DataType::Utf8, true))), true),
             Field::new("category", DataType::Utf8, true),
         ]);
-        gauge_core::table::write_parquet(&path, std::sync::Arc::new(schema), cols).unwrap();
+        crate::table::write_parquet(&path, std::sync::Arc::new(schema), cols).unwrap();
         let g = load_golden(&path).unwrap();
         assert_eq!(g[0].keywords, vec!["gate arm".to_string()]);
         assert_eq!(g[0].category.as_deref(), Some("factual"));
@@ -261,7 +295,7 @@ mod tests {
         // A Parquet file without `question` names the column.
         let bad = dir.path().join("bad.parquet");
         let schema = Schema::new(vec![Field::new("qid", DataType::Utf8, false)]);
-        gauge_core::table::write_parquet(&bad, std::sync::Arc::new(schema), vec![std::sync::Arc::new(StringArray::from(vec!["a"])) as ArrayRef]).unwrap();
+        crate::table::write_parquet(&bad, std::sync::Arc::new(schema), vec![std::sync::Arc::new(StringArray::from(vec!["a"])) as ArrayRef]).unwrap();
         let e = load_golden(&bad).unwrap_err().to_string();
         assert!(e.contains("bad.parquet") && e.contains("`question`"), "{e}");
     }
@@ -281,5 +315,22 @@ mod tests {
             assert!(e.contains(want), "{e}");
         }
         assert!(load_golden(&dir.path().join("missing.jsonl")).unwrap_err().to_string().contains("missing.jsonl"));
+    }
+
+    #[test]
+    fn unknown_sources_come_with_the_closest_known_ones() {
+        let q = |src: &str| GoldenQuestion {
+            qid: src.into(),
+            question: "q".into(),
+            gold: vec![GoldItem::Page { source: src.into(), page: 1 }],
+            keywords: Vec::new(),
+            reference_answer: None,
+            category: None,
+        };
+        let golden = [q("manual-a.pdf"), q("manul-b.pdf")];
+        let unknown = unknown_sources(&golden, ["manual-a.pdf", "manual-b.pdf", "other.pdf"]);
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].0, "manul-b.pdf");
+        assert_eq!(unknown[0].1[0], "manual-b.pdf");
     }
 }

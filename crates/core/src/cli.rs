@@ -1,0 +1,82 @@
+//! The command line of a stage binary: [`stage_main`] gives every stage the same shared flags
+//! (`--artifacts`, `--force`, `--config`, `--set`) plus the stage's own typed flags, merged
+//! over its config by [`crate::config`] (defaults → config file → `--set` → flags), and the
+//! same output contract: the summary (or the cache hit) on stderr, the artifact directory as
+//! the last line of stdout, one-line errors with exit status 1.
+use std::path::PathBuf;
+
+use clap::{Args, Command, FromArgMatches};
+
+use crate::config::{ConfigArgs, Layer};
+use crate::stage::{Built, Stage};
+use crate::ArtifactStore;
+
+/// Flags every stage binary takes.
+#[derive(Args, Debug, Clone)]
+pub struct SharedArgs {
+    /// Artifact root.
+    #[arg(long, default_value = "artifacts")]
+    pub artifacts: PathBuf,
+    /// Recompute even when the output exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Config file and --set overrides.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// What a stage's flags mean: its inputs, its run options and a layer over its config.
+pub struct Invocation<S: Stage + ?Sized> {
+    /// The stage's inputs.
+    pub inputs: S::Inputs,
+    /// Run options.
+    pub options: S::Options,
+    /// The stage's own flags as a config layer (see [`Layer::from_flags`]).
+    pub flags: Layer,
+}
+
+/// A stage with a command line.
+pub trait StageCli: Stage {
+    /// The binary's name (e.g. `synth-data`).
+    const BIN: &'static str = Self::NAME;
+    /// One paragraph for `--help`.
+    const ABOUT: &'static str;
+    /// The stage's own arguments (inputs and flags).
+    type Args: Args;
+    /// Splits the parsed arguments (the shared ones are there for stages that orchestrate
+    /// others in the same artifact root).
+    fn invocation(args: Self::Args, shared: &SharedArgs) -> anyhow::Result<Invocation<Self>>;
+    /// Work after the artifact exists, built or cached (e.g. a copy elsewhere).
+    fn after(_built: &Built<Self::Summary>, _options: &Self::Options) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Parses `A` for a binary named `name` (a command that is not a stage, e.g. `query`).
+pub fn parse_args<A: Args>(name: &'static str, about: &'static str) -> A {
+    let command = A::augment_args(Command::new(name).about(about).version(crate::GAUGE_VERSION));
+    A::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// Parses the shared flags and `A` for a binary named `name`.
+pub fn parse<A: Args>(name: &'static str, about: &'static str) -> (SharedArgs, A) {
+    let command = A::augment_args(SharedArgs::augment_args(Command::new(name).about(about).version(crate::GAUGE_VERSION)));
+    let matches = command.get_matches();
+    let shared = SharedArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let own = A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (shared, own)
+}
+
+/// The `main` of a stage binary.
+pub fn stage_main<S: StageCli>() {
+    let (shared, args) = parse::<S::Args>(S::BIN, S::ABOUT);
+    crate::run_main(S::BIN, || {
+        let invocation = S::invocation(args, &shared)?;
+        let config: S::Config = shared.config.resolve(invocation.flags)?;
+        let store = ArtifactStore::new(&shared.artifacts);
+        let built = crate::stage::run::<S>(&store, &config, &invocation.inputs, &invocation.options, shared.force)?;
+        S::after(&built, &invocation.options)?;
+        crate::report_outcome(S::BIN, &built.dir, built.cache_hit, || S::summary_line(&built.summary));
+        Ok(())
+    });
+}

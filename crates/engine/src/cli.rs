@@ -1,0 +1,242 @@
+//! The `query` command: ranked passages for a question from an index artifact, every layer a
+//! flag over [`RetrievalConfig`] (defaults → `--config` → `--set` → flags, the one merge path
+//! every stage uses).
+use std::path::PathBuf;
+
+use clap::Args;
+use gauge_core::config::{parse_as, switch_off, switch_on, ConfigArgs, Layer};
+use gauge_index::FaissDevice;
+use gauge_rank::{Normalization, RerankKind};
+use serde::Serialize;
+
+use crate::{DedupKey, Engine, EngineOptions, RetrievalConfig};
+
+/// Arguments of `query` that are not retrieval settings.
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    /// The question.
+    pub question: String,
+    /// The index artifact directory.
+    #[arg(long)]
+    pub index: PathBuf,
+    /// Query embedder (default: the model the index was built with; another one is refused).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Device of the query embedder and the reranker: cpu, or cuda[:N] in a `--features cuda`
+    /// build.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Where faiss searches: cpu, or cuda[:N] in a `--features faiss-gpu` build (the index is
+    /// copied to the GPU when opened).
+    #[arg(long, default_value = "cpu")]
+    pub faiss_device: FaissDevice,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+    /// Config file and --set overrides (a [`RetrievalConfig`], e.g. a pipeline's `retrieval`).
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Retrieval flags.
+    #[command(flatten)]
+    pub retrieval: RetrievalFlags,
+    /// Reranking flags.
+    #[command(flatten)]
+    pub rerank: RerankFlags,
+}
+
+fn nonempty<S: serde::Serializer>(v: &[String], s: S) -> Result<S::Ok, S::Error> {
+    if v.is_empty() { s.serialize_none() } else { v.serialize(s) }
+}
+
+fn page_range(raw: &str) -> Result<(i32, i32), String> {
+    let (a, b) = raw.split_once('-').ok_or_else(|| format!("takes A-B, got `{raw}`"))?;
+    let a = a.trim().parse().map_err(|_| format!("`{a}` is not a page number"))?;
+    let b = b.trim().parse().map_err(|_| format!("`{b}` is not a page number"))?;
+    Ok((a, b))
+}
+
+/// Flags over [`RetrievalConfig`]; each sets the field named in its help.
+#[derive(Args, Debug, Serialize)]
+pub struct RetrievalFlags {
+    /// Dense retrieval off (`dense = false`).
+    #[arg(long)]
+    #[serde(rename = "dense", serialize_with = "switch_off")]
+    pub no_dense: bool,
+    /// BM25 retrieval off (`bm25 = false`).
+    #[arg(long)]
+    #[serde(rename = "bm25", serialize_with = "switch_off")]
+    pub no_bm25: bool,
+    /// Fusion (`fusion.kind`).
+    #[arg(long, value_parser = ["rrf", "union", "weighted", "none"])]
+    #[serde(rename = "fusion.kind")]
+    pub fusion: Option<String>,
+    /// RRF constant k (`fusion.k`; default 60).
+    #[arg(long)]
+    #[serde(rename = "fusion.k")]
+    pub rrf_k: Option<f32>,
+    /// Weight of dense scores in weighted fusion (`fusion.alpha`; default 0.5).
+    #[arg(long)]
+    #[serde(rename = "fusion.alpha")]
+    pub alpha: Option<f32>,
+    /// Weighted fusion normalisation: min_max or z_score (`fusion.normalization`).
+    #[arg(long, value_parser = parse_normalization)]
+    #[serde(rename = "fusion.normalization")]
+    pub normalization: Option<Normalization>,
+    /// Keep only this source (repeatable; `filter.sources`).
+    #[arg(long)]
+    #[serde(rename = "filter.sources", serialize_with = "nonempty")]
+    pub source: Vec<String>,
+    /// Keep only this document type (repeatable; `filter.doc_types`).
+    #[arg(long)]
+    #[serde(rename = "filter.doc_types", serialize_with = "nonempty")]
+    pub doc_type: Vec<String>,
+    /// Keep only chunks overlapping pages A-B (`filter.pages`).
+    #[arg(long, value_parser = page_range)]
+    #[serde(rename = "filter.pages")]
+    pub pages: Option<(i32, i32)>,
+    /// At most this many passages per document, 0: no limit (`max_per_doc`).
+    #[arg(long)]
+    pub max_per_doc: Option<usize>,
+    /// What --max-per-doc counts per: doc or page (`dedup_by`).
+    #[arg(long, value_parser = parse_as::<DedupKey>)]
+    pub dedup_by: Option<DedupKey>,
+    /// Small-to-big: neighbouring chunks on each side, 0: off (`window`).
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Refuse when the best score is under this (`cutoff`).
+    #[arg(long)]
+    pub cutoff: Option<f32>,
+    /// Do not move chunks holding the query's identifiers (e.g. `174.63`) to the front
+    /// (`promote_exact = false`).
+    #[arg(long)]
+    #[serde(rename = "promote_exact", serialize_with = "switch_off")]
+    pub no_exact: bool,
+    /// faiss nprobe, IVF indexes (`nprobe`).
+    #[arg(long)]
+    pub nprobe: Option<usize>,
+    /// faiss efSearch, HNSW indexes (`ef_search`).
+    #[arg(long)]
+    pub ef_search: Option<usize>,
+    /// Candidates from each retriever (`candidates`; raised to k and --n-initial).
+    #[arg(long)]
+    pub candidates: Option<usize>,
+    /// Number of passages (`k`).
+    #[arg(short)]
+    pub k: Option<usize>,
+}
+
+fn parse_normalization(raw: &str) -> Result<Normalization, String> {
+    match raw {
+        "minmax" => Ok(Normalization::MinMax),
+        "zscore" => Ok(Normalization::ZScore),
+        other => parse_as(other),
+    }
+}
+
+/// Flags over `rerank` (a [`gauge_rank::RerankConfig`]); the settings apply when a reranker is
+/// configured (--rerank, --rerank-kind, or the config).
+#[derive(Args, Debug, Serialize)]
+pub struct RerankFlags {
+    /// Rerank with this cross-encoder (folder or id), or with this bi-encoder when
+    /// `--rerank-kind maxsim` (default there: the index's model) (`rerank.model`).
+    #[arg(long = "rerank")]
+    #[serde(rename = "rerank.model")]
+    pub model: Option<String>,
+    /// Reranker kind: cross-encoder or maxsim (`rerank.kind`).
+    #[arg(long, value_parser = parse_as::<RerankKind>)]
+    #[serde(rename = "rerank.kind")]
+    pub rerank_kind: Option<RerankKind>,
+    /// Fused candidates the reranker reads (`rerank.n_initial`).
+    #[arg(long)]
+    #[serde(rename = "rerank.n_initial")]
+    pub n_initial: Option<usize>,
+    /// Put `Query: ` / `Passage: ` before query and passages for the reranker
+    /// (`rerank.query_prefix`, `rerank.passage_prefix`).
+    #[arg(long)]
+    #[serde(skip)]
+    pub rerank_prefixes: bool,
+    /// Instruction put before the query for the reranker (`rerank.instruction`).
+    #[arg(long)]
+    #[serde(rename = "rerank.instruction")]
+    pub instruction: Option<String>,
+    /// Report reranker scores through the logistic function, 0..1 (`rerank.sigmoid`).
+    #[arg(long)]
+    #[serde(rename = "rerank.sigmoid", serialize_with = "switch_on")]
+    pub sigmoid: bool,
+}
+
+impl QueryArgs {
+    /// The retrieval config the arguments describe (before the index fills in defaults).
+    pub fn retrieval_config(&self) -> anyhow::Result<RetrievalConfig> {
+        let mut layers = self.config.layers()?;
+        layers.push(Layer::from_flags("flags", &self.retrieval));
+        let without_rerank_flags: RetrievalConfig = gauge_core::config::resolve(&layers)?;
+        let asks_rerank = self.rerank.model.is_some() || self.rerank.rerank_kind.is_some();
+        if !(asks_rerank || without_rerank_flags.rerank.is_some()) {
+            return Ok(without_rerank_flags);
+        }
+        let mut rerank = Layer::from_flags("flags", &self.rerank);
+        if self.rerank.rerank_prefixes {
+            gauge_core::config::set_path(&mut rerank.patch, "rerank.query_prefix", "Query: ".into());
+            gauge_core::config::set_path(&mut rerank.patch, "rerank.passage_prefix", "Passage: ".into());
+        }
+        if rerank.patch.get("rerank").is_none() {
+            gauge_core::config::set_path(&mut rerank.patch, "rerank", serde_json::json!({}));
+        }
+        layers.push(rerank);
+        Ok(gauge_core::config::resolve(&layers)?)
+    }
+}
+
+/// Runs `query`.
+pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
+    let mut cfg = args.retrieval_config()?;
+    let engine = Engine::open(&args.index, &EngineOptions { dense: cfg.dense, model: args.model.clone(), device: args.device.clone() })?;
+    if let Some(rc) = &mut cfg.rerank {
+        if rc.kind == RerankKind::MaxSim && args.rerank.model.is_none() && args.rerank.rerank_kind.is_some() {
+            rc.model = engine.settings().embedder.model.clone();
+        }
+    }
+    let cfg = cfg.normalize();
+    let mut engine = engine.on_faiss_device(args.faiss_device, &cfg)?;
+    if let Some(rc) = &cfg.rerank {
+        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &args.device)?);
+    }
+    let result = engine.search(&args.question, &cfg)?;
+    if args.json {
+        let passages: Vec<serde_json::Value> = result
+            .passages
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "rank": p.rank, "chunk_id": p.chunk.chunk_id, "score": p.candidate.score, "stages": p.candidate.stages,
+                    "source": p.chunk.source, "page_start": p.chunk.page_start, "page_end": p.chunk.page_end,
+                    "section": p.chunk.section, "text": p.chunk.text, "window": p.window,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "question": args.question, "config": cfg, "passages": passages, "refusal": result.refusal }));
+        return Ok(());
+    }
+    if let Some(r) = &result.refusal {
+        println!("{r}");
+        return Ok(());
+    }
+    for p in &result.passages {
+        let stages: Vec<String> = p.candidate.stages.iter().map(|s| format!("{} #{} ({:.4})", s.stage, s.rank, s.score)).collect();
+        let pages = if p.chunk.page_start == p.chunk.page_end { format!("p. {}", p.chunk.page_start) } else { format!("pp. {}-{}", p.chunk.page_start, p.chunk.page_end) };
+        println!("{:>2}. {:.4}  {}  {}  [{}]", p.rank, p.candidate.score, p.chunk.source, pages, stages.join(", "));
+        if !p.chunk.section.is_empty() {
+            println!("    § {}", p.chunk.section);
+        }
+        let preview: String = p.chunk.text.chars().take(200).collect::<String>().replace('\n', " ");
+        println!("    {preview}");
+    }
+    Ok(())
+}
+
+/// The `main` of `query`.
+pub fn query_main() {
+    let args = gauge_core::cli::parse_args::<QueryArgs>("query", "Prints the ranked passages for a question: rank, source, pages, section, the per-stage ranks and scores, and a text preview (--json for machines).");
+    gauge_core::run_main("query", || query(&args));
+}

@@ -1,0 +1,249 @@
+//! Retrievers: each turns a query into a ranked list of chunk ids, honouring the filter
+//! inside. The engine fuses whatever retrievers are enabled; a new one (sparse, an API…)
+//! implements [`Retriever`] and is added with [`crate::Engine::with_retriever`].
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use gauge_core::schema::ChunkRecord;
+use gauge_encoder::Embedder;
+use gauge_index::{DenseIndex, FaissDevice};
+use gauge_rank::RankedList;
+use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
+use tantivy::schema::IndexRecordOption;
+use tantivy::Term;
+
+use crate::config::{Filter, RetrievalConfig};
+
+/// The chunk table of an index with its lookups.
+pub struct ChunkTable {
+    /// The chunks, in faiss row order.
+    pub chunks: Vec<ChunkRecord>,
+    by_id: HashMap<String, usize>,
+    page_keys: Vec<String>,
+    doc_chunks: HashMap<String, Vec<String>>,
+}
+
+impl ChunkTable {
+    /// Indexes a chunk table.
+    pub fn new(chunks: Vec<ChunkRecord>) -> ChunkTable {
+        let by_id = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.clone(), i)).collect();
+        let page_keys = chunks.iter().map(|c| format!("{}#{}", c.doc_id, c.page_start)).collect();
+        let mut doc_chunks: HashMap<String, Vec<String>> = HashMap::new();
+        for c in &chunks {
+            doc_chunks.entry(c.doc_id.clone()).or_default().push(c.chunk_id.clone());
+        }
+        ChunkTable { chunks, by_id, page_keys, doc_chunks }
+    }
+
+    /// A chunk by id.
+    pub fn get(&self, id: &str) -> Option<&ChunkRecord> {
+        self.by_id.get(id).map(|&i| &self.chunks[i])
+    }
+
+    /// The row of a chunk id.
+    pub fn row(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
+    /// `doc_id#page_start` of a row (the per-page dedup key).
+    pub fn page_key(&self, row: usize) -> &str {
+        &self.page_keys[row]
+    }
+
+    /// A document's chunk ids in order.
+    pub fn doc_chunks(&self, doc_id: &str) -> Option<&Vec<String>> {
+        self.doc_chunks.get(doc_id)
+    }
+}
+
+/// A source of ranked candidates.
+pub trait Retriever: Send + Sync {
+    /// Stage name recorded on its hits (`dense`, `bm25`, …).
+    fn name(&self) -> &str;
+    /// Whether a config asks for this retriever.
+    fn enabled(&self, cfg: &RetrievalConfig) -> bool;
+    /// The top `cfg.candidates` chunks passing `cfg.filter`, best first.
+    fn retrieve(&self, query: &str, cfg: &RetrievalConfig, table: &ChunkTable) -> anyhow::Result<RankedList>;
+}
+
+/// Sets `nprobe` / `efSearch` on a CPU faiss index, naming the index type when it has no such
+/// parameter.
+fn apply_search_parameters(index: &faiss::index::IndexImpl, nprobe: Option<usize>, ef_search: Option<usize>, kind: &str) -> anyhow::Result<()> {
+    if let Some(n) = nprobe {
+        gauge_index::dense::set_parameter(index, "nprobe", n as f64).map_err(|e| anyhow::anyhow!("nprobe applies to IVF indexes; this index is `{kind}` ({e})"))?;
+    }
+    if let Some(ef) = ef_search {
+        gauge_index::dense::set_parameter(index, "efSearch", ef as f64).map_err(|e| anyhow::anyhow!("efSearch applies to HNSW indexes; this index is `{kind}` ({e})"))?;
+    }
+    Ok(())
+}
+
+/// Dense retrieval: the query embedder, then faiss.
+pub struct DenseRetriever {
+    index: Mutex<DenseIndex>,
+    /// The faiss factory string (for messages).
+    kind: String,
+    /// `nprobe` / `efSearch` fixed when the index moved to a GPU.
+    placed_parameters: (Option<usize>, Option<usize>),
+    embedder: Embedder,
+}
+
+impl DenseRetriever {
+    /// A CPU faiss index and the query embedder.
+    pub fn new(index: faiss::index::IndexImpl, kind: &str, embedder: Embedder) -> DenseRetriever {
+        DenseRetriever { index: Mutex::new(DenseIndex::Cpu(index)), kind: kind.to_string(), placed_parameters: (None, None), embedder }
+    }
+
+    /// Moves the index to `device` with `nprobe` / `efSearch` set first: a GPU index keeps the
+    /// values it was placed with.
+    pub fn place(&mut self, device: FaissDevice, nprobe: Option<usize>, ef_search: Option<usize>) -> anyhow::Result<()> {
+        if device.is_cpu() {
+            return Ok(());
+        }
+        let dense = self.index.get_mut().expect("no panic while placing");
+        let placed = match dense {
+            DenseIndex::Cpu(cpu) => {
+                apply_search_parameters(cpu, nprobe, ef_search, &self.kind)?;
+                DenseIndex::copy_to(cpu, device)?
+            }
+            #[allow(unreachable_patterns)]
+            other => anyhow::bail!("the dense index already searches on {}", other.device()),
+        };
+        *dense = placed;
+        self.placed_parameters = (nprobe, ef_search);
+        Ok(())
+    }
+
+    /// Where the index searches.
+    pub fn device(&self) -> FaissDevice {
+        self.index.lock().expect("no panic while searching").device()
+    }
+
+    /// The query embedder.
+    pub fn embedder(&self) -> &Embedder {
+        &self.embedder
+    }
+
+    fn set_search_parameters(&self, index: &mut DenseIndex, cfg: &RetrievalConfig) -> anyhow::Result<()> {
+        match index {
+            DenseIndex::Cpu(cpu) => apply_search_parameters(cpu, cfg.nprobe, cfg.ef_search, &self.kind),
+            #[allow(unreachable_patterns)]
+            gpu => {
+                anyhow::ensure!(
+                    (cfg.nprobe, cfg.ef_search) == self.placed_parameters,
+                    "this index searches on {} with nprobe {:?} / efSearch {:?}, fixed when it moved there; open it with the values wanted",
+                    gpu.device(),
+                    self.placed_parameters.0,
+                    self.placed_parameters.1
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Retriever for DenseRetriever {
+    fn name(&self) -> &str {
+        "dense"
+    }
+
+    fn enabled(&self, cfg: &RetrievalConfig) -> bool {
+        cfg.dense
+    }
+
+    /// faiss is asked for more until `n` pass the filter or the whole index has been seen,
+    /// so a filter never starves the list.
+    fn retrieve(&self, query: &str, cfg: &RetrievalConfig, table: &ChunkTable) -> anyhow::Result<RankedList> {
+        let (n, filter) = (cfg.candidates, &cfg.filter);
+        let q = self.embedder.embed_queries(&[query])?.remove(0);
+        let total = table.chunks.len();
+        let mut ask = if filter.is_empty() { n } else { (n * 4).max(64) }.min(total);
+        let mut index = self.index.lock().expect("no panic while searching");
+        if cfg.nprobe.is_some() || cfg.ef_search.is_some() || !index.device().is_cpu() {
+            self.set_search_parameters(&mut index, cfg)?;
+        }
+        loop {
+            let res = index.search(&q, ask)?;
+            let hits: Vec<(String, f32)> = res
+                .labels
+                .iter()
+                .zip(&res.distances)
+                .filter_map(|(l, d)| l.get().map(|row| (row as usize, *d)))
+                .filter(|(row, _)| filter.accepts(&table.chunks[*row]))
+                .take(n)
+                .map(|(row, d)| (table.chunks[row].chunk_id.clone(), d))
+                .collect();
+            if hits.len() >= n || ask >= total {
+                return Ok(RankedList { stage: "dense".into(), hits });
+            }
+            ask = (ask * 4).min(total);
+        }
+    }
+}
+
+/// BM25 over tantivy, with gauge's identifier tokenizer; the filter is part of the query.
+pub struct Bm25Retriever {
+    reader: tantivy::IndexReader,
+    fields: gauge_index::Bm25Fields,
+}
+
+impl Bm25Retriever {
+    /// Opens a reader on a BM25 index.
+    pub fn new(index: &tantivy::Index) -> anyhow::Result<Bm25Retriever> {
+        let (_, fields) = gauge_index::bm25_schema();
+        Ok(Bm25Retriever { reader: index.reader()?, fields })
+    }
+
+    /// BM25 top-`n` with the filter inside the tantivy query.
+    pub fn search(&self, query: &str, n: usize, filter: &Filter, table: &ChunkTable) -> anyhow::Result<RankedList> {
+        let f = &self.fields;
+        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let mut seen = HashSet::new();
+        for t in gauge_index::tokenizer::tokenize(query) {
+            if !seen.insert(t.text.clone()) {
+                continue;
+            }
+            for field in [f.text, f.title, f.section] {
+                should.push((Occur::Should, Box::new(TermQuery::new(Term::from_field_text(field, &t.text), IndexRecordOption::WithFreqs))));
+            }
+        }
+        if should.is_empty() {
+            return Ok(RankedList { stage: "bm25".into(), hits: Vec::new() });
+        }
+        let mut must: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(BooleanQuery::new(should)))];
+        if !filter.sources.is_empty() {
+            must.push((Occur::Must, Box::new(TermSetQuery::new(filter.sources.iter().map(|s| Term::from_field_text(f.source, s))))));
+        }
+        if !filter.doc_types.is_empty() {
+            must.push((Occur::Must, Box::new(TermSetQuery::new(filter.doc_types.iter().map(|s| Term::from_field_text(f.doc_type, s))))));
+        }
+        if let Some((a, b)) = filter.pages {
+            // Overlap: page_end >= a and page_start <= b.
+            must.push((Occur::Must, Box::new(RangeQuery::new(std::ops::Bound::Included(Term::from_field_i64(f.page_end, a as i64)), std::ops::Bound::Unbounded))));
+            must.push((Occur::Must, Box::new(RangeQuery::new(std::ops::Bound::Unbounded, std::ops::Bound::Included(Term::from_field_i64(f.page_start, b as i64))))));
+        }
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&BooleanQuery::new(must), &tantivy::collector::TopDocs::with_limit(n).order_by_score())?;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let doc: tantivy::TantivyDocument = searcher.doc(addr)?;
+            let row = doc.get_first(f.row).and_then(|v| tantivy::schema::Value::as_u64(&v)).unwrap_or(0) as usize;
+            hits.push((table.chunks[row].chunk_id.clone(), score));
+        }
+        Ok(RankedList { stage: "bm25".into(), hits })
+    }
+}
+
+impl Retriever for Bm25Retriever {
+    fn name(&self) -> &str {
+        "bm25"
+    }
+
+    fn enabled(&self, cfg: &RetrievalConfig) -> bool {
+        cfg.bm25
+    }
+
+    fn retrieve(&self, query: &str, cfg: &RetrievalConfig, table: &ChunkTable) -> anyhow::Result<RankedList> {
+        self.search(query, cfg.candidates, &cfg.filter, table)
+    }
+}

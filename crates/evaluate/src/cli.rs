@@ -1,0 +1,51 @@
+//! The `evaluate` binary's own flags (the shared ones come from [`gauge_core::cli`]).
+use std::path::PathBuf;
+
+use gauge_core::cli::{Invocation, SharedArgs, StageCli};
+use gauge_core::config::{parse_as, Layer};
+use gauge_core::stage::Built;
+use serde::Serialize;
+
+use crate::ablate::{copy_to_eval, Evaluate, EvaluateOptions, EvaluateSummary};
+use crate::RelevanceMode;
+
+/// Inputs and flags of `evaluate`.
+#[derive(clap::Args, Debug, Serialize)]
+pub struct EvaluateArgs {
+    /// The pipeline file.
+    #[arg(default_value = "pipelines/fra.toml")]
+    #[serde(skip)]
+    pub pipeline: PathBuf,
+    /// Force a relevance mode: page, span, keyword or auto (default: the pipeline's) (`relevance`).
+    #[arg(long, value_parser = parse_as::<RelevanceMode>)]
+    pub relevance: Option<RelevanceMode>,
+    /// Where `<pipeline>/` results are copied.
+    #[arg(long, default_value = "eval")]
+    #[serde(skip)]
+    pub eval_dir: PathBuf,
+    /// Device of the query embedders and rerankers: cpu, or cuda[:N] in a `--features cuda` build.
+    #[arg(long, default_value = "cpu")]
+    #[serde(skip)]
+    pub device: String,
+}
+
+impl StageCli for Evaluate {
+    const ABOUT: &'static str = "Builds every distinct upstream artifact of a pipeline once, evaluates every config on its golden set, and writes metrics.parquet, per_query.parquet, runs.parquet, TREC run/qrels files, ablation.md and ablation.png into artifacts/evaluate/<fingerprint>/, copied to eval/<pipeline>/. Prints the artifact directory as the last line of stdout.";
+    type Args = EvaluateArgs;
+
+    fn invocation(args: EvaluateArgs, shared: &SharedArgs) -> anyhow::Result<Invocation<Self>> {
+        let flags = Layer::from_flags("flags", &args);
+        let options = EvaluateOptions { eval_dir: args.eval_dir, device: args.device, artifacts: shared.artifacts.clone() };
+        Ok(Invocation { inputs: args.pipeline, options, flags })
+    }
+
+    /// Copies the tables to `eval/<pipeline name>/`.
+    fn after(built: &Built<EvaluateSummary>, options: &EvaluateOptions) -> anyhow::Result<()> {
+        let manifest = gauge_core::Manifest::read(&built.dir)?;
+        let name = manifest.config["pipeline"].as_str().unwrap_or("pipeline").to_string();
+        let dest = options.eval_dir.join(name);
+        copy_to_eval(&built.dir, &dest)?;
+        eprintln!("evaluate: tables in {}", dest.display());
+        Ok(())
+    }
+}

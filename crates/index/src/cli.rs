@@ -1,0 +1,43 @@
+//! The `index` binary's own flags (the shared ones come from [`gauge_core::cli`]).
+use std::path::PathBuf;
+
+use gauge_core::cli::{Invocation, StageCli};
+use gauge_core::config::{switch_on, Layer};
+use serde::Serialize;
+
+use crate::{FaissDevice, Index, IndexInputs};
+
+/// Inputs and flags of `index`; config flags set one field of [`crate::IndexConfig`] each.
+#[derive(clap::Args, Debug, Serialize)]
+pub struct IndexArgs {
+    /// The chunk artifact directory (default: the one the embeddings were made from).
+    #[arg(long)]
+    #[serde(skip)]
+    pub chunks: Option<PathBuf>,
+    /// The embedding artifact directory (made from those chunks).
+    #[arg(long)]
+    #[serde(skip)]
+    pub embeddings: PathBuf,
+    /// faiss factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m} (`faiss`).
+    #[arg(long)]
+    pub faiss: Option<String>,
+    /// English stemming in the BM25 index (`stemming`).
+    #[arg(long)]
+    #[serde(serialize_with = "switch_on")]
+    pub stemming: bool,
+    /// Where faiss trains and fills the index: cpu, or cuda[:N] in a `--features faiss-gpu`
+    /// build; the index written is the CPU form either way (`device`).
+    #[arg(long)]
+    #[serde(rename = "device")]
+    pub faiss_device: Option<FaissDevice>,
+}
+
+impl StageCli for Index {
+    const ABOUT: &'static str = "Builds artifacts/index/<fingerprint>/ (dense.faiss, bm25/, chunks.parquet) from chunks and their embeddings; prints the artifact directory as the last line of stdout.";
+    type Args = IndexArgs;
+
+    fn invocation(args: IndexArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
+        let flags = Layer::from_flags("flags", &args);
+        Ok(Invocation { inputs: IndexInputs { chunks: args.chunks, embeddings: args.embeddings }, options: (), flags })
+    }
+}
