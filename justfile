@@ -31,6 +31,10 @@ models:
 test: setup models
     cargo test --release --workspace
 
+# Clippy over every crate and target, warnings as errors (CI runs it).
+lint:
+    cargo clippy --release --workspace --all-targets -- -D warnings
+
 # Type-check the CUDA build of every Burn model crate (no CUDA toolkit needed; CI runs it).
 check-cuda:
     CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo check --release --workspace --all-targets --features gauge-encoder/cuda,gauge-embed/cuda,gauge-rerank/cuda,gauge-engine/cuda

@@ -1,7 +1,7 @@
 //! Bad inputs: each is reported clearly and the rest of the run goes on.
 use std::path::Path;
 
-use gauge::{complete_dirs, last_line, ok, run, shared};
+use gauge::{complete_dirs, last_line, ok, repo_root, run, shared};
 use gauge_core::schema::{read_errors, read_pages};
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -136,4 +136,34 @@ fn chunk_rejects_a_table_of_the_wrong_schema() {
     // Not an artifact at all.
     let out = run("chunk", &[tmp.path().to_str().unwrap(), "--artifacts", art.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no pages.parquet here"));
+}
+
+#[test]
+fn models_resolve_from_the_models_directory_whatever_the_working_directory() {
+    let models = repo_root().join("models");
+    assert!(models.join("all-MiniLM-L6-v2/model.safetensors").is_file(), "{}: missing; run `just models`", models.display());
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "docs/note.md", b"# Gate arms\n\nThe gate arm must be fully lowered twenty seconds before the train arrives at the crossing.\n");
+    let art = tmp.path().join("artifacts");
+    let pages = last_line(&ok(run("extract", &[tmp.path().join("docs").to_str().unwrap(), "--artifacts", art.to_str().unwrap()])));
+    let chunks = last_line(&ok(run("chunk", &[&pages, "--artifacts", art.to_str().unwrap(), "--min-chars", "0"])));
+    // Run from a folder with no models/ in it: the id resolves through GAUGE_MODELS_DIR.
+    let elsewhere = tmp.path().join("notebooks");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let embed = |models_dir: &std::path::Path| {
+        std::process::Command::new(gauge::bin("embed"))
+            .args([chunks.as_str(), "--model", "sentence-transformers/all-MiniLM-L6-v2", "--artifacts", art.to_str().unwrap()])
+            .current_dir(&elsewhere)
+            .env("GAUGE_MODELS_DIR", models_dir)
+            .env("GAUGE_NO_PROGRESS", "1")
+            .output()
+            .unwrap()
+    };
+    ok(embed(&models));
+    let empty = tmp.path().join("empty-models");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = embed(&empty);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("empty-models") && err.contains("just models") && err.trim().lines().count() == 1, "{err}");
 }

@@ -243,6 +243,9 @@ fn bad_golden_sets_and_pipelines_fail_with_one_line_naming_the_file() {
     // An empty golden set.
     std::fs::write(&golden, "").unwrap();
     check(evaluate(&s, &[]), &["golden.jsonl", "no questions"]);
+    // A gold source the corpus does not hold (a typo) is refused with the closest names.
+    std::fs::write(&golden, good.replace("FRA-Hazardous_Materials_Compliance_Manual_01.07.25.pdf", "FRA-Hazardous_Material_Compliance_Manual_01.07.25.pdf")).unwrap();
+    check(evaluate(&s, &[]), &["golden.jsonl", "FRA-Hazardous_Material_Compliance_Manual_01.07.25.pdf", "closest: FRA-Hazardous_Materials_Compliance_Manual_01.07.25.pdf"]);
     std::fs::write(&golden, good).unwrap();
     // A typo in the pipeline.
     let text = std::fs::read_to_string(&s.pipeline).unwrap();

@@ -78,6 +78,28 @@ fn hybrid_retrieval_finds_the_exact_report_id_among_look_alikes() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown faiss device `tpu`"), "{}", String::from_utf8_lossy(&out.stderr));
 
+    // An empty question is a one-line error, not ten arbitrary passages.
+    for empty in ["", "   "] {
+        let out = run("query", &["--index", &index, empty]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("question is empty") && err.trim().lines().count() == 1, "{err}");
+    }
+    // The config language: --set and a config file set retrieval fields like the flags do.
+    let two = query(&index, &["ERA22LA175", "--set", "k=2"]);
+    assert_eq!(two["passages"].as_array().unwrap().len(), 2);
+    let cfg = tmp.path().join("retrieval.toml");
+    std::fs::write(&cfg, "k = 4\ndense = false\nfusion = { kind = \"none\" }\n").unwrap();
+    let from_file = query(&index, &["ERA22LA175", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(from_file["passages"].as_array().unwrap().len(), 4);
+    assert_eq!(from_file["config"]["dense"], false);
+    // Flags come after the file.
+    let flagged = query(&index, &["ERA22LA175", "--config", cfg.to_str().unwrap(), "-k", "1"]);
+    assert_eq!(flagged["passages"].as_array().unwrap().len(), 1);
+    let out = run("query", &["--index", &index, "ERA22LA175", "--set", "fusion.kind=bogus"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--set fusion.kind=bogus") && err.contains("bogus"), "{err}");
+
     // The index refuses a query embedder of another dimension.
     let fake = tmp.path().join("fake-index");
     std::fs::create_dir_all(&fake).unwrap();
@@ -91,6 +113,23 @@ fn hybrid_retrieval_finds_the_exact_report_id_among_look_alikes() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("dimension 768") && err.contains("dimension 384"), "{err}");
+
+    // BM25-only queries load no model: an index whose model is gone still answers them, and a
+    // dense query names the missing model.
+    let gone = tmp.path().join("gone-model-index");
+    std::fs::create_dir_all(&gone).unwrap();
+    for entry in std::fs::read_dir(&index).unwrap().flatten() {
+        if entry.file_name() != "manifest.json" {
+            std::os::unix::fs::symlink(entry.path(), gone.join(entry.file_name())).unwrap();
+        }
+    }
+    let manifest = std::fs::read_to_string(Path::new(&index).join("manifest.json")).unwrap().replace(&minilm(), "/nonexistent/minilm");
+    std::fs::write(gone.join("manifest.json"), manifest).unwrap();
+    let bm25 = query(gone.to_str().unwrap(), &["ERA22LA175", "--no-dense", "-k", "1"]);
+    assert_eq!(bm25["passages"].as_array().unwrap().len(), 1);
+    let out = run("query", &["--index", gone.to_str().unwrap(), "ERA22LA175"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("/nonexistent/minilm") && err.contains("query embedder"), "{err}");
 }
 
 #[test]

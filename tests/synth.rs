@@ -204,7 +204,9 @@ fn a_killed_llm_run_resumes_with_nothing_lost_or_duplicated() {
         .spawn()
         .unwrap();
     let journal = || -> Option<PathBuf> {
-        std::fs::read_dir(art.join("synth")).ok()?.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(".journal.jsonl"))
+        // The journal lives in the run's checkpoint directory, `.resume-<fingerprint>/`.
+        let resume = std::fs::read_dir(art.join("synth")).ok()?.flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(".resume-"))?;
+        Some(resume.join("journal.jsonl")).filter(|j| j.is_file())
     };
     let started = Instant::now();
     loop {

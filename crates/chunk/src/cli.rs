@@ -52,3 +52,12 @@ impl StageCli for Chunk {
         Ok(Invocation { inputs: args.pages, options: (), flags })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::ChunkArgs>(super::Chunk::BIN, super::Chunk::ABOUT, true).debug_assert();
+    }
+}

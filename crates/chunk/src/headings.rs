@@ -29,8 +29,11 @@ pub struct Heading {
     pub title: String,
 }
 
-fn patterns() -> &'static [(Regex, fn(&regex::Captures) -> usize)] {
-    static P: OnceLock<Vec<(Regex, fn(&regex::Captures) -> usize)>> = OnceLock::new();
+/// A heading pattern and how its match gives the heading's level.
+type HeadingPattern = (Regex, fn(&regex::Captures) -> usize);
+
+fn patterns() -> &'static [HeadingPattern] {
+    static P: OnceLock<Vec<HeadingPattern>> = OnceLock::new();
     P.get_or_init(|| {
         let r = |s: &str| Regex::new(s).expect("valid heading regex");
         vec![

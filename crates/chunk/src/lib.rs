@@ -3,6 +3,7 @@
 //! Pages of a document are joined into one document text (pages separated by a blank
 //! line, [`gauge_core::schema::PAGE_SEPARATOR`]); chunks are slices of it, so each carries
 //! exact character offsets and the pages it spans, whatever the strategy.
+#![deny(missing_docs)]
 pub mod cli;
 pub mod headings;
 pub mod recursive;

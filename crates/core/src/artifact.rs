@@ -86,7 +86,7 @@ pub enum StageOutcome {
     /// The complete output already exists at this directory; nothing to do.
     CacheHit(PathBuf),
     /// The stage must run; write outputs into the run's temporary directory.
-    Run(StageRun),
+    Run(Box<StageRun>),
 }
 
 /// The identity of a stage run, from which its fingerprint is computed.
@@ -157,7 +157,7 @@ impl ArtifactStore {
             message: format!("config cannot be serialised: {e}"),
         })?;
         let now = chrono::Utc::now();
-        Ok(StageOutcome::Run(StageRun {
+        Ok(StageOutcome::Run(Box::new(StageRun {
             manifest: Manifest {
                 stage: spec.stage.to_string(),
                 format_version: spec.format_version,
@@ -178,7 +178,7 @@ impl ArtifactStore {
             checkpoint_dir,
             started: Instant::now(),
             committed: false,
-        }))
+        })))
     }
 }
 

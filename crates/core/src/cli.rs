@@ -52,16 +52,21 @@ pub trait StageCli: Stage {
     }
 }
 
+/// The command line of a binary taking `A` (and the shared stage flags when `shared`);
+/// `Command::debug_assert` on it catches two flags with one name.
+pub fn command<A: Args>(name: &'static str, about: &'static str, shared: bool) -> Command {
+    let base = Command::new(name).about(about).version(crate::GAUGE_VERSION);
+    A::augment_args(if shared { SharedArgs::augment_args(base) } else { base })
+}
+
 /// Parses `A` for a binary named `name` (a command that is not a stage, e.g. `query`).
 pub fn parse_args<A: Args>(name: &'static str, about: &'static str) -> A {
-    let command = A::augment_args(Command::new(name).about(about).version(crate::GAUGE_VERSION));
-    A::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+    A::from_arg_matches(&command::<A>(name, about, false).get_matches()).unwrap_or_else(|e| e.exit())
 }
 
 /// Parses the shared flags and `A` for a binary named `name`.
 pub fn parse<A: Args>(name: &'static str, about: &'static str) -> (SharedArgs, A) {
-    let command = A::augment_args(SharedArgs::augment_args(Command::new(name).about(about).version(crate::GAUGE_VERSION)));
-    let matches = command.get_matches();
+    let matches = command::<A>(name, about, true).get_matches();
     let shared = SharedArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let own = A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     (shared, own)

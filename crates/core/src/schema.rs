@@ -415,6 +415,24 @@ pub fn read_embeddings(path: &Path) -> Result<Embeddings, CoreError> {
     Ok(Embeddings { ids, vectors: values.values().to_vec(), dim })
 }
 
+/// A Markdown table of columns (name, type, meaning), as the README shows them.
+pub fn markdown_table(columns: &[ColumnDoc]) -> String {
+    let mut out = String::from("| column | type | meaning |\n|---|---|---|\n");
+    for c in columns {
+        let ty = match c.dtype {
+            ColumnType::Utf8 => "string",
+            ColumnType::Int32 => "int32",
+            ColumnType::Int64 => "int64",
+            ColumnType::Bool => "bool",
+            ColumnType::Float64 => "float64",
+            ColumnType::F32Vector => "fixed_size_list<float32, dim>",
+        };
+        let ty = if c.nullable { format!("{ty} (nullable)") } else { ty.to_string() };
+        out.push_str(&format!("| `{}` | {} | {} |\n", c.name, ty, c.doc.replace('|', "\\|")));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,22 +476,4 @@ mod tests {
         let err = read_chunks(&path).unwrap_err().to_string();
         assert!(err.contains("chunks.parquet") && err.contains("not a readable Parquet file"), "{err}");
     }
-}
-
-/// A Markdown table of columns (name, type, meaning), as the README shows them.
-pub fn markdown_table(columns: &[ColumnDoc]) -> String {
-    let mut out = String::from("| column | type | meaning |\n|---|---|---|\n");
-    for c in columns {
-        let ty = match c.dtype {
-            ColumnType::Utf8 => "string",
-            ColumnType::Int32 => "int32",
-            ColumnType::Int64 => "int64",
-            ColumnType::Bool => "bool",
-            ColumnType::Float64 => "float64",
-            ColumnType::F32Vector => "fixed_size_list<float32, dim>",
-        };
-        let ty = if c.nullable { format!("{ty} (nullable)") } else { ty.to_string() };
-        out.push_str(&format!("| `{}` | {} | {} |\n", c.name, ty, c.doc.replace('|', "\\|")));
-    }
-    out
 }

@@ -57,3 +57,12 @@ impl StageCli for Embed {
         Ok(Invocation { inputs: args.chunks, options, flags })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::EmbedArgs>(super::Embed::BIN, super::Embed::ABOUT, true).debug_assert();
+    }
+}

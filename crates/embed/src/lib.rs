@@ -3,6 +3,7 @@
 //! Embeds each chunk's `embed_text` when the chunk artifact has one, else its `text`, with
 //! the passage prefix of the model family (or `--passage-prefix`). Query-time code uses the
 //! same [`gauge_encoder::Embedder`] (loaded once) through [`load_embedder`].
+#![deny(missing_docs)]
 pub mod cli;
 
 use std::path::PathBuf;

@@ -86,7 +86,7 @@ pub fn layer_norm<const D: usize>(x: Tensor<D>, gamma: Tensor<1>, beta: Tensor<1
             });
             return Tensor::from_data(data, &device);
         }
-        return layer_norm_composed(Tensor::from_data(data, &device), Tensor::from_data(g, &device), Tensor::from_data(b, &device), eps as f64);
+        return layer_norm_composed(Tensor::from_data(data, &device), Tensor::from_data(g, &device), Tensor::from_data(b, &device), eps);
     }
     layer_norm_composed(x, gamma, beta, eps)
 }
@@ -112,6 +112,7 @@ pub struct Dense {
 }
 
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per layer, built once; boxing would add a pointer chase per matmul
 enum DenseWeights {
     Host { weight: std::sync::Arc<[f32]>, bias: std::sync::Arc<[f32]> },
     Device { weight: Tensor<2>, bias: Tensor<1> },
@@ -446,8 +447,8 @@ mod tests {
             .into_vec()
             .unwrap();
         let ours: Vec<f32> = cpu_attention(qkv, &lengths, heads).into_data().into_vec().unwrap();
-        for bi in 0..b {
-            for t in 0..lengths[bi] {
+        for (bi, &len) in lengths.iter().enumerate().take(b) {
+            for t in 0..len {
                 for c in 0..h {
                     let i = (bi * l + t) * h + c;
                     assert!((reference[i] - ours[i]).abs() < 1e-5, "seq {bi} token {t} dim {c}: {} vs {}", reference[i], ours[i]);

@@ -104,7 +104,7 @@ impl BertConfig {
                 format!("unsupported position_embedding_type `{}`; supported: absolute", config.position_embedding_type),
             ));
         }
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+        if config.num_attention_heads == 0 || !config.hidden_size.is_multiple_of(config.num_attention_heads) {
             return Err(EncoderError::file(path, "hidden_size must be a multiple of num_attention_heads".to_string()));
         }
         Ok(config)

@@ -7,6 +7,7 @@
 //! - [`family`]: defaults of the MiniLM, BGE, E5 and GTE families.
 //! - [`device`]: the backend, tensor type and compute device (burn-flex CPU; CUDA with the
 //!   `cuda` feature), chosen at run time.
+#![deny(missing_docs)]
 pub mod bert;
 pub mod config;
 pub mod cross_encoder;

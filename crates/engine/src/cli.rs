@@ -141,7 +141,7 @@ pub struct RerankFlags {
     /// `--rerank-kind maxsim` (default there: the index's model) (`rerank.model`).
     #[arg(long = "rerank")]
     #[serde(rename = "rerank.model")]
-    pub model: Option<String>,
+    pub rerank_model: Option<String>,
     /// Reranker kind: cross-encoder or maxsim (`rerank.kind`).
     #[arg(long, value_parser = parse_as::<RerankKind>)]
     #[serde(rename = "rerank.kind")]
@@ -171,7 +171,7 @@ impl QueryArgs {
         let mut layers = self.config.layers()?;
         layers.push(Layer::from_flags("flags", &self.retrieval));
         let without_rerank_flags: RetrievalConfig = gauge_core::config::resolve(&layers)?;
-        let asks_rerank = self.rerank.model.is_some() || self.rerank.rerank_kind.is_some();
+        let asks_rerank = self.rerank.rerank_model.is_some() || self.rerank.rerank_kind.is_some();
         if !(asks_rerank || without_rerank_flags.rerank.is_some()) {
             return Ok(without_rerank_flags);
         }
@@ -193,7 +193,7 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
     let mut cfg = args.retrieval_config()?;
     let engine = Engine::open(&args.index, &EngineOptions { dense: cfg.dense, model: args.model.clone(), device: args.device.clone() })?;
     if let Some(rc) = &mut cfg.rerank {
-        if rc.kind == RerankKind::MaxSim && args.rerank.model.is_none() && args.rerank.rerank_kind.is_some() {
+        if rc.kind == RerankKind::MaxSim && args.rerank.rerank_model.is_none() && args.rerank.rerank_kind.is_some() {
             rc.model = engine.settings().embedder.model.clone();
         }
     }
@@ -239,4 +239,30 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
 pub fn query_main() {
     let args = gauge_core::cli::parse_args::<QueryArgs>("query", "Prints the ranked passages for a question: rank, source, pages, section, the per-stage ranks and scores, and a text preview (--json for machines).");
     gauge_core::run_main("query", || query(&args));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_have_distinct_names() {
+        gauge_core::cli::command::<QueryArgs>("query", "", false).debug_assert();
+    }
+
+    #[test]
+    fn rerank_flags_apply_only_when_a_reranker_is_asked_for() {
+        use clap::FromArgMatches;
+        let parse = |args: &[&str]| {
+            let m = gauge_core::cli::command::<QueryArgs>("query", "", false).get_matches_from(args);
+            QueryArgs::from_arg_matches(&m).unwrap().retrieval_config().unwrap()
+        };
+        assert!(parse(&["query", "q", "--index", "i", "--n-initial", "40"]).rerank.is_none());
+        let r = parse(&["query", "q", "--index", "i", "--rerank", "some/model", "--n-initial", "40", "--rerank-prefixes"]).rerank.unwrap();
+        assert_eq!((r.model.as_str(), r.n_initial, r.query_prefix.as_str()), ("some/model", 40, "Query: "));
+        let m = parse(&["query", "q", "--index", "i", "--rerank-kind", "maxsim", "-k", "3", "--fusion", "weighted", "--alpha", "0.3"]);
+        assert_eq!(m.rerank.unwrap().kind, RerankKind::MaxSim);
+        assert_eq!(m.fusion, gauge_rank::Fusion::Weighted { alpha: 0.3, normalization: Normalization::MinMax });
+        assert_eq!(m.k, 3);
+    }
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::chain::{upstream, Upstream};
 use crate::metric::{registry, Metric};
 use crate::pipeline::Pipeline;
-use crate::relevance::{is_relevant, score_question, RelevanceMode, RetrievedPassage};
+use crate::relevance::{is_relevant, score_question, PassageSpan, RelevanceMode};
 use crate::report;
 use crate::rows::{MetricRow, QueryRow, RunRow};
 use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
@@ -104,19 +104,8 @@ impl Stage for Evaluate {
 
 /// The judged units of a search: each distinct passage (a merged window counts once, at the
 /// rank of its best hit) with the span the engine resolved.
-fn judged_passages(result: &gauge_engine::SearchResult) -> Vec<(String, f64, RetrievedPassage)> {
-    result.distinct().into_iter().map(|p: &Passage| (p.chunk.chunk_id.clone(), p.candidate.score as f64, retrieved(&p.span))).collect()
-}
-
-fn retrieved(span: &gauge_engine::PassageSpan) -> RetrievedPassage {
-    RetrievedPassage {
-        source: span.source.clone(),
-        page_start: span.page_start,
-        page_end: span.page_end,
-        char_start: span.char_start,
-        char_end: span.char_end,
-        text: span.text.clone(),
-    }
+fn judged_passages(result: &gauge_engine::SearchResult) -> Vec<(String, f64, PassageSpan)> {
+    result.distinct().into_iter().map(|p: &Passage| (p.chunk.chunk_id.clone(), p.candidate.score as f64, p.span.clone())).collect()
 }
 
 /// The metrics with intervals and paired comparisons, per config and category, for every
@@ -308,9 +297,8 @@ fn evaluate_variants(
             let v = &pipeline.variants[vi];
             qrels[vi] = chunk_qrels.clone();
             if let Some(rc) = &v.stages.retrieval.rerank {
-                if !rerankers.contains_key(&reranker_key(rc)) {
-                    let r = gauge_rerank::load_reranker(rc, device).with_context(|| format!("config `{}`: reranker", v.name))?;
-                    rerankers.insert(reranker_key(rc), r);
+                if let std::collections::hash_map::Entry::Vacant(slot) = rerankers.entry(reranker_key(rc)) {
+                    slot.insert(gauge_rerank::load_reranker(rc, device).with_context(|| format!("config `{}`: reranker", v.name))?);
                 }
             }
             let reranker = v.stages.retrieval.rerank.as_ref().map(|rc| rerankers[&reranker_key(rc)].as_ref());
@@ -320,7 +308,7 @@ fn evaluate_variants(
                 let result = engine.search_with(&q.question, &cfg, reranker).with_context(|| format!("config `{}`, question `{}`", v.name, q.qid))?;
                 let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
                 let judged = judged_passages(&result);
-                let passages: Vec<RetrievedPassage> = judged.iter().map(|(_, _, p)| p.clone()).take(pipeline.k).collect();
+                let passages: Vec<PassageSpan> = judged.iter().map(|(_, _, p)| p.clone()).take(pipeline.k).collect();
                 let scores = score_question(q, &passages, mode, pipeline.k);
                 for (rank, ((chunk_id, score, p), relevant)) in judged.iter().zip(&scores.relevant).enumerate() {
                     run_rows.push(RunRow {
@@ -368,8 +356,8 @@ pub fn config_for(v: &crate::pipeline::Variant, q: &GoldenQuestion) -> gauge_eng
     cfg
 }
 
-fn chunk_passage(c: &gauge_core::schema::ChunkRecord) -> RetrievedPassage {
-    RetrievedPassage { source: c.source.clone(), page_start: c.page_start, page_end: c.page_end, char_start: c.char_start, char_end: c.char_end, text: c.text.clone() }
+fn chunk_passage(c: &gauge_core::schema::ChunkRecord) -> PassageSpan {
+    PassageSpan { source: c.source.clone(), page_start: c.page_start, page_end: c.page_end, char_start: c.char_start, char_end: c.char_end, text: c.text.clone() }
 }
 
 /// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder).

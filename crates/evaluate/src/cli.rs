@@ -49,3 +49,12 @@ impl StageCli for Evaluate {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::EvaluateArgs>(super::Evaluate::BIN, super::Evaluate::ABOUT, true).debug_assert();
+    }
+}

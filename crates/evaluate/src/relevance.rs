@@ -54,26 +54,11 @@ impl RelevanceMode {
     }
 }
 
-/// What was retrieved at one rank: a chunk, or the small-to-big window around it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetrievedPassage {
-    /// Source file.
-    pub source: String,
-    /// First page.
-    pub page_start: i32,
-    /// Last page.
-    pub page_end: i32,
-    /// Start offset in the document text.
-    pub char_start: i64,
-    /// End offset (exclusive).
-    pub char_end: i64,
-    /// Text.
-    pub text: String,
-}
+pub use gauge_engine::PassageSpan;
 
 /// Which gold items of `q` the passage covers (page mode: a `Page` item whose page lies in its
 /// range, or a `Span` item it overlaps; span mode: overlapping spans only).
-pub fn covered_gold(q: &GoldenQuestion, p: &RetrievedPassage, mode: RelevanceMode) -> Vec<usize> {
+pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> Vec<usize> {
     q.gold
         .iter()
         .enumerate()
@@ -92,7 +77,7 @@ pub fn covered_gold(q: &GoldenQuestion, p: &RetrievedPassage, mode: RelevanceMod
 }
 
 /// Whether a passage is relevant to a question under a (resolved) mode.
-pub fn is_relevant(q: &GoldenQuestion, p: &RetrievedPassage, mode: RelevanceMode) -> bool {
+pub fn is_relevant(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> bool {
     match mode {
         RelevanceMode::Keyword => {
             let t = p.text.to_lowercase();
@@ -120,7 +105,7 @@ pub struct QuestionScores {
 }
 
 /// Scores one question's passages (best first, already cut to `k`).
-pub fn score_question(q: &GoldenQuestion, passages: &[RetrievedPassage], mode: RelevanceMode, k: usize) -> QuestionScores {
+pub fn score_question(q: &GoldenQuestion, passages: &[PassageSpan], mode: RelevanceMode, k: usize) -> QuestionScores {
     let relevant: Vec<bool> = passages.iter().map(|p| is_relevant(q, p, mode)).collect();
     let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
     let keyword = (!q.keywords.is_empty()).then(|| keyword_scores(&q.keywords, &texts, k));
@@ -169,8 +154,8 @@ mod tests {
         }
     }
 
-    fn passage(source: &str, pages: (i32, i32), chars: (i64, i64), text: &str) -> RetrievedPassage {
-        RetrievedPassage { source: source.into(), page_start: pages.0, page_end: pages.1, char_start: chars.0, char_end: chars.1, text: text.into() }
+    fn passage(source: &str, pages: (i32, i32), chars: (i64, i64), text: &str) -> PassageSpan {
+        PassageSpan { source: source.into(), page_start: pages.0, page_end: pages.1, char_start: chars.0, char_end: chars.1, text: text.into() }
     }
 
     #[test]
@@ -199,7 +184,7 @@ mod tests {
     fn scores_by_hand() {
         // Gold pages 5 and 9; ranks 2 (page 5) and 4 (page 9) are relevant.
         let g = q(vec![GoldItem::Page { source: "a".into(), page: 5 }, GoldItem::Page { source: "a".into(), page: 9 }], &[]);
-        let list: Vec<RetrievedPassage> = [1, 5, 2, 9, 3].iter().map(|&p| passage("a", (p, p), (0, 1), "")).collect();
+        let list: Vec<PassageSpan> = [1, 5, 2, 9, 3].iter().map(|&p| passage("a", (p, p), (0, 1), "")).collect();
         let s = score_question(&g, &list, RelevanceMode::Page, 10);
         assert_eq!(s.first_relevant_rank, Some(2));
         assert_eq!(hits(&s), [0.0, 1.0, 1.0, 1.0]);
@@ -236,9 +221,9 @@ mod tests {
         let page = q(vec![GoldItem::Page { source: "a".into(), page: 1 }], &[]);
         let span = q(vec![GoldItem::Span { source: "a".into(), char_start: 0, char_end: 5, page_start: None, page_end: None }], &[]);
         let kw = q(vec![], &["x"]);
-        assert_eq!(RelevanceMode::Auto.resolve(&[page.clone()]), Ok(RelevanceMode::Page));
-        assert_eq!(RelevanceMode::Auto.resolve(&[span.clone()]), Ok(RelevanceMode::Span));
-        assert_eq!(RelevanceMode::Auto.resolve(&[kw.clone()]), Ok(RelevanceMode::Keyword));
+        assert_eq!(RelevanceMode::Auto.resolve(std::slice::from_ref(&page)), Ok(RelevanceMode::Page));
+        assert_eq!(RelevanceMode::Auto.resolve(std::slice::from_ref(&span)), Ok(RelevanceMode::Span));
+        assert_eq!(RelevanceMode::Auto.resolve(std::slice::from_ref(&kw)), Ok(RelevanceMode::Keyword));
         assert!(RelevanceMode::Auto.resolve(&[page.clone(), kw.clone()]).is_err());
         assert!(RelevanceMode::Keyword.resolve(&[page]).unwrap_err().contains("keywords"));
         assert!(RelevanceMode::Span.resolve(&[kw]).is_err());

@@ -61,3 +61,12 @@ impl StageCli for Extract {
         Ok(Invocation { inputs: args.inputs, options: RunOptions { strict: args.strict }, flags })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::ExtractArgs>(super::Extract::BIN, super::Extract::ABOUT, true).debug_assert();
+    }
+}

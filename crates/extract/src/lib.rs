@@ -3,6 +3,7 @@
 //! PDFs give one row per page (1-based file page numbers); Markdown and text files one row
 //! each (page 1); JSONL files one row per record. Unreadable inputs go to `errors.parquet`
 //! and the rest go on.
+#![deny(missing_docs)]
 pub mod clean;
 pub mod cli;
 pub mod pdf;

@@ -41,3 +41,12 @@ impl StageCli for Index {
         Ok(Invocation { inputs: IndexInputs { chunks: args.chunks, embeddings: args.embeddings }, options: (), flags })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::IndexArgs>(super::Index::BIN, super::Index::ABOUT, true).debug_assert();
+    }
+}

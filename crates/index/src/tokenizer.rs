@@ -69,13 +69,11 @@ pub fn tokenize(text: &str) -> Vec<Token> {
         let mut j = i;
         while j < chars.len() {
             let cj = chars[j].1;
-            if cj.is_alphanumeric() {
-                j += 1;
-            } else if is_joiner(cj) && j + 1 < chars.len() && chars[j + 1].1.is_alphanumeric() {
-                j += 1;
-            } else {
+            let joins = is_joiner(cj) && j + 1 < chars.len() && chars[j + 1].1.is_alphanumeric();
+            if !(cj.is_alphanumeric() || joins) {
                 break;
             }
+            j += 1;
         }
         let end = if j < chars.len() { chars[j].0 } else { text.len() };
         let whole = &text[start..end];

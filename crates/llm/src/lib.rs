@@ -6,6 +6,7 @@
 //! budget; 429, 5xx, timeouts and dropped connections are retried with exponential backoff and
 //! jitter, honouring `Retry-After`. The key is sent in the `Authorization` header only: it is
 //! never part of a config, a log line or an error (server text is scrubbed of it too).
+#![deny(missing_docs)]
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

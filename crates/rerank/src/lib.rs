@@ -6,6 +6,7 @@
 //! - [`MaxSimReranker`]: late interaction with a bi-encoder's token vectors (the embedding
 //!   model we already have): for each query token its best cosine against the passage's
 //!   tokens, summed, ColBERT-style. No extra weights.
+#![deny(missing_docs)]
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, Embedder, EmbedderOptions};
 use gauge_rank::{RerankConfig, RerankKind, Reranker};
 

@@ -122,3 +122,12 @@ impl StageCli for Synth {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::SynthArgs>(super::Synth::BIN, super::Synth::ABOUT, true).debug_assert();
+    }
+}

@@ -4,6 +4,7 @@
 //! Long runs are resumable: every finished sample (accepted or failed) is appended to a
 //! journal in the run's checkpoint directory as soon as it is known, and a rerun of the same config skips
 //! what the journal holds. The output rows follow the golden-set format `evaluate` reads.
+#![deny(missing_docs)]
 pub mod cli;
 pub mod plan;
 pub mod split;

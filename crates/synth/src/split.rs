@@ -37,7 +37,7 @@ pub fn drop_near_duplicates(rows: Vec<SynthRow>, threshold: f64) -> Vec<SynthRow
 
 const NAMES: [&str; 3] = ["train", "dev", "test"];
 
-fn find(parent: &mut Vec<usize>, x: usize) -> usize {
+fn find(parent: &mut [usize], x: usize) -> usize {
     let mut r = x;
     while parent[r] != r {
         r = parent[r];
