@@ -130,7 +130,7 @@ impl<'a> Dag<'a> {
         }
         let out = run::<S>(self.store, config, inputs, &S::Options::default(), false)?;
         if !out.cache_hit {
-            tracing::info!("built {} {}", S::NAME, out.dir.display());
+            tracing::debug!("built {} {}", S::NAME, out.dir.display());
             self.built.push(format!("{} {}", S::NAME, out.dir.display()));
         }
         self.memo.insert(key, out.dir.clone());

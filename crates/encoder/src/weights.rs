@@ -31,7 +31,7 @@ impl Weights {
 
     /// BLAKE3 hash of the file's bytes (already in memory: no second read).
     pub fn hash(&self) -> String {
-        blake3::hash(&self.bytes).to_hex().to_string()
+        gauge_core::hash::bytes_hash(&self.bytes)
     }
 
     fn tensors(&self) -> SafeTensors<'_> {

@@ -15,8 +15,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use gauge_core::schema::ChunkRecord;
-use gauge_embed::{load_embedder, EmbedConfig, EmbedOptions};
-use gauge_encoder::Embedder;
+use gauge_encoder::{Embedder, EmbedderOptions};
 use gauge_index::{FaissDevice, IndexManifest, IndexReader};
 use gauge_rank::{apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, RankedList, Refusal, Reranker, Window};
 use serde::Serialize;
@@ -113,18 +112,23 @@ impl Engine {
     pub fn open(dir: &Path, options: &EngineOptions) -> anyhow::Result<Engine> {
         let reader = IndexReader::open(dir)?;
         let embedder = if options.dense {
+            // The embedder exactly as `embed` resolved it (prefixes, pooling, normalisation, length).
             let built = &reader.settings.embedder;
-            let config = EmbedConfig {
-                model: options.model.clone().unwrap_or_else(|| built.model.clone()),
-                query_prefix: Some(built.query_prefix.clone()),
-                passage_prefix: Some(built.passage_prefix.clone()),
+            let model = options.model.clone().unwrap_or_else(|| built.model.clone());
+            let embedder_options = EmbedderOptions {
                 pooling: gauge_core::config::parse_as(&built.pooling).ok(),
                 normalize: Some(built.normalize),
                 max_length: Some(built.max_length),
+                query_prefix: Some(built.query_prefix.clone()),
+                passage_prefix: Some(built.passage_prefix.clone()),
+                token_budget: Some(2048),
+                workers: None,
             };
-            let embedder = load_embedder(&config, &EmbedOptions { device: options.device.clone(), ..EmbedOptions::default() })
-                .map_err(|e| anyhow::anyhow!("{}: the dense retriever needs the query embedder this index was built with: {e:#}", dir.display()))?;
-            Some(embedder)
+            let load = || -> anyhow::Result<Embedder> {
+                let source = gauge_encoder::resolve_model(&model)?;
+                Ok(Embedder::load(&source, &embedder_options, &gauge_encoder::device::parse(&options.device)?)?)
+            };
+            Some(load().map_err(|e| anyhow::anyhow!("{}: the dense retriever needs the query embedder this index was built with: {e:#}", dir.display()))?)
         } else {
             None
         };

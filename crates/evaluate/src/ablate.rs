@@ -92,6 +92,9 @@ impl Stage for Evaluate {
 
     fn build(plan: EvaluatePlan, run: &mut StageRun, _: &EvaluateConfig, _: &PathBuf, options: &EvaluateOptions) -> anyhow::Result<EvaluateSummary> {
         let started = Instant::now();
+        for b in &plan.built {
+            eprintln!("evaluate: built {b}");
+        }
         let (configs, skipped) = write_evaluation(&plan, run, options)?;
         Ok(EvaluateSummary { configs, skipped, seconds: started.elapsed().as_secs_f64() })
     }

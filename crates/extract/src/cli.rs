@@ -5,7 +5,7 @@ use gauge_core::cli::{Invocation, StageCli};
 use gauge_core::config::{switch_off, Layer};
 use serde::Serialize;
 
-use crate::{Extract, RunOptions};
+use crate::{Extract, ExtractOptions};
 
 /// Inputs and flags of `extract`; each flag sets one field of [`crate::ExtractConfig`].
 #[derive(clap::Args, Debug, Serialize)]
@@ -58,7 +58,7 @@ impl StageCli for Extract {
 
     fn invocation(args: ExtractArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: args.inputs, options: RunOptions { strict: args.strict }, flags })
+        Ok(Invocation { inputs: args.inputs, options: ExtractOptions { strict: args.strict }, flags })
     }
 }
 

@@ -189,7 +189,7 @@ pub struct ExtractSummary {
 
 /// Options of a run that do not affect its output.
 #[derive(Debug, Clone, Default)]
-pub struct RunOptions {
+pub struct ExtractOptions {
     /// Fail when any input fails.
     pub strict: bool,
 }
@@ -202,11 +202,11 @@ impl Stage for Extract {
     const FORMAT_VERSION: u32 = FORMAT_VERSION;
     type Config = ExtractConfig;
     type Inputs = Vec<PathBuf>;
-    type Options = RunOptions;
+    type Options = ExtractOptions;
     type State = Vec<InputFile>;
     type Summary = ExtractSummary;
 
-    fn plan(_config: &ExtractConfig, inputs: &Vec<PathBuf>, _options: &RunOptions) -> anyhow::Result<Plan<Vec<InputFile>>> {
+    fn plan(_config: &ExtractConfig, inputs: &Vec<PathBuf>, _options: &ExtractOptions) -> anyhow::Result<Plan<Vec<InputFile>>> {
         let files = discover(inputs)?;
         let entries: Vec<FileEntry> = files
             .par_iter()
@@ -215,7 +215,7 @@ impl Stage for Extract {
         Ok(Plan::new(entries, files))
     }
 
-    fn build(files: Vec<InputFile>, run: &mut StageRun, config: &ExtractConfig, _inputs: &Vec<PathBuf>, options: &RunOptions) -> anyhow::Result<ExtractSummary> {
+    fn build(files: Vec<InputFile>, run: &mut StageRun, config: &ExtractConfig, _inputs: &Vec<PathBuf>, options: &ExtractOptions) -> anyhow::Result<ExtractSummary> {
         Ok(extract_files(&files, run, config, options)?)
     }
 
@@ -231,7 +231,7 @@ impl Stage for Extract {
     }
 }
 
-fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig, opts: &RunOptions) -> Result<ExtractSummary, ExtractError> {
+fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractSummary, ExtractError> {
     let entries = run.manifest().inputs.clone();
     pdf::quiet_pdf_panics();
     let mut errors = Vec::new();
