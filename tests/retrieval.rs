@@ -159,3 +159,43 @@ fn fra_rule_numbers_and_source_filters() {
     let w = &r["passages"][0]["window"];
     assert!(w["chunk_ids"].as_array().unwrap().len() >= 2, "{w:#}");
 }
+
+/// A retriever from outside the engine: a fixed list, as an API retriever would return.
+struct FixedRetriever(Vec<String>);
+
+impl gauge_engine::Retriever for FixedRetriever {
+    fn name(&self) -> &str {
+        "fixed"
+    }
+    fn enabled(&self, _cfg: &gauge_engine::RetrievalConfig) -> bool {
+        true
+    }
+    fn retrieve(&self, _query: &str, cfg: &gauge_engine::RetrievalConfig, table: &gauge_engine::ChunkTable) -> anyhow::Result<gauge_rank::RankedList> {
+        let hits = self.0.iter().filter(|id| table.get(id).is_some_and(|c| cfg.filter.accepts(c))).map(|id| (id.clone(), 1.0)).collect();
+        Ok(gauge_rank::RankedList { stage: "fixed".into(), hits })
+    }
+}
+
+#[test]
+fn a_third_retriever_is_fused_without_touching_the_engine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("docs");
+    std::fs::create_dir_all(&input).unwrap();
+    for (name, text) in [("gates", "Gate arms must be lowered before the train arrives."), ("lights", "Crossing lights flash alternately at 45 to 65 times a minute."), ("bells", "Bells ring until the gate arms reach the horizontal.")] {
+        std::fs::write(input.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
+    }
+    let art = tmp.path().join("artifacts");
+    let index = build_index(&input, art.to_str().unwrap(), &["--strategy", "page", "--min-chars", "0"]);
+    // BM25 only (no model loaded) plus the outside retriever, fused by RRF.
+    let engine = gauge_engine::Engine::open(Path::new(&index), &gauge_engine::EngineOptions { dense: false, ..Default::default() }).unwrap();
+    let lights = engine.chunks().chunks.iter().find(|c| c.text.contains("flash")).unwrap().chunk_id.clone();
+    let engine = engine.with_retriever(Box::new(FixedRetriever(vec![lights.clone()])));
+    let cfg = gauge_engine::RetrievalConfig { dense: false, promote_exact: false, k: 3, ..Default::default() };
+    let r = engine.search("when are gate arms lowered", &cfg).unwrap();
+    let top_lights = r.passages.iter().find(|p| p.chunk.chunk_id == lights).expect("the fixed retriever's chunk is among the results");
+    assert!(top_lights.candidate.stages.iter().any(|s| s.stage == "fixed" && s.rank == 1), "{:?}", top_lights.candidate.stages);
+    // Filters reach it like the built-in retrievers.
+    let filtered = gauge_engine::RetrievalConfig { filter: gauge_engine::Filter { sources: vec!["gates.md".into()], ..Default::default() }, ..cfg };
+    let r = engine.search("when are gate arms lowered", &filtered).unwrap();
+    assert!(r.passages.iter().all(|p| p.chunk.source == "gates.md") && !r.passages.is_empty());
+}
