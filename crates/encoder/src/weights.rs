@@ -38,6 +38,11 @@ impl Weights {
         SafeTensors::deserialize(&self.bytes).expect("checked at open")
     }
 
+    /// Every tensor name in the file.
+    pub fn names(&self) -> Vec<String> {
+        self.tensors().names().into_iter().map(str::to_string).collect()
+    }
+
     /// Whether a tensor exists under any prefix.
     pub fn contains(&self, name: &str) -> bool {
         self.resolve(name).is_some()

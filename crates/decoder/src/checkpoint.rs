@@ -1,0 +1,163 @@
+//! Where a model's weights come from: a Hugging Face folder (`model.safetensors`, or shards
+//! listed in `model.safetensors.index.json`; f32/f16/bf16) or a GGUF file (dequantised as
+//! ggml does, llama.cpp's q/k row permutation undone). Tensors are asked for by their Hugging
+//! Face names; shapes are checked against the config.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gauge_encoder::weights::Weights;
+
+use crate::gguf::Gguf;
+use crate::DecoderError;
+
+/// A model's weights, by Hugging Face tensor name.
+pub enum Checkpoint {
+    /// safetensors shards, each with the names it holds.
+    Safetensors {
+        /// Shard files in order.
+        shards: Vec<Weights>,
+        /// Tensor name → shard index.
+        index: BTreeMap<String, usize>,
+        /// The folder.
+        dir: PathBuf,
+    },
+    /// A GGUF file.
+    Gguf {
+        /// The file.
+        file: Box<Gguf>,
+        /// llama.cpp permuted q/k rows for its adjacent-pair RoPE (llama, mistral files).
+        permuted_qk: bool,
+        /// Query heads and key/value heads, for the un-permutation.
+        heads: (usize, usize),
+    },
+}
+
+/// The GGUF name of a Hugging Face tensor name.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, name) = rest.split_once('.')?;
+    let (module, kind) = name.rsplit_once('.')?;
+    let g = match module {
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{kind}"))
+}
+
+/// Undoes llama.cpp's q/k row permutation of `n` heads of `rows_per_head` rows with `cols`
+/// columns each: `hf_row[h·d + s·d/2 + i] = gguf_row[h·d + 2i + s]`.
+pub fn unpermute_rows(w: &[f32], n: usize, rows_per_head: usize, cols: usize) -> Vec<f32> {
+    let half = rows_per_head / 2;
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n {
+        for i in 0..half {
+            for s in 0..2 {
+                let src = (h * rows_per_head + 2 * i + s) * cols;
+                let dst = (h * rows_per_head + s * half + i) * cols;
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+            }
+        }
+    }
+    out
+}
+
+impl Checkpoint {
+    /// The safetensors weights of a Hugging Face folder.
+    pub fn open_folder(dir: &Path) -> Result<Checkpoint, DecoderError> {
+        let single = dir.join("model.safetensors");
+        let index_path = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if single.is_file() {
+            vec![single]
+        } else if index_path.is_file() {
+            let text = std::fs::read_to_string(&index_path).map_err(|e| DecoderError::file(&index_path, format!("cannot read ({e})")))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| DecoderError::file(&index_path, format!("invalid JSON ({e})")))?;
+            let map = v["weight_map"].as_object().ok_or_else(|| DecoderError::file(&index_path, "no `weight_map`".into()))?;
+            let mut names: Vec<&str> = map.values().filter_map(|f| f.as_str()).collect();
+            names.sort();
+            names.dedup();
+            names.into_iter().map(|n| dir.join(n)).collect()
+        } else {
+            return Err(DecoderError::file(dir, "no model.safetensors or model.safetensors.index.json".into()));
+        };
+        let mut shards = Vec::new();
+        let mut index = BTreeMap::new();
+        for (i, f) in files.iter().enumerate() {
+            let w = Weights::open(f, &[""]).map_err(|e| DecoderError::Model(e.to_string()))?;
+            for name in w.names() {
+                index.insert(name, i);
+            }
+            shards.push(w);
+        }
+        Ok(Checkpoint::Safetensors { shards, index, dir: dir.to_path_buf() })
+    }
+
+    /// Whether a tensor exists.
+    pub fn has(&self, hf: &str) -> bool {
+        match self {
+            Checkpoint::Safetensors { index, .. } => index.contains_key(hf),
+            Checkpoint::Gguf { file, .. } => gguf_name(hf).is_some_and(|g| file.tensors.contains_key(&g)),
+        }
+    }
+
+    /// A tensor as row-major f32 of `shape` (Hugging Face layout: `[out, in]` for matrices).
+    pub fn get(&self, hf: &str, shape: &[usize]) -> Result<Vec<f32>, DecoderError> {
+        match self {
+            Checkpoint::Safetensors { shards, index, dir } => {
+                let &i = index.get(hf).ok_or_else(|| DecoderError::file(dir, format!("missing tensor `{hf}`")))?;
+                Ok(shards[i].get(hf, shape).map_err(|e| DecoderError::Model(e.to_string()))?.values)
+            }
+            Checkpoint::Gguf { file, permuted_qk, heads } => {
+                let name = gguf_name(hf).ok_or_else(|| DecoderError::file(&file.path, format!("no GGUF name for `{hf}`")))?;
+                let info = file.tensors.get(&name).ok_or_else(|| DecoderError::file(&file.path, format!("missing tensor `{name}` ({hf})")))?;
+                let mut want: Vec<usize> = shape.to_vec();
+                want.reverse();
+                if info.dims != want {
+                    return Err(DecoderError::file(&file.path, format!("tensor `{name}` has dims {:?}, the config implies {want:?}", info.dims)));
+                }
+                let values = file.dequantize(&name)?;
+                let is_q = name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias");
+                let is_k = name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias");
+                if *permuted_qk && (is_q || is_k) {
+                    let n = if is_q { heads.0 } else { heads.1 };
+                    let rows = shape[0];
+                    let cols = if shape.len() > 1 { shape[1] } else { 1 };
+                    return Ok(unpermute_rows(&values, n, rows / n, cols));
+                }
+                Ok(values)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_the_qk_permutation() {
+        assert_eq!(gguf_name("model.layers.7.self_attn.k_proj.weight").as_deref(), Some("blk.7.attn_k.weight"));
+        assert_eq!(gguf_name("model.layers.0.mlp.down_proj.weight").as_deref(), Some("blk.0.ffn_down.weight"));
+        assert_eq!(gguf_name("model.embed_tokens.weight").as_deref(), Some("token_embd.weight"));
+        assert_eq!(gguf_name("model.layers.0.rotary.inv_freq"), None);
+        // One head of 4 rows, 1 column: HF rows [a0 a1 | b0 b1] are stored as [a0 b0 a1 b1].
+        let gguf = [10.0, 20.0, 11.0, 21.0];
+        assert_eq!(unpermute_rows(&gguf, 1, 4, 1), vec![10.0, 11.0, 20.0, 21.0]);
+    }
+}

@@ -1,0 +1,145 @@
+//! Llama-family causal language models in Burn, loaded without a conversion step from the two
+//! formats users hold — Hugging Face folders (`config.json`, safetensors, `tokenizer.json`,
+//! `tokenizer_config.json`) and GGUF files (llama.cpp) — with their tokenizers, chat
+//! templates (the model's own Jinja template, rendered by minijinja) and generation.
+//!
+//! Families: Llama 2/3 (Llama 3 `rope_scaling`), SmolLM2, TinyLlama, Mistral-style, Qwen2
+//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K,
+//! dequantised to f32 at load.
+//!
+//! - [`config`]: `config.json` / GGUF `llama.*` metadata.
+//! - [`gguf`]: the GGUF reader and ggml dequantisation.
+//! - [`checkpoint`]: weights by Hugging Face name from either format.
+//! - [`llama`]: the model with its KV cache.
+//! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
+//! - [`chat`]: chat templates.
+//! - [`generate`]: greedy and seeded sampling with stop conditions.
+#![deny(missing_docs)]
+pub mod chat;
+pub mod checkpoint;
+pub mod config;
+pub mod generate;
+pub mod gguf;
+pub mod llama;
+pub mod tokenizer;
+
+use std::path::{Path, PathBuf};
+
+pub use chat::{ChatTemplate, Message};
+pub use checkpoint::Checkpoint;
+pub use config::LlamaConfig;
+pub use generate::{GenerateOptions, Generation};
+pub use llama::{KvCache, Llama};
+
+use gauge_encoder::device::Device;
+
+/// Errors of model loading and inference.
+#[derive(Debug, thiserror::Error)]
+pub enum DecoderError {
+    /// A model file is missing, unreadable or inconsistent.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The model cannot run what was asked.
+    #[error("{0}")]
+    Model(String),
+}
+
+impl DecoderError {
+    /// An error about a file.
+    pub fn file(path: &Path, message: String) -> Self {
+        DecoderError::File { path: path.to_path_buf(), message }
+    }
+}
+
+/// A loaded model with its tokenizer, chat template and stop ids.
+pub struct LanguageModel {
+    /// The network.
+    pub model: Llama,
+    /// Its tokenizer.
+    pub tokenizer: tokenizers::Tokenizer,
+    /// Its chat template, when it has one.
+    pub chat: Option<ChatTemplate>,
+    /// Ids that end generation.
+    pub eos_ids: Vec<u32>,
+    /// Where it was loaded from.
+    pub source: PathBuf,
+}
+
+/// Finds a model: a GGUF file, a model folder, or a name in the models directory / Hugging
+/// Face cache (see [`gauge_core::models`]).
+pub fn resolve(spec: &str) -> Result<PathBuf, DecoderError> {
+    let p = Path::new(spec);
+    if p.is_file() || p.is_dir() {
+        return Ok(p.to_path_buf());
+    }
+    let in_models = gauge_core::models::models_dir().join(spec);
+    if in_models.is_file() {
+        return Ok(in_models);
+    }
+    gauge_core::models::resolve_model(spec).map(|m| m.dir).map_err(|e| DecoderError::Model(e.to_string()))
+}
+
+impl LanguageModel {
+    /// Loads a GGUF file or a Hugging Face folder onto `device`.
+    pub fn load(spec: &str, device: &Device) -> Result<LanguageModel, DecoderError> {
+        let path = resolve(spec)?;
+        if path.is_file() {
+            Self::load_gguf(&path, device)
+        } else {
+            Self::load_folder(&path, device)
+        }
+    }
+
+    fn load_gguf(path: &Path, device: &Device) -> Result<LanguageModel, DecoderError> {
+        let file = gguf::Gguf::open(path)?;
+        let config = LlamaConfig::from_gguf(&file).map_err(|e| DecoderError::file(path, e))?;
+        let tokenizer = tokenizer::from_gguf(&file)?;
+        let chat = file.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(|t| ChatTemplate::new(t, &file_token(&file, "bos"), &file_token(&file, "eos")));
+        let eos_ids = config.eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
+        let permuted_qk = config.model_type != "qwen2";
+        let ck = Checkpoint::Gguf { file: Box::new(file), permuted_qk, heads: (config.num_attention_heads, config.kv_heads()) };
+        let model = Llama::load(config, &ck, device)?;
+        Ok(LanguageModel { model, tokenizer, chat, eos_ids, source: path.to_path_buf() })
+    }
+
+    fn load_folder(dir: &Path, device: &Device) -> Result<LanguageModel, DecoderError> {
+        let read_json = |name: &str| -> Result<Option<serde_json::Value>, DecoderError> {
+            let p = dir.join(name);
+            if !p.is_file() {
+                return Ok(None);
+            }
+            let text = std::fs::read_to_string(&p).map_err(|e| DecoderError::file(&p, format!("cannot read ({e})")))?;
+            serde_json::from_str(&text).map(Some).map_err(|e| DecoderError::file(&p, format!("invalid JSON ({e})")))
+        };
+        let config_json = read_json("config.json")?.ok_or_else(|| DecoderError::file(dir, "no config.json (a Hugging Face model folder has one)".into()))?;
+        let config: LlamaConfig = serde_json::from_value(config_json).map_err(|e| DecoderError::file(&dir.join("config.json"), format!("not a Llama-family config ({e})")))?;
+        let tok_path = dir.join("tokenizer.json");
+        let tokenizer = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| DecoderError::file(&tok_path, format!("cannot load tokenizer ({e})")))?;
+        let tc = read_json("tokenizer_config.json")?.unwrap_or_default();
+        let token_text = |v: &serde_json::Value| v.as_str().map(str::to_string).or_else(|| v["content"].as_str().map(str::to_string)).unwrap_or_default();
+        let chat = tc["chat_template"].as_str().map(|t| ChatTemplate::new(t, &token_text(&tc["bos_token"]), &token_text(&tc["eos_token"])));
+        let mut eos_ids = config.eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
+        if let Some(gc) = read_json("generation_config.json")? {
+            if let Ok(ids) = serde_json::from_value::<config::TokenIds>(gc["eos_token_id"].clone()) {
+                eos_ids = ids.to_vec();
+            }
+        }
+        let ck = Checkpoint::open_folder(dir)?;
+        let model = Llama::load(config, &ck, device)?;
+        Ok(LanguageModel { model, tokenizer, chat, eos_ids, source: dir.to_path_buf() })
+    }
+}
+
+fn file_token(g: &gguf::Gguf, which: &str) -> String {
+    let id = g.get(&format!("tokenizer.ggml.{which}_token_id")).and_then(|v| v.as_u64());
+    let tokens = g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array());
+    match (id, tokens) {
+        (Some(i), Some(t)) => t.get(i as usize).and_then(|v| v.as_str()).unwrap_or_default().to_string(),
+        _ => String::new(),
+    }
+}
