@@ -162,6 +162,23 @@ pub const RUN_COLUMNS: &[ColumnDoc] = &[
     col("relevant", Bool, "judged relevant for the question"),
 ];
 
+/// `answer/…/answers.parquet`: one answered question a row.
+pub const ANSWER_COLUMNS: &[ColumnDoc] = &[
+    col("qid", Utf8, "the question id (`q1` for a question given on the command line)"),
+    col("question", Utf8, "the question"),
+    col("answer", Utf8, "the generated answer (the refusal sentence when refused)"),
+    col("refused", Bool, "the score cutoff left no passage: the model was not called"),
+    col("passages", Utf8, "JSON list of the passages given, in prompt order: `chunk_id`, `source`, `page_start`, `page_end`"),
+    col("citations", Utf8, "JSON list of the citations in the answer: `source`, `page_start`, `page_end`, `verified` (a given passage holds that source and every cited page)"),
+    col("n_citations", Int32, "citations found"),
+    col("n_verified", Int32, "citations pointing to a passage that was in the context"),
+    col("n_invented", Int32, "citations pointing elsewhere"),
+    col("prompt_tokens", Int32, "prompt tokens"),
+    col("completion_tokens", Int32, "generated tokens"),
+    col("generation_seconds", Float64, "wall time of the generation (prompt and decoding)"),
+    col("finish_reason", Utf8, "`eos`, `stop`, `length`, `refused` or `api`"),
+];
+
 /// Builds the Arrow schema for a column list.
 pub fn arrow_schema(columns: &[ColumnDoc]) -> Arc<Schema> {
     Arc::new(Schema::new(

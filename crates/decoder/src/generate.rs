@@ -22,7 +22,8 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// Texts that end generation (not included in the output).
     pub stop: Vec<String>,
-    /// Write each piece to stderr as it is generated.
+    /// Write each piece to stderr as it is generated (a run setting: not part of a config).
+    #[serde(skip)]
     pub stream: bool,
 }
 

@@ -1,0 +1,340 @@
+//! The `answer` stage: for each question, the retrieval engine's passages (the same config
+//! language as `evaluate`), a prompt from a template in `pipelines/prompts/` (each passage
+//! tagged with its source and pages), an answer from the local Burn decoder (a GGUF file or
+//! a Hugging Face folder) or an OpenAI-compatible endpoint, and every citation of the answer
+//! checked against the passages given: verified, or invented. A question the score cutoff
+//! refuses is answered with the refusal sentence, and the model is not called.
+#![deny(missing_docs)]
+pub mod citations;
+pub mod cli;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int32Array, StringArray};
+use gauge_core::golden::{load_golden, GoldenQuestion};
+use gauge_core::schema::{arrow_schema, ANSWER_COLUMNS};
+use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
+use gauge_decoder::{GenerateOptions, LanguageModel, Message};
+use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::citations::{check, Citation, GivenPassage};
+
+/// Stage name.
+pub const STAGE: &str = "answer";
+/// Output format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What writes the answers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GeneratorConfig {
+    /// The Burn decoder: a GGUF file or a Hugging Face folder (or a name in the models directory).
+    Local {
+        /// Model file, folder or name.
+        #[serde(default = "default_model")]
+        model: String,
+    },
+    /// An OpenAI-compatible endpoint (key from an environment variable only).
+    Api(gauge_llm::ChatConfig),
+}
+
+fn default_model() -> String {
+    "SmolLM2-135M-Instruct.Q4_1.gguf".into()
+}
+
+impl Default for GeneratorConfig {
+    fn default() -> Self {
+        GeneratorConfig::Local { model: default_model() }
+    }
+}
+
+/// Settings of `answer` (serde, with defaults), echoed into the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnswerConfig {
+    /// Retrieval, as in a pipeline's `retrieval`.
+    pub retrieval: RetrievalConfig,
+    /// The generator.
+    pub generator: GeneratorConfig,
+    /// Prompt template: `plain` or `four_phase` (`pipelines/prompts/answer_<name>.md`).
+    pub template: String,
+    /// Sampling and length (greedy by default).
+    pub generation: GenerateOptions,
+    /// What a refused question is answered with.
+    pub refusal: String,
+}
+
+impl Default for AnswerConfig {
+    fn default() -> Self {
+        AnswerConfig {
+            retrieval: RetrievalConfig { k: 5, ..RetrievalConfig::default() },
+            generator: GeneratorConfig::default(),
+            template: "plain".into(),
+            generation: GenerateOptions { max_new_tokens: 200, ..GenerateOptions::default() },
+            refusal: "The provided documents do not contain this information.".into(),
+        }
+    }
+}
+
+/// What `answer` reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnswerInputs {
+    /// The index artifact.
+    pub index: PathBuf,
+    /// A golden-set file of questions (JSONL or Parquet)…
+    pub golden: Option<PathBuf>,
+    /// …or one question.
+    pub question: Option<String>,
+    /// At most this many questions of the golden set (0: all).
+    pub limit: usize,
+}
+
+/// Run settings that do not change the answers.
+#[derive(Debug, Clone)]
+pub struct AnswerOptions {
+    /// Device of the embedder, reranker and decoder.
+    pub device: String,
+    /// Folder of the prompt templates.
+    pub prompts: PathBuf,
+    /// Stream generated text to stderr.
+    pub stream: bool,
+}
+
+impl Default for AnswerOptions {
+    fn default() -> Self {
+        AnswerOptions { device: "cpu".into(), prompts: PathBuf::from("pipelines/prompts"), stream: false }
+    }
+}
+
+/// One answered question.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnswerRow {
+    /// Question id.
+    pub qid: String,
+    /// The question.
+    pub question: String,
+    /// The answer text (the refusal sentence when refused).
+    pub answer: String,
+    /// Refused by the score cutoff (no passage given, model not called).
+    pub refused: bool,
+    /// The passages given, in prompt order.
+    pub passages: Vec<GivenPassage>,
+    /// Citations found in the answer.
+    pub citations: Vec<Citation>,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Generation seconds (prompt and decoding).
+    pub generation_seconds: f64,
+    /// `eos`, `stop`, `length`, `refused`, `api`.
+    pub finish_reason: String,
+}
+
+/// What planning found.
+pub struct AnswerState {
+    questions: Vec<GoldenQuestion>,
+    system: String,
+    template: String,
+}
+
+/// Counts of a build.
+#[derive(Debug, Default)]
+pub struct AnswerSummary {
+    /// Questions answered (refusals included).
+    pub questions: usize,
+    /// Refused.
+    pub refused: usize,
+    /// Citations found.
+    pub citations: usize,
+    /// Of which invented.
+    pub invented: usize,
+    /// Seconds generating.
+    pub seconds: f64,
+}
+
+/// The `answer` stage.
+pub struct Answer;
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); the prompt templates live in pipelines/prompts/", path.display()))
+}
+
+fn model_entry(spec: &str) -> anyhow::Result<FileEntry> {
+    let path = gauge_decoder::resolve(spec)?;
+    let file = if path.is_file() { path.clone() } else { path.join("model.safetensors") };
+    let hash = if file.is_file() { hash::file_hash(&file)? } else { hash::bytes_hash(std::fs::read_to_string(path.join("model.safetensors.index.json")).unwrap_or_default().as_bytes()) };
+    Ok(FileEntry { path: path.display().to_string(), name: "model".into(), hash, rows: None })
+}
+
+impl Stage for Answer {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = AnswerConfig;
+    type Inputs = AnswerInputs;
+    type Options = AnswerOptions;
+    type State = AnswerState;
+    type Summary = AnswerSummary;
+
+    fn plan(config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<Plan<AnswerState>> {
+        config.retrieval.validate()?;
+        let (manifest, _) = gauge_index::IndexManifest::read(&inputs.index)?;
+        let mut entries = vec![FileEntry { path: inputs.index.display().to_string(), name: "index".into(), hash: manifest.fingerprint, rows: None }];
+        let mut questions = match (&inputs.golden, &inputs.question) {
+            (Some(g), None) => {
+                entries.push(FileEntry { path: g.display().to_string(), name: "questions".into(), hash: hash::file_hash(g)?, rows: None });
+                load_golden(g)?
+            }
+            (None, Some(q)) => {
+                anyhow::ensure!(!q.trim().is_empty(), "the question is empty; ask something");
+                entries.push(FileEntry { path: "(command line)".into(), name: "questions".into(), hash: hash::bytes_hash(q.as_bytes()), rows: Some(1) });
+                vec![GoldenQuestion { qid: "q1".into(), question: q.clone(), gold: Vec::new(), keywords: Vec::new(), reference_answer: None, category: None }]
+            }
+            _ => anyhow::bail!("give either --golden FILE or one question"),
+        };
+        if inputs.limit > 0 {
+            questions.truncate(inputs.limit);
+        }
+        if let GeneratorConfig::Local { model } = &config.generator {
+            entries.push(model_entry(model)?);
+        }
+        let system = read(&options.prompts.join("answer_system.md"))?;
+        let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
+        let echo = serde_json::json!({
+            "config": config,
+            "prompt_sha": hash::bytes_hash(format!("{system}\u{0}{template}").as_bytes()),
+        });
+        Ok(Plan::new(entries, AnswerState { questions, system, template }).echo(echo).seed(config.generation.seed))
+    }
+
+    fn build(state: AnswerState, run: &mut StageRun, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<AnswerSummary> {
+        let started = std::time::Instant::now();
+        let rows = answer_all(&state, config, inputs, options)?;
+        let n = write_answers(&run.path("answers.parquet"), &rows)?;
+        run.add_output("answers.parquet", Some(n))?;
+        let citations: usize = rows.iter().map(|r| r.citations.len()).sum();
+        let invented: usize = rows.iter().map(|r| r.citations.iter().filter(|c| !c.verified).count()).sum();
+        let summary = AnswerSummary { questions: rows.len(), refused: rows.iter().filter(|r| r.refused).count(), citations, invented, seconds: started.elapsed().as_secs_f64() };
+        run.set_stat("questions", summary.questions);
+        run.set_stat("refused", summary.refused);
+        run.set_stat("citations", citations);
+        run.set_stat("invented_citations", invented);
+        run.set_stat("completion_tokens", rows.iter().map(|r| r.completion_tokens).sum::<usize>());
+        run.set_stat("generation_seconds", rows.iter().map(|r| r.generation_seconds).sum::<f64>());
+        Ok(summary)
+    }
+
+    fn summary_line(s: &AnswerSummary) -> String {
+        format!("{} questions answered ({} refused) in {:.1} s; {} citations, {} invented", s.questions, s.refused, s.seconds, s.citations, s.invented)
+    }
+}
+
+enum Generator {
+    Local(Box<LanguageModel>),
+    Api(gauge_llm::ChatClient),
+}
+
+/// The user message for a question and its passages.
+pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, String)]) -> anyhow::Result<String> {
+    let mut env = minijinja::Environment::new();
+    env.add_template("answer", template)?;
+    let ps: Vec<serde_json::Value> = passages.iter().map(|(g, text)| serde_json::json!({ "tag": g.tag(), "text": text, "source": g.source, "page_start": g.page_start, "page_end": g.page_end })).collect();
+    Ok(env.get_template("answer")?.render(minijinja::context! { question => question, passages => ps })?)
+}
+
+fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<Vec<AnswerRow>> {
+    let cfg = config.retrieval.clone().normalize();
+    let mut engine = Engine::open(&inputs.index, &EngineOptions { dense: cfg.dense, model: None, device: options.device.clone() })?;
+    if let Some(rc) = &cfg.rerank {
+        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &options.device)?);
+    }
+    let generator = match &config.generator {
+        GeneratorConfig::Local { model } => Generator::Local(Box::new(LanguageModel::load(model, &gauge_encoder::device::parse(&options.device)?)?)),
+        GeneratorConfig::Api(chat) => Generator::Api(gauge_llm::ChatClient::new(chat.clone(), gauge_llm::RetryPolicy::default())),
+    };
+    let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
+    let mut rows = Vec::with_capacity(state.questions.len());
+    for q in &state.questions {
+        let result = engine.search(&q.question, &cfg)?;
+        let passages: Vec<(GivenPassage, String)> = result
+            .distinct()
+            .into_iter()
+            .map(|p| (GivenPassage { chunk_id: p.chunk.chunk_id.clone(), source: p.span.source.clone(), page_start: p.span.page_start, page_end: p.span.page_end }, p.span.text.clone()))
+            .collect();
+        if result.refusal.is_some() || passages.is_empty() {
+            rows.push(AnswerRow {
+                qid: q.qid.clone(),
+                question: q.question.clone(),
+                answer: config.refusal.clone(),
+                refused: true,
+                passages: Vec::new(),
+                citations: Vec::new(),
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                generation_seconds: 0.0,
+                finish_reason: "refused".into(),
+            });
+            bar.inc(1);
+            continue;
+        }
+        let user = render_prompt(&state.template, &q.question, &passages)?;
+        let messages = [Message::new("system", state.system.trim()), Message::new("user", &user)];
+        let t = std::time::Instant::now();
+        let (answer, prompt_tokens, completion_tokens, finish) = match &generator {
+            Generator::Local(lm) => {
+                let chat = lm.chat.as_ref().ok_or_else(|| anyhow::anyhow!("{}: the model has no chat template", lm.source.display()))?;
+                let prompt = chat.render(&messages, true)?;
+                let ids = lm.tokenizer.encode(prompt.as_str(), false).map_err(|e| anyhow::anyhow!("tokenize: {e}"))?.get_ids().to_vec();
+                let opts = GenerateOptions { stream: options.stream, ..config.generation.clone() };
+                let g = lm.generate(&ids, &opts)?;
+                (g.text.trim().to_string(), g.prompt_tokens, g.ids.len(), g.finish_reason)
+            }
+            Generator::Api(client) => {
+                let msgs = [gauge_llm::Message::system(state.system.trim()), gauge_llm::Message::user(user)];
+                let reply = client.complete(&msgs)?;
+                (reply.content.trim().to_string(), reply.usage.prompt_tokens as usize, reply.usage.completion_tokens as usize, "api".to_string())
+            }
+        };
+        let given: Vec<GivenPassage> = passages.into_iter().map(|(g, _)| g).collect();
+        let citations = check(&answer, &given);
+        rows.push(AnswerRow {
+            qid: q.qid.clone(),
+            question: q.question.clone(),
+            answer,
+            refused: false,
+            passages: given,
+            citations,
+            prompt_tokens,
+            completion_tokens,
+            generation_seconds: t.elapsed().as_secs_f64(),
+            finish_reason: finish,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(rows)
+}
+
+/// Writes `answers.parquet` (columns in [`gauge_core::schema::ANSWER_COLUMNS`]).
+pub fn write_answers(path: &Path, rows: &[AnswerRow]) -> anyhow::Result<u64> {
+    let strings = |f: &dyn Fn(&AnswerRow) -> String| -> ArrayRef { Arc::new(StringArray::from_iter_values(rows.iter().map(f))) };
+    let ints = |f: &dyn Fn(&AnswerRow) -> i32| -> ArrayRef { Arc::new(Int32Array::from_iter_values(rows.iter().map(f))) };
+    let cols = vec![
+        strings(&|r| r.qid.clone()),
+        strings(&|r| r.question.clone()),
+        strings(&|r| r.answer.clone()),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.refused)))) as ArrayRef,
+        strings(&|r| serde_json::to_string(&r.passages).expect("serialises")),
+        strings(&|r| serde_json::to_string(&r.citations).expect("serialises")),
+        ints(&|r| r.citations.len() as i32),
+        ints(&|r| r.citations.iter().filter(|c| c.verified).count() as i32),
+        ints(&|r| r.citations.iter().filter(|c| !c.verified).count() as i32),
+        ints(&|r| r.prompt_tokens as i32),
+        ints(&|r| r.completion_tokens as i32),
+        Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.generation_seconds))) as ArrayRef,
+        strings(&|r| r.finish_reason.clone()),
+    ];
+    Ok(gauge_core::table::write_parquet(path, arrow_schema(ANSWER_COLUMNS), cols)?)
+}
