@@ -252,7 +252,11 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     }
     let generator = match &config.generator {
         GeneratorConfig::Local { model } => Generator::Local(Box::new(LanguageModel::load(model, &gauge_encoder::device::parse(&options.device)?)?)),
-        GeneratorConfig::Api(chat) => Generator::Api(gauge_llm::ChatClient::new(chat.clone(), gauge_llm::RetryPolicy::default())),
+        // Free text (no JSON mode), with the generation settings of the config.
+        GeneratorConfig::Api(chat) => Generator::Api(gauge_llm::ChatClient::new(
+            gauge_llm::ChatConfig { json_mode: false, temperature: config.generation.temperature, max_tokens: Some(config.generation.max_new_tokens as u32), ..chat.clone() },
+            gauge_llm::RetryPolicy::default(),
+        )),
     };
     let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
     let mut rows = Vec::with_capacity(state.questions.len());
