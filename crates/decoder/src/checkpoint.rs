@@ -116,6 +116,39 @@ impl Checkpoint {
         }
     }
 
+    /// A `[out, in]` matrix in its quantised GGUF blocks, when the file holds it in a type
+    /// gauge computes with directly (Q8_0, Q4_0, Q4_1); q/k rows un-permuted like [`Self::get`].
+    pub fn quantized(&self, hf: &str, d_out: usize, d_in: usize) -> Option<crate::quant::QuantMatrix> {
+        let Checkpoint::Gguf { file, permuted_qk, heads } = self else { return None };
+        let name = gguf_name(hf)?;
+        let (info, raw) = file.raw(&name)?;
+        if !crate::quant::QuantMatrix::supports(info.ty) || info.dims != [d_in, d_out] {
+            return None;
+        }
+        let is_q = name.ends_with("attn_q.weight");
+        let is_k = name.ends_with("attn_k.weight");
+        let bytes = if *permuted_qk && (is_q || is_k) {
+            let n = if is_q { heads.0 } else { heads.1 };
+            let row_bytes = raw.len() / d_out;
+            let per_head = d_out / n;
+            let half = per_head / 2;
+            let mut out = vec![0u8; raw.len()];
+            for h in 0..n {
+                for i in 0..half {
+                    for s in 0..2 {
+                        let src = (h * per_head + 2 * i + s) * row_bytes;
+                        let dst = (h * per_head + s * half + i) * row_bytes;
+                        out[dst..dst + row_bytes].copy_from_slice(&raw[src..src + row_bytes]);
+                    }
+                }
+            }
+            out
+        } else {
+            raw.to_vec()
+        };
+        Some(crate::quant::QuantMatrix::new(info.ty, bytes, d_out, d_in))
+    }
+
     /// A tensor as row-major f32 of `shape` (Hugging Face layout: `[out, in]` for matrices).
     pub fn get(&self, hf: &str, shape: &[usize]) -> Result<Vec<f32>, DecoderError> {
         match self {

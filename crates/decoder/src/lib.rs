@@ -4,13 +4,15 @@
 //! templates (the model's own Jinja template, rendered by minijinja) and generation.
 //!
 //! Families: Llama 2/3 (Llama 3 `rope_scaling`), SmolLM2, TinyLlama, Mistral-style, Qwen2
-//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K,
-//! dequantised to f32 at load.
+//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; Q8_0, Q4_0
+//! and Q4_1 stay quantised in memory on the CPU (the rest, and every GPU weight, are
+//! dequantised to f32 at load).
 //!
 //! - [`config`]: `config.json` / GGUF `llama.*` metadata.
 //! - [`gguf`]: the GGUF reader and ggml dequantisation.
 //! - [`checkpoint`]: weights by Hugging Face name from either format.
 //! - [`llama`]: the model with its KV cache.
+//! - [`quant`]: linear layers over quantised blocks (Q8_0, Q4_0, Q4_1 stay quantised on the CPU).
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
 //! - [`chat`]: chat templates.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
@@ -21,6 +23,7 @@ pub mod config;
 pub mod generate;
 pub mod gguf;
 pub mod llama;
+pub mod quant;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};

@@ -5,9 +5,10 @@
 use gauge_encoder::bert::Dense;
 use gauge_encoder::burn::tensor::activation::{silu, softmax};
 use gauge_encoder::burn::tensor::TensorData;
-use gauge_encoder::device::{Device, Tensor};
+use gauge_encoder::device::{is_host_cpu, Device, Tensor};
 
 use crate::checkpoint::Checkpoint;
+use crate::quant::QuantMatrix;
 use crate::config::LlamaConfig;
 use crate::DecoderError;
 
@@ -27,24 +28,62 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
-/// A linear layer from a checkpoint's `[out, in]` weight (and bias, when present).
-fn linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Dense, DecoderError> {
-    let w = ck.get(&format!("{name}.weight"), &[d_out, d_in])?;
+/// A linear layer: f32 (Burn, or gemm on the host), or quantised blocks on the host CPU.
+enum Linear {
+    Dense(Dense),
+    Quant { weight: QuantMatrix, bias: Option<Vec<f32>> },
+}
+
+impl Linear {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        match self {
+            Linear::Dense(d) => d.forward(x),
+            Linear::Quant { weight, bias } => {
+                let [rows, _] = x.dims();
+                let device = x.device();
+                let data = x.into_data().convert::<f32>();
+                let mut out = weight.matmul(data.as_slice::<f32>().expect("f32 after convert"), rows);
+                if let Some(b) = bias {
+                    for row in out.chunks_exact_mut(b.len()) {
+                        row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                    }
+                }
+                Tensor::from_data(TensorData::new(out, [rows, weight.d_out()]), &device)
+            }
+        }
+    }
+}
+
+/// A linear layer from a checkpoint's `[out, in]` weight (and bias, when present); GGUF
+/// blocks stay quantised on the host CPU.
+fn linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Linear, DecoderError> {
     let bias_name = format!("{name}.bias");
-    let b = if ck.has(&bias_name) { ck.get(&bias_name, &[d_out])? } else { vec![0.0; d_out] };
-    Ok(Dense::new(transpose(&w, d_out, d_in), b, d_in, d_out, device))
+    let bias = if ck.has(&bias_name) { Some(ck.get(&bias_name, &[d_out])?) } else { None };
+    if is_host_cpu(device) {
+        if let Some(weight) = ck.quantized(&format!("{name}.weight"), d_out, d_in) {
+            return Ok(Linear::Quant { weight, bias });
+        }
+    }
+    let w = ck.get(&format!("{name}.weight"), &[d_out, d_in])?;
+    Ok(Linear::Dense(Dense::new(transpose(&w, d_out, d_in), bias.unwrap_or_else(|| vec![0.0; d_out]), d_in, d_out, device)))
+}
+
+/// The token embedding table: f32 rows, or quantised blocks dequantised a row at a time.
+enum Embedding {
+    F32(Vec<f32>),
+    Quant(QuantMatrix),
 }
 
 struct Block {
     input_layernorm: Tensor<1>,
-    q_proj: Dense,
-    k_proj: Dense,
-    v_proj: Dense,
-    o_proj: Dense,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
     post_attention_layernorm: Tensor<1>,
-    gate_proj: Dense,
-    up_proj: Dense,
-    down_proj: Dense,
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
 }
 
 /// Keys and values of every position seen so far, per layer (`[kv_heads, positions, head_dim]`).
@@ -70,10 +109,10 @@ impl KvCache {
 pub struct Llama {
     /// The architecture.
     pub config: LlamaConfig,
-    embed_tokens: Vec<f32>,
+    embed_tokens: Embedding,
     layers: Vec<Block>,
     norm: Tensor<1>,
-    lm_head: Dense,
+    lm_head: Linear,
     inv_freq: Vec<f64>,
     device: Device,
 }
@@ -87,7 +126,11 @@ impl Llama {
     pub fn load(config: LlamaConfig, ck: &Checkpoint, device: &Device) -> Result<Llama, DecoderError> {
         config.validate().map_err(DecoderError::Model)?;
         let (h, hd, nh, nkv, ff, v) = (config.hidden_size, config.head_dim(), config.num_attention_heads, config.kv_heads(), config.intermediate_size, config.vocab_size);
-        let embed_tokens = ck.get("model.embed_tokens.weight", &[v, h])?;
+        let quant_embed = if is_host_cpu(device) { ck.quantized("model.embed_tokens.weight", v, h) } else { None };
+        let embed_tokens = match quant_embed {
+            Some(q) => Embedding::Quant(q),
+            None => Embedding::F32(ck.get("model.embed_tokens.weight", &[v, h])?),
+        };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {
             let p = format!("model.layers.{l}");
@@ -105,7 +148,10 @@ impl Llama {
         }
         let norm = vector(ck, "model.norm.weight", h, device)?;
         let lm_head = if config.tie_word_embeddings || !ck.has("lm_head.weight") {
-            Dense::new(transpose(&embed_tokens, v, h), vec![0.0; v], h, v, device)
+            match &embed_tokens {
+                Embedding::Quant(q) => Linear::Quant { weight: q.clone(), bias: None },
+                Embedding::F32(e) => Linear::Dense(Dense::new(transpose(e, v, h), vec![0.0; v], h, v, device)),
+            }
         } else {
             linear(ck, "lm_head", h, v, device)?
         };
@@ -163,7 +209,14 @@ impl Llama {
             if id >= c.vocab_size {
                 return Err(DecoderError::Model(format!("token id {id} is outside the vocabulary ({})", c.vocab_size)));
             }
-            rows.extend_from_slice(&self.embed_tokens[id * h..(id + 1) * h]);
+            match &self.embed_tokens {
+                Embedding::F32(e) => rows.extend_from_slice(&e[id * h..(id + 1) * h]),
+                Embedding::Quant(q) => {
+                    let start = rows.len();
+                    rows.resize(start + h, 0.0);
+                    q.dequantize_row(id, &mut rows[start..]);
+                }
+            }
         }
         let mut x: Tensor<2> = Tensor::from_data(TensorData::new(rows, [t, h]), &self.device);
         let (cos, sin) = self.rope_tables(start, t);

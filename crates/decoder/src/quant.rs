@@ -1,0 +1,208 @@
+//! Linear layers whose weights stay quantised in memory (GGUF Q8_0, Q4_0, Q4_1 blocks), for the
+//! host CPU: decoding one token reads every weight once, so reading 4.5–8.5 bits instead of 32
+//! per weight is what bounds its speed. Few rows (decoding) use a fused dequantise-and-dot
+//! kernel over the blocks, threaded over output rows; many rows (a prompt) dequantise the
+//! matrix into a scratch buffer and run one gemm.
+use rayon::prelude::*;
+
+use crate::gguf::GgmlType;
+
+/// Rows at least this many use dequantise + gemm instead of the fused kernel.
+const GEMM_ROWS: usize = 16;
+
+/// A `[out, in]` weight matrix in ggml blocks (blocks run along `in`).
+#[derive(Debug, Clone)]
+pub struct QuantMatrix {
+    ty: GgmlType,
+    d_in: usize,
+    d_out: usize,
+    bytes: Vec<u8>,
+}
+
+impl QuantMatrix {
+    /// Whether gauge keeps this type quantised (the others are dequantised at load).
+    pub fn supports(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1)
+    }
+
+    /// A matrix from its raw blocks.
+    pub fn new(ty: GgmlType, bytes: Vec<u8>, d_out: usize, d_in: usize) -> QuantMatrix {
+        assert!(Self::supports(ty) && d_in.is_multiple_of(32));
+        assert_eq!(bytes.len(), d_out * d_in / 32 * ty.block().1, "quantised matrix size");
+        QuantMatrix { ty, d_in, d_out, bytes }
+    }
+
+    /// Input features.
+    pub fn d_in(&self) -> usize {
+        self.d_in
+    }
+
+    /// Output features.
+    pub fn d_out(&self) -> usize {
+        self.d_out
+    }
+
+    /// Bytes held.
+    pub fn n_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.d_in / 32 * self.ty.block().1
+    }
+
+    /// One row, dequantised into `out`.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        let v = crate::gguf::dequantize(self.ty, &self.bytes[row * rb..(row + 1) * rb], self.d_in);
+        out.copy_from_slice(&v);
+    }
+
+    /// `x · Wᵀ` for `rows` rows of `x` (row-major `[rows, in]`), into `[rows, out]`.
+    pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        assert_eq!(x.len(), rows * self.d_in);
+        if rows >= GEMM_ROWS {
+            return self.matmul_dequantized(x, rows);
+        }
+        let nb = self.d_in / 32;
+        // Per block: the sum of x (Q4_1's minimum, Q4_0's offset multiply it).
+        let sums: Vec<f32> = x.chunks_exact(32).map(|c| c.iter().sum()).collect();
+        let rb = self.row_bytes();
+        let (bs, ty) = (self.ty.block().1, self.ty);
+        let mut out = vec![0f32; rows * self.d_out];
+        // Output rows in parallel chunks; each writes its column of `out` for every input row.
+        let chunk = 64;
+        let cols: Vec<Vec<f32>> = (0..self.d_out.div_ceil(chunk))
+            .into_par_iter()
+            .map(|c| {
+                let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(self.d_out));
+                let mut acc = vec![0f32; (o1 - o0) * rows];
+                for o in o0..o1 {
+                    let w = &self.bytes[o * rb..(o + 1) * rb];
+                    for r in 0..rows {
+                        let xr = &x[r * self.d_in..(r + 1) * self.d_in];
+                        let sr = &sums[r * nb..(r + 1) * nb];
+                        acc[(o - o0) * rows + r] = dot(ty, w, bs, xr, sr);
+                    }
+                }
+                acc
+            })
+            .collect();
+        for (c, acc) in cols.into_iter().enumerate() {
+            let o0 = c * chunk;
+            for (i, v) in acc.chunks_exact(rows).enumerate() {
+                for (r, &val) in v.iter().enumerate() {
+                    out[r * self.d_out + o0 + i] = val;
+                }
+            }
+        }
+        out
+    }
+
+    fn matmul_dequantized(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        let (d_in, d_out) = (self.d_in, self.d_out);
+        let mut w = vec![0f32; d_out * d_in];
+        w.par_chunks_mut(d_in).enumerate().for_each(|(o, row)| self.dequantize_row(o, row));
+        let mut out = vec![0f32; rows * d_out];
+        // SAFETY: dst rows × d_out (row stride d_out); lhs rows × d_in (row stride d_in); rhs is
+        // W viewed as [d_in, d_out] with column stride d_in and row stride 1; all sized above.
+        unsafe {
+            gemm::gemm(
+                rows, d_out, d_in,
+                out.as_mut_ptr(), 1, d_out as isize, false,
+                x.as_ptr(), 1, d_in as isize,
+                w.as_ptr(), d_in as isize, 1,
+                0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(0),
+            );
+        }
+        out
+    }
+}
+
+/// One row of blocks against one input row.
+#[inline]
+fn dot(ty: GgmlType, w: &[u8], bs: usize, x: &[f32], sums: &[f32]) -> f32 {
+    let mut acc = 0f32;
+    for (b, block) in w.chunks_exact(bs).enumerate() {
+        let xs = &x[b * 32..b * 32 + 32];
+        let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+        acc += match ty {
+            GgmlType::Q8_0 => {
+                let q = &block[2..34];
+                let mut s = 0f32;
+                for j in 0..32 {
+                    s += (q[j] as i8) as f32 * xs[j];
+                }
+                d * s
+            }
+            GgmlType::Q4_1 => {
+                let m = half::f16::from_le_bytes([block[2], block[3]]).to_f32();
+                let q = &block[4..20];
+                let mut s = 0f32;
+                for j in 0..16 {
+                    s += (q[j] & 0x0f) as f32 * xs[j] + (q[j] >> 4) as f32 * xs[j + 16];
+                }
+                d * s + m * sums[b]
+            }
+            GgmlType::Q4_0 => {
+                let q = &block[2..18];
+                let mut s = 0f32;
+                for j in 0..16 {
+                    s += (q[j] & 0x0f) as f32 * xs[j] + (q[j] >> 4) as f32 * xs[j + 16];
+                }
+                d * (s - 8.0 * sums[b])
+            }
+            _ => unreachable!("checked in new"),
+        };
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pseudo-random Q4_1 / Q8_0 / Q4_0 blocks.
+    fn blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let bs = ty.block().1;
+        let mut out = Vec::with_capacity(n_blocks * bs);
+        for _ in 0..n_blocks {
+            let d = half::f16::from_f32(0.01 + (next() % 100) as f32 / 5000.0).to_le_bytes();
+            out.extend_from_slice(&d);
+            if ty == GgmlType::Q4_1 {
+                out.extend_from_slice(&half::f16::from_f32(-0.05).to_le_bytes());
+            }
+            while out.len() % bs != 0 {
+                out.push(next() as u8);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn fused_kernel_and_gemm_path_equal_dequantised_matmul() {
+        let (d_in, d_out) = (96, 70);
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0] {
+            let m = QuantMatrix::new(ty, blocks(ty, d_out * d_in / 32, 7), d_out, d_in);
+            for rows in [1, 3, 20] {
+                let x: Vec<f32> = (0..rows * d_in).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+                let got = m.matmul(&x, rows);
+                let mut w = vec![0f32; d_in];
+                for o in 0..d_out {
+                    m.dequantize_row(o, &mut w);
+                    for r in 0..rows {
+                        let want: f32 = (0..d_in).map(|k| w[k] * x[r * d_in + k]).sum();
+                        assert!((got[r * d_out + o] - want).abs() <= 1e-4 * (1.0 + want.abs()), "{ty:?} rows {rows}: {} vs {want}", got[r * d_out + o]);
+                    }
+                }
+            }
+        }
+    }
+}
