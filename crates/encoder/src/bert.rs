@@ -142,6 +142,11 @@ impl Dense {
         self.d_out
     }
 
+    /// Input features.
+    pub fn d_in(&self) -> usize {
+        self.d_in
+    }
+
     /// `x · W + b` over the last dimension.
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dims = x.dims();
