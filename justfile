@@ -70,6 +70,10 @@ synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
+# Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked → eval/fra-answers/.
+ablate-answers: setup models
+    {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
+
 # The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
 ablate-ict: synth
     {{bin}}/evaluate pipelines/fra-ict.toml --artifacts {{artifacts}}

@@ -126,3 +126,63 @@ fn the_local_decoder_answers_from_a_gguf_and_a_rerun_is_a_cache_hit() {
     assert_eq!(last_line(&again), dir);
     assert!(String::from_utf8_lossy(&again.stderr).contains("cache hit"));
 }
+
+#[test]
+fn evaluate_adds_answer_rows_with_citation_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    build_index(root); // the corpus folder and a warm artifact store
+    let server = ChatServer::start(|_, r| {
+        let user = r.message(1);
+        let tag = user.lines().find(|l| l.starts_with('[') && l.ends_with(']')).unwrap_or("[none p. 1]").to_string();
+        Reply::Content(format!("Answer {tag} and [elsewhere.pdf p. 7]."))
+    });
+    let golden: Vec<String> = [("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md")]
+        .iter()
+        .map(|(id, q, src)| serde_json::json!({ "qid": id, "question": q, "gold": [{"source": src, "page": 1}] }).to_string())
+        .collect();
+    std::fs::write(root.join("golden.jsonl"), golden.join("\n")).unwrap();
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    for f in ["answer_system.md", "answer_plain.md"] {
+        std::fs::copy(repo_root().join("pipelines/prompts").join(f), root.join("prompts").join(f)).unwrap();
+    }
+    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
+    let pipeline = root.join("qa.toml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"name = "qa"
+corpus = "corpus"
+golden = "golden.jsonl"
+resamples = 1000
+k = 2
+[baseline]
+name = "Hybrid"
+chunk = {{ strategy = "page", filters = {{ min_chars = 0 }} }}
+embed = {{ model = "{minilm}" }}
+[answer]
+generator = {{ kind = "api", base_url = "{url}", model = "scripted", api_key_env = "GAUGE_NO_SUCH_KEY" }}
+"#,
+            minilm = minilm.display(),
+            url = server.url
+        ),
+    )
+    .unwrap();
+    let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", root.join("artifacts").to_str().unwrap(), "--eval-dir", root.join("eval").to_str().unwrap()]));
+    let dir = PathBuf::from(last_line(&out));
+    let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
+    assert!(md.contains("## Answers") && md.contains("| Hybrid | 2 |"), "{md}");
+    let batch = read_parquet_any(&dir.join("metrics.parquet")).unwrap();
+    let c = Columns::new(&batch);
+    let (metric, value) = (c.strings_required("metric"), c.f64s("value"));
+    let get = |m: &str| value[metric.iter().position(|x| x == m).unwrap_or_else(|| panic!("no {m}"))].unwrap();
+    // Each answer cites its first passage (verified) and one page never given (invented).
+    assert_eq!(get("answer/citation_precision"), 0.5);
+    assert_eq!(get("answer/invented_citation_rate"), 0.5);
+    assert_eq!(get("answer/answer_verified_citation"), 1.0);
+    assert_eq!(server.requests().len(), 2);
+    // A rerun is a cache hit: the answer stage is not called again.
+    let again = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", root.join("artifacts").to_str().unwrap(), "--eval-dir", root.join("eval").to_str().unwrap()]));
+    assert_eq!(PathBuf::from(last_line(&again)), dir);
+    assert_eq!(server.requests().len(), 2);
+}

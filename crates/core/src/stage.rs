@@ -124,11 +124,17 @@ impl<'a> Dag<'a> {
     /// The artifact of stage `S` for this config and these inputs, built if needed (default
     /// run options).
     pub fn ensure<S: Stage>(&mut self, config: &S::Config, inputs: &S::Inputs) -> anyhow::Result<PathBuf> {
+        self.ensure_with::<S>(config, inputs, &S::Options::default())
+    }
+
+    /// [`Dag::ensure`] with run options (which never change the output, so they are not part
+    /// of the memo key).
+    pub fn ensure_with<S: Stage>(&mut self, config: &S::Config, inputs: &S::Inputs, options: &S::Options) -> anyhow::Result<PathBuf> {
         let key = serde_json::json!([S::NAME, config, inputs]).to_string();
         if let Some(dir) = self.memo.get(&key) {
             return Ok(dir.clone());
         }
-        let out = run::<S>(self.store, config, inputs, &S::Options::default(), false)?;
+        let out = run::<S>(self.store, config, inputs, options, false)?;
         if !out.cache_hit {
             tracing::debug!("built {} {}", S::NAME, out.dir.display());
             self.built.push(format!("{} {}", S::NAME, out.dir.display()));

@@ -57,6 +57,8 @@ pub struct EvaluatePlan {
     mode: RelevanceMode,
     upstream: Vec<Upstream>,
     skipped: Vec<(String, String)>,
+    /// Answer artifacts: (config, directory).
+    answers: Vec<(String, PathBuf)>,
     /// Upstream artifacts built by this run.
     pub built: Vec<String>,
 }
@@ -196,13 +198,33 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     for (name, reason) in &skipped {
         eprintln!("evaluate: skipping config `{name}`: {reason}");
     }
-    let echo = serde_json::json!({
+    // Answer rows: the answer stage on each chosen config's index (built and cached like any stage).
+    let mut answers = Vec::new();
+    if let Some(section) = &pipeline.answer {
+        let answer_options = gauge_answer::AnswerOptions { device: options.device.clone(), prompts: pipeline.prompts.clone(), stream: false };
+        for name in &section.configs {
+            let i = pipeline.variants.iter().position(|v| &v.name == name).expect("checked at load");
+            let (v, u) = (&pipeline.variants[i], &ups[i]);
+            let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, limit: section.limit };
+            let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval), &inputs, &answer_options).with_context(|| format!("[answer] config `{name}`"))?;
+            let fingerprint = gauge_core::Manifest::read(&dir)?.fingerprint;
+            let _ = fingerprint;
+            answers.push((name.clone(), dir));
+        }
+    }
+    for (name, dir) in &answers {
+        inputs.push(FileEntry { path: dir.display().to_string(), name: format!("answers:{name}"), hash: gauge_core::Manifest::read(dir)?.fingerprint, rows: None });
+    }
+    let mut echo = serde_json::json!({
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
         "variants": pipeline.variants,
     });
+    if let Some(section) = &pipeline.answer {
+        echo["answer"] = serde_json::to_value(section)?;
+    }
     let seed = pipeline.seed;
     let built = dag.built.clone();
-    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, built }).echo(echo).seed(seed))
+    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, answers, built }).echo(echo).seed(seed))
 }
 
 /// Refuses a golden set naming sources the corpus does not hold (a typo would score 0
@@ -220,14 +242,24 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
 
 /// Evaluates every config and writes the tables into the run.
 fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOptions) -> anyhow::Result<(usize, usize)> {
-    let EvaluatePlan { pipeline, golden, mode, upstream, skipped, .. } = plan;
+    let EvaluatePlan { pipeline, golden, mode, upstream, skipped, answers, .. } = plan;
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
     let (query_rows, run_rows, qrels) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device)?;
     let names: Vec<String> = pipeline.variants.iter().filter(|v| !skip.contains(v.name.as_str())).map(|v| v.name.clone()).collect();
     let has_keywords = golden.iter().any(|q| !q.keywords.is_empty());
     let metric_registry = registry(pipeline.k, has_keywords);
-    let metrics = summarize(&query_rows, &names, &names[0], &metric_registry, pipeline.resamples, pipeline.seed);
+    let mut metrics = summarize(&query_rows, &names, &names[0], &metric_registry, pipeline.resamples, pipeline.seed);
+    let mut answer_tables = Vec::new();
+    if let Some(section) = &pipeline.answer {
+        for (name, dir) in answers {
+            let answered = crate::answers::read_answers(&dir.join("answers.parquet"))?;
+            let m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase");
+            let rows = crate::answers::metric_rows(name, &m, pipeline.resamples, pipeline.seed);
+            answer_tables.push((name.clone(), answered.len(), m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
+            metrics.extend(rows);
+        }
+    }
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
     run.add_output("metrics.parquet", Some(n))?;
     let n = report::write_per_query(&run.path("per_query.parquet"), &query_rows)?;
@@ -244,8 +276,9 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         report::write_qrels(&run.path(&format!("trec/{slug}.qrels")), q)?;
         run.add_output(&format!("trec/{slug}.qrels"), Some(q.len() as u64))?;
     }
-    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &metrics, skipped, registry: &metric_registry };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context))?;
+    let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
+    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, registry: &metric_registry };
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;

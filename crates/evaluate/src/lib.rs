@@ -5,11 +5,13 @@
 //! - [`chain`]: each config's upstream build chain, as data for the stage DAG.
 //! - [`ablate`]: orchestration (the [`Evaluate`] stage): searches through the engine, scoring.
 //! - [`relevance`], [`metrics`]: judging passages and per-question metric math.
+//! - [`answers`]: answer rows (`[answer]`) and their deterministic metrics.
 //! - [`metric`]: the metric registry (name, computation, where it is printed).
 //! - [`rows`]: the table rows; [`report`]: Parquet, TREC, Markdown and the chart.
 //! - [`stats`]: bootstrap intervals and paired tests.
 #![deny(missing_docs)]
 pub mod ablate;
+pub mod answers;
 pub mod chain;
 pub mod cli;
 pub mod metric;

@@ -70,6 +70,10 @@ pub struct Pipeline {
     pub resamples: usize,
     /// The baseline, then every variant in file order.
     pub variants: Vec<Variant>,
+    /// Answer rows (`[answer]`), when the pipeline has them.
+    pub answer: Option<crate::answers::AnswerSection>,
+    /// Folder of the prompt templates (`prompts/` beside the pipeline file).
+    pub prompts: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -88,6 +92,7 @@ struct PipelineFile {
     baseline: toml::Table,
     #[serde(default)]
     variants: Vec<toml::Table>,
+    answer: Option<toml::Table>,
 }
 
 fn default_seed() -> u64 {
@@ -179,7 +184,22 @@ impl Pipeline {
         }
         let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "pipeline".into()));
         let k = variants[0].stages.retrieval.k;
-        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants })
+        let answer = match file.answer {
+            None => None,
+            Some(t) => {
+                let mut section: crate::answers::AnswerSection =
+                    gauge_core::config::resolve(&[gauge_core::config::Layer::new("[answer]", gauge_core::config::toml_to_json(toml::Value::Table(t)))]).map_err(|e| err(e.to_string()))?;
+                if section.configs.is_empty() {
+                    section.configs.push(variants[0].name.clone());
+                }
+                if let Some(unknown) = section.configs.iter().find(|c| !variants.iter().any(|v: &Variant| &v.name == *c)) {
+                    return Err(err(format!("[answer] names config `{unknown}`, which is not defined")));
+                }
+                Some(section)
+            }
+        };
+        let prompts = here.join("prompts");
+        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, prompts })
     }
 }
 

@@ -226,6 +226,30 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
     s
 }
 
+/// The answer table (a pipeline's `[answer]` rows): one row per answered config, each metric
+/// with its 95 % interval and the number of questions it applies to.
+pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[(String, usize, Vec<(&str, MetricRow)>)]) -> String {
+    let Some(section) = section else { return String::new() };
+    let Some((_, _, first)) = tables.first() else { return String::new() };
+    let generator = match &section.generator {
+        gauge_answer::GeneratorConfig::Local { model } => format!("local `{model}`"),
+        gauge_answer::GeneratorConfig::Api(c) => format!("API `{}` at {}", c.model, c.base_url),
+    };
+    let mut s = format!(
+        "\n## Answers\n\nGenerator: {generator}; template `{}`; at most {} new tokens{}. Deterministic metrics from `answers.parquet` (no judge); `n` is the number of questions a metric applies to (citation metrics: answers with at least one citation).\n\n| Config | Questions | {} |\n|---|---|{}\n",
+        section.template,
+        section.generation.max_new_tokens,
+        if section.generation.temperature > 0.0 { format!(", temperature {}", section.generation.temperature) } else { ", greedy".into() },
+        first.iter().map(|(l, _)| l.to_string()).collect::<Vec<_>>().join(" | "),
+        "---|".repeat(first.len())
+    );
+    for (name, n, rows) in tables {
+        let cells: Vec<String> = rows.iter().map(|(_, m)| if m.n == 0 { "–".into() } else { format!("{} (n {})", cell(Some(m)), m.n) }).collect();
+        s.push_str(&format!("| {} | {n} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
+    }
+    s
+}
+
 const FONT_PATHS: [&str; 3] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/TTF/DejaVuSans.ttf",

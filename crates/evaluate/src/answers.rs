@@ -1,0 +1,196 @@
+//! Answer rows of an ablation (a pipeline's `[answer]` section): the `answer` stage run on
+//! chosen configs, and deterministic answer metrics from its `answers.parquet` — no judge.
+use std::path::Path;
+
+use gauge_answer::{AnswerConfig, GeneratorConfig};
+use gauge_core::golden::{GoldItem, GoldenQuestion};
+use gauge_core::table::{read_parquet_any, Columns};
+use gauge_decoder::GenerateOptions;
+use serde::{Deserialize, Serialize};
+
+use crate::rows::MetricRow;
+use crate::stats::{bootstrap_ci, mean};
+
+/// The `[answer]` section of a pipeline.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnswerSection {
+    /// Configs whose retrieval feeds the generator (default: the baseline).
+    pub configs: Vec<String>,
+    /// The generator (local model or API).
+    pub generator: GeneratorConfig,
+    /// Prompt template (`plain`, `four_phase`).
+    pub template: String,
+    /// Generation settings.
+    pub generation: GenerateOptions,
+    /// The refusal sentence.
+    pub refusal: String,
+    /// At most this many questions (0: all).
+    pub limit: usize,
+}
+
+impl Default for AnswerSection {
+    fn default() -> Self {
+        let a = AnswerConfig::default();
+        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0 }
+    }
+}
+
+impl AnswerSection {
+    /// The answer stage's config for a retrieval config.
+    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig) -> AnswerConfig {
+        AnswerConfig { retrieval: retrieval.clone(), generator: self.generator.clone(), template: self.template.clone(), generation: self.generation.clone(), refusal: self.refusal.clone() }
+    }
+}
+
+/// One answered question, as read back from `answers.parquet`.
+#[derive(Debug, Clone)]
+pub struct AnsweredQuestion {
+    /// Question id.
+    pub qid: String,
+    /// Answer text.
+    pub answer: String,
+    /// Refused by the cutoff.
+    pub refused: bool,
+    /// Citations: (source, first page, last page, verified).
+    pub citations: Vec<(String, i32, i32, bool)>,
+}
+
+/// Reads an `answers.parquet`.
+pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
+    let batch = read_parquet_any(path)?;
+    let c = Columns::new(&batch);
+    let (qid, answer, refused, cites) = (c.strings_required("qid"), c.strings_required("answer"), c.bools("refused"), c.strings_required("citations"));
+    (0..batch.num_rows())
+        .map(|i| {
+            let list: Vec<serde_json::Value> = serde_json::from_str(&cites[i])?;
+            let citations = list
+                .iter()
+                .map(|v| (v["source"].as_str().unwrap_or_default().to_string(), v["page_start"].as_i64().unwrap_or(0) as i32, v["page_end"].as_i64().unwrap_or(0) as i32, v["verified"].as_bool().unwrap_or(false)))
+                .collect();
+            Ok(AnsweredQuestion { qid: qid[i].clone(), answer: answer[i].clone(), refused: refused[i], citations })
+        })
+        .collect()
+}
+
+/// The four phases of the `four_phase` template, in order.
+pub const PHASES: [&str; 4] = ["contextual audit", "evidence map", "synthesis", "verification"];
+
+/// Whether the four phases appear, in order.
+pub fn four_phases_in_order(answer: &str) -> bool {
+    let lower = answer.to_lowercase();
+    let mut from = 0;
+    for p in PHASES {
+        match lower[from..].find(p) {
+            Some(i) => from += i + p.len(),
+            None => return false,
+        }
+    }
+    true
+}
+
+fn tokens(s: &str) -> Vec<String> {
+    s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_string).collect()
+}
+
+/// Token-level F1 between an answer and a reference (SQuAD-style bag of words).
+pub fn token_f1(answer: &str, reference: &str) -> f64 {
+    let (a, r) = (tokens(answer), tokens(reference));
+    if a.is_empty() || r.is_empty() {
+        return 0.0;
+    }
+    let mut pool: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for t in &r {
+        *pool.entry(t.as_str()).or_default() += 1;
+    }
+    let mut common = 0usize;
+    for t in &a {
+        if let Some(n) = pool.get_mut(t.as_str()).filter(|n| **n > 0) {
+            *n -= 1;
+            common += 1;
+        }
+    }
+    if common == 0 {
+        return 0.0;
+    }
+    let (p, rc) = (common as f64 / a.len() as f64, common as f64 / r.len() as f64);
+    2.0 * p * rc / (p + rc)
+}
+
+fn cites_gold(c: &(String, i32, i32, bool), gold: &[GoldItem]) -> bool {
+    let name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_lowercase();
+    gold.iter().any(|g| {
+        name(g.source()) == name(&c.0) && g.pages().is_some_and(|(a, b)| c.1 <= b && a <= c.2)
+    })
+}
+
+/// The answer metrics (name, label, per-question value or `None` where it does not apply).
+pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], four_phase: bool) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
+    let q_of = |qid: &str| golden.iter().find(|q| q.qid == qid);
+    let per = |f: &dyn Fn(&AnsweredQuestion, Option<&GoldenQuestion>) -> Option<f64>| answers.iter().map(|a| f(a, q_of(&a.qid))).collect::<Vec<_>>();
+    let frac = |a: &AnsweredQuestion, keep: &dyn Fn(&(String, i32, i32, bool)) -> bool| (!a.citations.is_empty()).then(|| a.citations.iter().filter(|c| keep(c)).count() as f64 / a.citations.len() as f64);
+    let mut out: Vec<(&'static str, &'static str, Vec<Option<f64>>)> = vec![
+        ("answer_verified_citation", "Answers with a verified citation", per(&|a, _| (!a.refused).then(|| if a.citations.iter().any(|c| c.3) { 1.0 } else { 0.0 }))),
+        ("citation_precision", "Citation precision", per(&|a, _| frac(a, &|c| c.3))),
+        ("invented_citation_rate", "Invented citations", per(&|a, _| frac(a, &|c| !c.3))),
+        ("citation_accuracy", "Citation accuracy (gold pages)", per(&|a, q| q.filter(|q| !q.gold.is_empty()).and_then(|q| frac(a, &|c| cites_gold(c, &q.gold))))),
+        ("refusal_accuracy", "Refusal accuracy", per(&|a, q| q.map(|q| if a.refused == (q.gold.is_empty() && q.keywords.is_empty()) { 1.0 } else { 0.0 }))),
+    ];
+    if four_phase {
+        out.push(("format_compliance", "Four phases in order", per(&|a, _| (!a.refused).then(|| if four_phases_in_order(&a.answer) { 1.0 } else { 0.0 }))));
+    }
+    if golden.iter().any(|q| q.reference_answer.is_some()) {
+        out.push(("reference_token_f1", "Token F1 vs reference", per(&|a, q| q.and_then(|q| q.reference_answer.as_ref()).map(|r| token_f1(&a.answer, r)))));
+    }
+    if golden.iter().any(|q| !q.keywords.is_empty()) {
+        out.push(("answer_keyword_recall", "Keywords in the answer", per(&|a, q| q.filter(|q| !q.keywords.is_empty()).map(|q| {
+            let lower = a.answer.to_lowercase();
+            q.keywords.iter().filter(|k| lower.contains(&k.to_lowercase())).count() as f64 / q.keywords.len() as f64
+        }))));
+    }
+    out
+}
+
+/// Metric rows (category `all`) for one answered config.
+pub fn metric_rows(config: &str, metrics: &[(&'static str, &'static str, Vec<Option<f64>>)], resamples: usize, seed: u64) -> Vec<MetricRow> {
+    metrics
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _, values))| {
+            let v: Vec<f64> = values.iter().flatten().copied().collect();
+            MetricRow {
+                config: config.to_string(),
+                category: "all".into(),
+                metric: format!("answer/{name}"),
+                n: v.len(),
+                value: if v.is_empty() { f64::NAN } else { mean(&v) },
+                ci: (!v.is_empty()).then(|| bootstrap_ci(&v, resamples, seed.wrapping_add(1000 + i as u64))),
+                delta: None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_by_hand() {
+        assert!(four_phases_in_order("1. Contextual audit ... 2. Evidence map ... 3. Synthesis ... 4. Verification ok"));
+        assert!(!four_phases_in_order("Synthesis first, then contextual audit, evidence map, verification"));
+        assert!((token_f1("the gate arm is lowered", "gate arms are lowered") - 2.0 * (2.0 / 5.0) * (2.0 / 4.0) / (2.0 / 5.0 + 2.0 / 4.0)).abs() < 1e-12);
+        let q = GoldenQuestion { qid: "a".into(), question: "q".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: 3 }], keywords: vec!["gate".into()], reference_answer: None, category: None };
+        let answers = vec![
+            AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)] },
+        ];
+        let m = answer_metrics(&answers, &[q], false);
+        let get = |n: &str| m.iter().find(|x| x.0 == n).unwrap().2[0];
+        assert_eq!(get("answer_verified_citation"), Some(1.0));
+        assert_eq!(get("citation_precision"), Some(0.5));
+        assert_eq!(get("invented_citation_rate"), Some(0.5));
+        assert_eq!(get("citation_accuracy"), Some(0.5));
+        assert_eq!(get("refusal_accuracy"), Some(1.0));
+        assert_eq!(get("answer_keyword_recall"), Some(1.0));
+    }
+}
