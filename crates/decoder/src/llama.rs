@@ -241,12 +241,14 @@ impl Llama {
         let (cos, sin) = self.rope_tables(start, t);
         let s = start + t;
         // Causal mask: query t sees keys up to its own position.
+        let group = nh / nkv;
+        // Causal mask over the grouped query rows (each of the `group` query heads sharing a
+        // key/value head repeats the `t` positions).
         let mask = (t > 1).then(|| {
-            let m: Vec<f32> = (0..t).flat_map(|i| (0..s).map(move |j| if j <= start + i { 0.0 } else { f32::NEG_INFINITY })).collect();
-            Tensor::<3>::from_data(TensorData::new(m, [1, t, s]), &self.device)
+            let m: Vec<f32> = (0..group * t).flat_map(|r| (0..s).map(move |j| if j <= start + r % t { 0.0 } else { f32::NEG_INFINITY })).collect();
+            Tensor::<3>::from_data(TensorData::new(m, [1, group * t, s]), &self.device)
         });
         let scale = 1.0 / (hd as f64).sqrt();
-        let group = nh / nkv;
         for (l, b) in self.layers.iter().enumerate() {
             let a = self.rms_norm(x.clone(), &b.input_layernorm);
             let q = b.q_proj.forward(a.clone()).reshape([t, nh, hd]).swap_dims(0, 1);
@@ -259,13 +261,14 @@ impl Llama {
                 None => (k, v),
             };
             cache.layers[l] = Some((k.clone(), v.clone()));
-            let k = k.reshape([nkv, 1, s, hd]).repeat_dim(1, group).reshape([nh, s, hd]);
-            let v = v.reshape([nkv, 1, s, hd]).repeat_dim(1, group).reshape([nh, s, hd]);
+            // Grouped-query attention without copying keys and values per query head: the
+            // query heads of one key/value head are stacked as rows ([kv_heads, group·t, hd]).
+            let q = q.reshape([nkv, group * t, hd]);
             let mut scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(scale);
             if let Some(m) = &mask {
                 scores = scores + m.clone();
             }
-            let attn = softmax(scores, 2).matmul(v).swap_dims(0, 1).reshape([t, nh * hd]);
+            let attn = softmax(scores, 2).matmul(v).reshape([nh, t, hd]).swap_dims(0, 1).reshape([t, nh * hd]);
             x = x + b.o_proj.forward(attn);
             let m = self.rms_norm(x.clone(), &b.post_attention_layernorm);
             let gated = silu(b.gate_proj.forward(m.clone())) * b.up_proj.forward(m);
