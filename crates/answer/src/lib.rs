@@ -233,7 +233,7 @@ impl Stage for Answer {
 
 enum Generator {
     Local(Box<LanguageModel>),
-    Api(gauge_llm::ChatClient),
+    Api(Box<gauge_llm::ChatClient>),
 }
 
 /// The user message for a question and its passages.
@@ -253,10 +253,10 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     let generator = match &config.generator {
         GeneratorConfig::Local { model } => Generator::Local(Box::new(LanguageModel::load(model, &gauge_encoder::device::parse(&options.device)?)?)),
         // Free text (no JSON mode), with the generation settings of the config.
-        GeneratorConfig::Api(chat) => Generator::Api(gauge_llm::ChatClient::new(
+        GeneratorConfig::Api(chat) => Generator::Api(Box::new(gauge_llm::ChatClient::new(
             gauge_llm::ChatConfig { json_mode: false, temperature: config.generation.temperature, max_tokens: Some(config.generation.max_new_tokens as u32), ..chat.clone() },
             gauge_llm::RetryPolicy::default(),
-        )),
+        ))),
     };
     let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
     let mut rows = Vec::with_capacity(state.questions.len());

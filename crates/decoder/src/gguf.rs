@@ -395,13 +395,9 @@ mod tests {
         b.extend_from_slice(&f16_bytes(1.0));
         b.extend_from_slice(&f16_bytes(0.5));
         let mut scales = [0u8; 12];
-        for j in 0..4 {
-            scales[j] = 2;
-            scales[j + 4] = 1;
-        }
-        for j in 8..12 {
-            scales[j] = 2 | (1 << 4);
-        }
+        scales[..4].fill(2);
+        scales[4..8].fill(1);
+        scales[8..].fill(2 | (1 << 4));
         b.extend_from_slice(&scales);
         b.extend(std::iter::repeat_n(3u8 | (7 << 4), 128));
         let y = dequantize(GgmlType::Q4K, &b, 256);

@@ -29,6 +29,7 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// A linear layer: f32 (Burn, or gemm on the host), or quantised blocks on the host CPU.
+#[allow(clippy::large_enum_variant)] // a few hundred per model, built once
 enum Linear {
     Dense(Dense),
     Quant { weight: QuantMatrix, bias: Option<Vec<f32>> },
@@ -277,6 +278,6 @@ impl Llama {
         cache.len = s;
         let last = x.slice([t - 1..t, 0..h]);
         let logits = self.lm_head.forward(self.rms_norm(last, &self.norm));
-        Ok(logits.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| DecoderError::Model(format!("{e:?}")))?)
+        logits.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| DecoderError::Model(format!("{e:?}")))
     }
 }

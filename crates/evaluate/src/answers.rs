@@ -43,6 +43,12 @@ impl AnswerSection {
     }
 }
 
+/// A citation as read back: source, first page, last page, verified.
+pub type CitedPages = (String, i32, i32, bool);
+
+/// One answered config for the report: name, questions, and each metric's label and row.
+pub type AnswerTable = (String, usize, Vec<(&'static str, MetricRow)>);
+
 /// One answered question, as read back from `answers.parquet`.
 #[derive(Debug, Clone)]
 pub struct AnsweredQuestion {
@@ -52,8 +58,8 @@ pub struct AnsweredQuestion {
     pub answer: String,
     /// Refused by the cutoff.
     pub refused: bool,
-    /// Citations: (source, first page, last page, verified).
-    pub citations: Vec<(String, i32, i32, bool)>,
+    /// Citations.
+    pub citations: Vec<CitedPages>,
 }
 
 /// Reads an `answers.parquet`.
@@ -117,7 +123,7 @@ pub fn token_f1(answer: &str, reference: &str) -> f64 {
     2.0 * p * rc / (p + rc)
 }
 
-fn cites_gold(c: &(String, i32, i32, bool), gold: &[GoldItem]) -> bool {
+fn cites_gold(c: &CitedPages, gold: &[GoldItem]) -> bool {
     let name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_lowercase();
     gold.iter().any(|g| {
         name(g.source()) == name(&c.0) && g.pages().is_some_and(|(a, b)| c.1 <= b && a <= c.2)
@@ -128,7 +134,7 @@ fn cites_gold(c: &(String, i32, i32, bool), gold: &[GoldItem]) -> bool {
 pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], four_phase: bool) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
     let q_of = |qid: &str| golden.iter().find(|q| q.qid == qid);
     let per = |f: &dyn Fn(&AnsweredQuestion, Option<&GoldenQuestion>) -> Option<f64>| answers.iter().map(|a| f(a, q_of(&a.qid))).collect::<Vec<_>>();
-    let frac = |a: &AnsweredQuestion, keep: &dyn Fn(&(String, i32, i32, bool)) -> bool| (!a.citations.is_empty()).then(|| a.citations.iter().filter(|c| keep(c)).count() as f64 / a.citations.len() as f64);
+    let frac = |a: &AnsweredQuestion, keep: &dyn Fn(&CitedPages) -> bool| (!a.citations.is_empty()).then(|| a.citations.iter().filter(|c| keep(c)).count() as f64 / a.citations.len() as f64);
     let mut out: Vec<(&'static str, &'static str, Vec<Option<f64>>)> = vec![
         ("answer_verified_citation", "Answers with a verified citation", per(&|a, _| (!a.refused).then(|| if a.citations.iter().any(|c| c.3) { 1.0 } else { 0.0 }))),
         ("citation_precision", "Citation precision", per(&|a, _| frac(a, &|c| c.3))),

@@ -228,7 +228,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
 
 /// The answer table (a pipeline's `[answer]` rows): one row per answered config, each metric
 /// with its 95 % interval and the number of questions it applies to.
-pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[(String, usize, Vec<(&str, MetricRow)>)]) -> String {
+pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[crate::answers::AnswerTable]) -> String {
     let Some(section) = section else { return String::new() };
     let Some((_, _, first)) = tables.first() else { return String::new() };
     let generator = match &section.generator {
