@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The API paths against a real OpenAI-compatible server: llama.cpp's `llama-server` (built by
 # scripts/llama-cpp.sh) serving SmolLM2; `answer` on two FRA dev questions and `synth-data
-# --mode llm` on four chunks go through it, and their artifacts are checked.
+# --mode llm` on two chunks (300-token replies) go through it, and their artifacts are checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -24,5 +24,5 @@ assert len(rows) == 2 and all(r["answer"] and r["finish_reason"] == "api" for r 
 print("answer via llama-server:", [(r["qid"], r["n_citations"], r["n_verified"], r["completion_tokens"]) for r in rows])
 PY
 chunks=$(just chunk | tail -n1)
-synth=$("$bin/synth-data" "$chunks" --mode llm --n 4 --base-url "http://127.0.0.1:$port/v1" --model smollm2 --api-key-env GAUGE_NO_KEY --concurrency 1 --force | tail -n1)
+synth=$("$bin/synth-data" "$chunks" --mode llm --n 2 --base-url "http://127.0.0.1:$port/v1" --model smollm2 --api-key-env GAUGE_NO_KEY --set teacher.max_tokens=300 --concurrency 1 --force | tail -n1)
 echo "synth-data via llama-server: $(wc -l < "$synth/golden.jsonl") kept, $(wc -l < "$synth/failures.jsonl") failed (a 135M model often breaks the JSON contract; failures are recorded with the reason)"

@@ -118,8 +118,12 @@ impl Checkpoint {
 
     /// A `[out, in]` matrix in its quantised GGUF blocks, when the file holds it in a type
     /// gauge computes with directly (Q8_0, Q4_0, Q4_1); q/k rows un-permuted like [`Self::get`].
+    /// `GAUGE_DECODER_DEQUANTIZE=1` turns this off (every weight f32), for the benchmark's A/B.
     pub fn quantized(&self, hf: &str, d_out: usize, d_in: usize) -> Option<crate::quant::QuantMatrix> {
         let Checkpoint::Gguf { file, permuted_qk, heads } = self else { return None };
+        if std::env::var_os("GAUGE_DECODER_DEQUANTIZE").is_some_and(|v| v == "1") {
+            return None;
+        }
         let name = gguf_name(hf)?;
         let (info, raw) = file.raw(&name)?;
         if !crate::quant::QuantMatrix::supports(info.ty) || info.dims != [d_in, d_out] {
