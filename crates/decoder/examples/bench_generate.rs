@@ -1,7 +1,8 @@
 //! Prefill and decode speed of the Burn decoder on a GGUF, single stream, with the machine's
 //! limits measured in the same run; llama.cpp's figures (from `llama-bench`, same GGUF and
 //! prompt lengths) are merged in by the `bench-generate` recipe.
-//! Usage: `bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON`.
+//! Usage: `bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--quantized]`
+//! (`--quantized`: keep Q8_0/Q4_1 blocks instead of dequantising at load).
 use std::time::Instant;
 
 use gauge_decoder::generate::argmax;
@@ -37,7 +38,8 @@ fn main() -> anyhow::Result<()> {
     let usage = "usage: bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON";
     let (model, reference, n_decode, out) = (args.get(1).expect(usage), args.get(2).expect(usage), args.get(3).expect(usage).parse::<usize>()?, args.get(4).expect(usage));
     let t = Instant::now();
-    let lm = LanguageModel::load(model, &gauge_encoder::device::cpu())?;
+    let keep_quantized = args.get(5).is_some_and(|a| a == "--quantized");
+    let lm = LanguageModel::load_with(model, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { keep_quantized })?;
     let load_s = t.elapsed().as_secs_f64();
     let bytes = lm.model.weight_bytes() as f64;
     let params = lm.model.matrix_parameters() as f64;
@@ -68,7 +70,7 @@ fn main() -> anyhow::Result<()> {
         }));
     }
     let result = serde_json::json!({
-        "model": model, "load_seconds": load_s, "decode_tokens": n_decode,
+        "model": model, "load_seconds": load_s, "keep_quantized": keep_quantized, "decode_tokens": n_decode,
         "threads": rayon::current_num_threads(),
         "weight_bytes_read_per_token": bytes, "matrix_parameters": params,
         "machine": { "read_bandwidth_bytes_per_s": bandwidth, "peak_f32_flops": peak, "peak_how": peak_how },

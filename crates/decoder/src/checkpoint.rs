@@ -29,6 +29,8 @@ pub enum Checkpoint {
         permuted_qk: bool,
         /// Query heads and key/value heads, for the un-permutation.
         heads: (usize, usize),
+        /// Keep Q8_0/Q4_0/Q4_1 matrices in their blocks (see [`crate::LoadOptions`]).
+        keep_quantized: bool,
     },
 }
 
@@ -118,10 +120,10 @@ impl Checkpoint {
 
     /// A `[out, in]` matrix in its quantised GGUF blocks, when the file holds it in a type
     /// gauge computes with directly (Q8_0, Q4_0, Q4_1); q/k rows un-permuted like [`Self::get`].
-    /// `GAUGE_DECODER_DEQUANTIZE=1` turns this off (every weight f32), for the benchmark's A/B.
+    /// `None` unless the checkpoint was opened to keep quantised blocks.
     pub fn quantized(&self, hf: &str, d_out: usize, d_in: usize) -> Option<crate::quant::QuantMatrix> {
-        let Checkpoint::Gguf { file, permuted_qk, heads } = self else { return None };
-        if std::env::var_os("GAUGE_DECODER_DEQUANTIZE").is_some_and(|v| v == "1") {
+        let Checkpoint::Gguf { file, permuted_qk, heads, keep_quantized } = self else { return None };
+        if !keep_quantized {
             return None;
         }
         let name = gguf_name(hf)?;
@@ -160,7 +162,7 @@ impl Checkpoint {
                 let &i = index.get(hf).ok_or_else(|| DecoderError::file(dir, format!("missing tensor `{hf}`")))?;
                 Ok(shards[i].get(hf, shape).map_err(|e| DecoderError::Model(e.to_string()))?.values)
             }
-            Checkpoint::Gguf { file, permuted_qk, heads } => {
+            Checkpoint::Gguf { file, permuted_qk, heads, .. } => {
                 let name = gguf_name(hf).ok_or_else(|| DecoderError::file(&file.path, format!("no GGUF name for `{hf}`")))?;
                 let info = file.tensors.get(&name).ok_or_else(|| DecoderError::file(&file.path, format!("missing tensor `{name}` ({hf})")))?;
                 let mut want: Vec<usize> = shape.to_vec();
