@@ -63,11 +63,12 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{g}.{kind}"))
 }
 
-/// Undoes llama.cpp's q/k row permutation of `n` heads of `rows_per_head` rows with `cols`
-/// columns each: `hf_row[h·d + s·d/2 + i] = gguf_row[h·d + 2i + s]`.
-pub fn unpermute_rows(w: &[f32], n: usize, rows_per_head: usize, cols: usize) -> Vec<f32> {
+/// Undoes llama.cpp's q/k row permutation of `n` heads of `rows_per_head` rows of `cols`
+/// elements each (f32 values, or the bytes of quantised rows):
+/// `hf_row[h·d + s·d/2 + i] = gguf_row[h·d + 2i + s]`.
+pub fn unpermute_rows<T: Copy + Default>(w: &[T], n: usize, rows_per_head: usize, cols: usize) -> Vec<T> {
     let half = rows_per_head / 2;
-    let mut out = vec![0f32; w.len()];
+    let mut out = vec![T::default(); w.len()];
     for h in 0..n {
         for i in 0..half {
             for s in 0..2 {
@@ -135,20 +136,7 @@ impl Checkpoint {
         let is_k = name.ends_with("attn_k.weight");
         let bytes = if *permuted_qk && (is_q || is_k) {
             let n = if is_q { heads.0 } else { heads.1 };
-            let row_bytes = raw.len() / d_out;
-            let per_head = d_out / n;
-            let half = per_head / 2;
-            let mut out = vec![0u8; raw.len()];
-            for h in 0..n {
-                for i in 0..half {
-                    for s in 0..2 {
-                        let src = (h * per_head + 2 * i + s) * row_bytes;
-                        let dst = (h * per_head + s * half + i) * row_bytes;
-                        out[dst..dst + row_bytes].copy_from_slice(&raw[src..src + row_bytes]);
-                    }
-                }
-            }
-            out
+            unpermute_rows(raw, n, d_out / n, raw.len() / d_out)
         } else {
             raw.to_vec()
         };
