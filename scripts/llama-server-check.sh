@@ -8,11 +8,12 @@ model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 llama_bin=$(scripts/llama-cpp.sh | tail -n1)
 bin="$CARGO_TARGET_DIR/release"
 port=${LLAMA_PORT:-8765}
-"$llama_bin/llama-server" -m "$model" --port "$port" -t "$(nproc)" -c 4096 > /tmp/gauge-llama-server.log 2>&1 &
+log=$(mktemp)
+"$llama_bin/llama-server" -m "$model" --port "$port" -t "$(nproc)" -c 4096 > "$log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
-curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start (see /tmp/gauge-llama-server.log)" >&2; exit 1; }
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start:" >&2; tail -n 20 "$log" >&2; exit 1; }
 api=(--set generator.kind=api --set "generator.base_url=http://127.0.0.1:$port/v1" --set generator.model=smollm2 --set generator.api_key_env=GAUGE_NO_KEY)
 index=$(just index | tail -n1)
 dir=$("$bin/answer" --index "$index" --golden ../shared/golden/fra-dev.jsonl --limit 2 -k 3 --max-new-tokens 96 "${api[@]}" | tail -n1)
