@@ -115,16 +115,19 @@ impl LanguageModel {
                 finish = "eos";
                 break;
             }
-            let decoded = self.tokenizer.decode(&ids[..ids.len() - usize::from(self.eos_ids.contains(&next))], true).map_err(|e| DecoderError::Model(format!("decode: {e}")))?;
-            if opts.stream && decoded.len() > text.len() && decoded.is_char_boundary(text.len()) {
-                eprint!("{}", &decoded[text.len()..]);
-                let _ = std::io::stderr().flush();
-            }
-            text = decoded;
-            if let Some(pos) = opts.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
-                text.truncate(pos);
-                finish = "stop";
-                break;
+            // The text so far is only needed to stream it or to look for stop strings.
+            if opts.stream || !opts.stop.is_empty() {
+                let decoded = self.tokenizer.decode(&ids, true).map_err(|e| DecoderError::Model(format!("decode: {e}")))?;
+                if opts.stream && decoded.len() > text.len() && decoded.is_char_boundary(text.len()) {
+                    eprint!("{}", &decoded[text.len()..]);
+                    let _ = std::io::stderr().flush();
+                }
+                text = decoded;
+                if let Some(pos) = opts.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+                    text.truncate(pos);
+                    finish = "stop";
+                    break;
+                }
             }
             if ids.len() < opts.max_new_tokens {
                 logits = self.model.forward(&[next], &mut cache)?;
