@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DecoderError, LanguageModel};
+use crate::{DecoderError, JsonConstraint, LanguageModel};
 
 /// How to generate (serde, with defaults: greedy, 256 new tokens).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -99,6 +99,13 @@ pub fn argmax(logits: &[f32]) -> u32 {
 impl LanguageModel {
     /// Generates after `prompt_ids` (a rendered chat prompt, tokenised).
     pub fn generate(&self, prompt_ids: &[u32], opts: &GenerateOptions) -> Result<Generation, DecoderError> {
+        self.generate_with(prompt_ids, opts, None)
+    }
+
+    /// Generates after `prompt_ids`; with a constraint, every token is picked among those
+    /// that keep the reply a valid document of its schema, and generation ends when the
+    /// document is complete.
+    pub fn generate_with(&self, prompt_ids: &[u32], opts: &GenerateOptions, mut constraint: Option<&mut JsonConstraint>) -> Result<Generation, DecoderError> {
         let mut rng = gauge_core::rng::SplitMix64::new(opts.seed);
         let mut cache = self.model.new_cache();
         let started = std::time::Instant::now();
@@ -109,8 +116,14 @@ impl LanguageModel {
         let mut finish = "length";
         let mut text = String::new();
         while ids.len() < opts.max_new_tokens {
+            if let Some(c) = constraint.as_deref_mut() {
+                c.mask(&mut logits)?;
+            }
             let next = pick(&logits, opts, &mut rng);
             ids.push(next);
+            if let Some(c) = constraint.as_deref_mut() {
+                c.advance(next)?;
+            }
             if self.eos_ids.contains(&next) {
                 finish = "eos";
                 break;

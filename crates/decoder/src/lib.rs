@@ -20,6 +20,7 @@
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod constrain;
 pub mod generate;
 pub mod gguf;
 pub mod llama;
@@ -31,6 +32,7 @@ use std::path::{Path, PathBuf};
 pub use chat::{ChatTemplate, Message};
 pub use checkpoint::Checkpoint;
 pub use config::LlamaConfig;
+pub use constrain::{JsonConstraint, SchemaCompiler};
 pub use generate::{GenerateOptions, Generation};
 pub use llama::{KvCache, Llama};
 
