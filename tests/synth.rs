@@ -127,6 +127,17 @@ fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
     let dir = PathBuf::from(last_line(&out));
     let reqs = server.requests();
     assert_eq!(reqs.len(), 13, "requests: {:#?}", reqs.iter().map(|r| r.passage().chars().take(30).collect::<String>()).collect::<Vec<_>>());
+    // Every request asks for the reply's JSON Schema, derived from the Rust type.
+    for r in &reqs {
+        let f = &r.body["response_format"];
+        assert_eq!(f["type"], "json_schema", "{f}");
+        assert_eq!(f["json_schema"]["name"], "teacher_reply");
+        let mut props: Vec<&String> = f["json_schema"]["schema"]["properties"].as_object().unwrap().keys().collect();
+        props.sort();
+        assert_eq!(props, ["answer", "question", "reasoning"]);
+        assert_eq!(f["json_schema"]["schema"]["additionalProperties"], false);
+        assert_eq!(f["json_schema"]["strict"], true);
+    }
     // The key goes in the header, nowhere else.
     assert!(reqs.iter().all(|r| r.authorization.as_deref() == Some(&format!("Bearer {SECRET}"))));
     let mut files = Vec::new();
@@ -159,12 +170,13 @@ fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
     assert_eq!(rows[2]["gold"].as_array().unwrap().len(), 2, "multi_hop has two gold chunks");
     let failures = jsonl(&dir.join("failures.jsonl"));
     assert_eq!(failures.len(), 2);
-    assert!(failures[0]["reason"].as_str().unwrap().contains("invalid JSON after one repair"), "{failures:#?}");
+    assert!(failures[0]["reason"].as_str().unwrap().contains("invalid reply after one repair"), "{failures:#?}");
     assert!(failures[1]["reason"].as_str().unwrap().contains("HTTP 500 after 3 attempts"), "{failures:#?}");
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     // Seven responses carried a body with usage (100 prompt + 50 completion tokens each).
     assert_eq!((manifest["stats"]["prompt_tokens"].as_u64(), manifest["stats"]["completion_tokens"].as_u64()), (Some(700), Some(350)));
     assert_eq!(manifest["config"]["config"]["teacher"]["api_key_env"], "GAUGE_TEST_KEY");
+    assert_eq!(manifest["stats"]["structured_output"]["used"], "json_schema");
 
     // `evaluate` reads the output unchanged (span relevance), and the offline set too.
     let ict = PathBuf::from(last_line(&ok(run("synth-data", &[&chunks, "--mode", "ict", "--n", "30", "--artifacts", &art_s]))));
@@ -253,6 +265,87 @@ fn a_killed_llm_run_resumes_with_nothing_lost_or_duplicated() {
     assert!(reqs.len() <= 12 + 2, "{} requests for 12 samples (kill at {requests_at_kill})", reqs.len());
     assert!(!journal_path.exists(), "the journal moves into the artifact when the run completes");
     assert_eq!(jsonl(&dir.join("journal.jsonl")).len(), 12);
+}
+
+#[test]
+fn a_rejected_schema_falls_back_once_to_the_prompt_contract_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = small_corpus(tmp.path());
+    let art = tmp.path().join("artifacts");
+    let chunks = chunks_of(&corpus, &art);
+    // A server that knows nothing of `response_format` (as some proxies answer: 400).
+    let script = |_: usize, r: &gauge::chat_server::Received| {
+        if r.body.get("response_format").is_some() {
+            Reply::Reject(400, "Unrecognized request argument supplied: response_format".into())
+        } else {
+            Reply::Content(valid_reply(r))
+        }
+    };
+    let server = ChatServer::start(script);
+    let art_s = art.to_str().unwrap().to_string();
+    let args = llm_args(&chunks, &server.url, &art_s, "3", "1");
+    let out = synth_llm(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = PathBuf::from(last_line(&out));
+    let reqs = server.requests();
+    // One rejected request, its retry without the field, then two plain requests.
+    let with_field: Vec<bool> = reqs.iter().map(|r| r.body.get("response_format").is_some()).collect();
+    assert_eq!(with_field, [true, false, false, false]);
+    assert_eq!(jsonl(&dir.join("golden.jsonl")).len(), 3);
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let st = &manifest["stats"]["structured_output"];
+    assert_eq!((st["requested"].as_str(), st["used"].as_str()), (Some("auto"), Some("prompt_only")), "{st}");
+    assert!(st["fallback_reason"].as_str().unwrap().contains("HTTP 400"), "{st}");
+
+    // Insisting on the schema makes the rejection an error of each sample, recorded.
+    let server = ChatServer::start(script);
+    let mut strict = llm_args(&chunks, &server.url, &art_s, "3", "1");
+    strict.extend(["--set", "teacher.structured_output=\"json_schema\""]);
+    let out = synth_llm(&strict);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = PathBuf::from(last_line(&out));
+    let failures = jsonl(&dir.join("failures.jsonl"));
+    assert_eq!(failures.len(), 3);
+    assert!(failures.iter().all(|f| f["reason"].as_str().unwrap().contains("HTTP 400")), "{failures:#?}");
+    assert_eq!(server.requests().len(), 3, "a 400 is not retried");
+}
+
+#[test]
+fn prompts_are_fitted_to_the_context_the_endpoint_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = small_corpus(tmp.path());
+    let art = tmp.path().join("artifacts");
+    let chunks = chunks_of(&corpus, &art);
+    // 1000 tokens of context, 300 kept for the reply: the passages must shrink.
+    let server = ChatServer::start_with_context(1000, |_, r| Reply::Content(valid_reply(r)));
+    let art_s = art.to_str().unwrap().to_string();
+    let mut args = llm_args(&chunks, &server.url, &art_s, "6", "2");
+    args.extend(["--max-new-tokens", "300"]);
+    let out = synth_llm(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = PathBuf::from(last_line(&out));
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 6, "{:?}", std::fs::read_to_string(dir.join("failures.jsonl")));
+    for r in &reqs {
+        let msgs = r.body["messages"].as_array().unwrap();
+        let tokens: usize = msgs.iter().map(|m| gauge_llm::estimate_tokens(m["content"].as_str().unwrap()) + gauge_llm::TOKENS_PER_MESSAGE).sum();
+        assert!(tokens + 300 + 16 <= 1000, "a prompt of {tokens} tokens was sent");
+        assert_eq!(r.body["max_tokens"], 300);
+    }
+    assert!(reqs.iter().any(|r| r.passage().ends_with('…')), "some passage was cut");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["stats"]["passages_cut_to_fit_context"].as_u64().unwrap() >= 1);
+    assert_eq!(jsonl(&dir.join("golden.jsonl")).len(), 6);
+
+    // A reply budget larger than the context is refused per sample, with the fix named.
+    let server = ChatServer::start_with_context(900, |_, r| Reply::Content(valid_reply(r)));
+    let mut args = llm_args(&chunks, &server.url, &art_s, "2", "1");
+    args.extend(["--max-new-tokens", "2000"]);
+    let out = synth_llm(&args);
+    assert!(out.status.success());
+    let failures = jsonl(&PathBuf::from(last_line(&out)).join("failures.jsonl"));
+    assert!(failures.iter().all(|f| f["reason"].as_str().unwrap().contains("lower max_new_tokens")), "{failures:#?}");
+    assert!(server.requests().is_empty());
 }
 
 use std::io::Write as _;

@@ -18,6 +18,8 @@ pub enum Reply {
     Hang(Duration),
     /// Sleep, then do the inner reply.
     Delayed(Duration, Box<Reply>),
+    /// A client error (`400`, `422`…) with this message.
+    Reject(u16, String),
 }
 
 /// One request as received.
@@ -46,7 +48,9 @@ impl Received {
 /// The script: request number (0-based, arrival order) and the request → reply.
 pub type Script = dyn Fn(usize, &Received) -> Reply + Send + Sync;
 
-/// A running server (stops when the test process ends).
+/// A running server (stops when the test process ends). Only `POST …/chat/completions` is
+/// scripted and recorded; `GET …/models` answers with the model metadata given (if any),
+/// every other path with 404.
 pub struct ChatServer {
     /// Base URL up to `/v1`.
     pub url: String,
@@ -71,12 +75,13 @@ fn respond(stream: &mut TcpStream, status: &str, extra: &str, body: &str) {
     let _ = stream.flush();
 }
 
-fn handle(mut stream: TcpStream, script: Arc<Script>, received: Arc<Mutex<Vec<Received>>>) {
+fn handle(mut stream: TcpStream, script: Arc<Script>, received: Arc<Mutex<Vec<Received>>>, models: Option<serde_json::Value>) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone stream"));
     let mut line = String::new();
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
+    let path = line.split_whitespace().nth(1).unwrap_or_default().to_string();
     let mut length = 0usize;
     let mut authorization = None;
     loop {
@@ -96,6 +101,12 @@ fn handle(mut stream: TcpStream, script: Arc<Script>, received: Arc<Mutex<Vec<Re
     if reader.read_exact(&mut body).is_err() {
         return;
     }
+    if !path.ends_with("/chat/completions") {
+        return match (&models, path.ends_with("/models")) {
+            (Some(m), true) => respond(&mut stream, "200 OK", "", &m.to_string()),
+            _ => respond(&mut stream, "404 Not Found", "", r#"{"error":{"message":"not found"}}"#),
+        };
+    }
     let req = Received { at: Instant::now(), authorization, body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null) };
     let n = {
         let mut r = received.lock().unwrap();
@@ -114,6 +125,7 @@ fn handle(mut stream: TcpStream, script: Arc<Script>, received: Arc<Mutex<Vec<Re
                 return;
             }
             Reply::TooMany(s) => return respond(&mut stream, "429 Too Many Requests", &format!("Retry-After: {s}\r\n"), r#"{"error":{"message":"rate limited"}}"#),
+            Reply::Reject(status, message) => return respond(&mut stream, &format!("{status} Bad Request"), "", &serde_json::json!({"error": {"message": message}}).to_string()),
             Reply::ServerError => return respond(&mut stream, "500 Internal Server Error", "", r#"{"error":{"message":"boom"}}"#),
             Reply::Content(c) => {
                 let body = serde_json::json!({
@@ -130,6 +142,16 @@ fn handle(mut stream: TcpStream, script: Arc<Script>, received: Arc<Mutex<Vec<Re
 impl ChatServer {
     /// Starts a server on a free local port.
     pub fn start(script: impl Fn(usize, &Received) -> Reply + Send + Sync + 'static) -> ChatServer {
+        Self::start_with_models(None, script)
+    }
+
+    /// A server whose `GET /v1/models` lists `test-model` with a context of `context` tokens
+    /// (as vLLM reports it: `max_model_len`).
+    pub fn start_with_context(context: usize, script: impl Fn(usize, &Received) -> Reply + Send + Sync + 'static) -> ChatServer {
+        Self::start_with_models(Some(serde_json::json!({"object": "list", "data": [{"id": "test-model", "object": "model", "max_model_len": context}]})), script)
+    }
+
+    fn start_with_models(models: Option<serde_json::Value>, script: impl Fn(usize, &Received) -> Reply + Send + Sync + 'static) -> ChatServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a local port");
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -137,8 +159,8 @@ impl ChatServer {
         let rec = received.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (script, rec) = (script.clone(), rec.clone());
-                std::thread::spawn(move || handle(stream, script, rec));
+                let (script, rec, models) = (script.clone(), rec.clone(), models.clone());
+                std::thread::spawn(move || handle(stream, script, rec, models));
             }
         });
         ChatServer { url, received }

@@ -15,7 +15,9 @@ use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int32Array, StringArray
 use gauge_core::golden::{load_golden, GoldenQuestion};
 use gauge_core::schema::{arrow_schema, ANSWER_COLUMNS};
 use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
-use gauge_decoder::{GenerateOptions, LanguageModel, Message};
+use gauge_decoder::GenerateOptions;
+use gauge_generator::Generator;
+use gauge_llm::Message;
 use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
 use serde::{Deserialize, Serialize};
 
@@ -26,29 +28,7 @@ pub const STAGE: &str = "answer";
 /// Output format version.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// What writes the answers.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum GeneratorConfig {
-    /// The Burn decoder: a GGUF file or a Hugging Face folder (or a name in the models directory).
-    Local {
-        /// Model file, folder or name.
-        #[serde(default = "default_model")]
-        model: String,
-    },
-    /// An OpenAI-compatible endpoint (key from an environment variable only).
-    Api(gauge_llm::ChatConfig),
-}
-
-fn default_model() -> String {
-    "SmolLM2-135M-Instruct.Q4_1.gguf".into()
-}
-
-impl Default for GeneratorConfig {
-    fn default() -> Self {
-        GeneratorConfig::Local { model: default_model() }
-    }
-}
+pub use gauge_generator::GeneratorConfig;
 
 /// Settings of `answer` (serde, with defaults), echoed into the manifest.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -162,13 +142,6 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); the prompt templates live in pipelines/prompts/", path.display()))
 }
 
-fn model_entry(spec: &str) -> anyhow::Result<FileEntry> {
-    let path = gauge_decoder::resolve(spec)?;
-    let file = if path.is_file() { path.clone() } else { path.join("model.safetensors") };
-    let hash = if file.is_file() { hash::file_hash(&file)? } else { hash::bytes_hash(std::fs::read_to_string(path.join("model.safetensors.index.json")).unwrap_or_default().as_bytes()) };
-    Ok(FileEntry { path: path.display().to_string(), name: "model".into(), hash, rows: None })
-}
-
 impl Stage for Answer {
     const NAME: &'static str = STAGE;
     const FORMAT_VERSION: u32 = FORMAT_VERSION;
@@ -197,9 +170,7 @@ impl Stage for Answer {
         if inputs.limit > 0 {
             questions.truncate(inputs.limit);
         }
-        if let GeneratorConfig::Local { model } = &config.generator {
-            entries.push(model_entry(model)?);
-        }
+        entries.extend(gauge_generator::model_entry(&config.generator)?);
         let system = read(&options.prompts.join("answer_system.md"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
         let echo = serde_json::json!({
@@ -211,7 +182,7 @@ impl Stage for Answer {
 
     fn build(state: AnswerState, run: &mut StageRun, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<AnswerSummary> {
         let started = std::time::Instant::now();
-        let rows = answer_all(&state, config, inputs, options)?;
+        let (rows, cut_passages) = answer_all(&state, config, inputs, options)?;
         let n = write_answers(&run.path("answers.parquet"), &rows)?;
         run.add_output("answers.parquet", Some(n))?;
         let citations: usize = rows.iter().map(|r| r.citations.len()).sum();
@@ -219,6 +190,7 @@ impl Stage for Answer {
         let summary = AnswerSummary { questions: rows.len(), refused: rows.iter().filter(|r| r.refused).count(), citations, invented, seconds: started.elapsed().as_secs_f64() };
         run.set_stat("questions", summary.questions);
         run.set_stat("refused", summary.refused);
+        run.set_stat("passages_cut_to_fit_context", cut_passages);
         run.set_stat("citations", citations);
         run.set_stat("invented_citations", invented);
         run.set_stat("completion_tokens", rows.iter().map(|r| r.completion_tokens).sum::<usize>());
@@ -231,11 +203,6 @@ impl Stage for Answer {
     }
 }
 
-enum Generator {
-    Local(Box<LanguageModel>),
-    Api(Box<gauge_llm::ChatClient>),
-}
-
 /// The user message for a question and its passages.
 pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, String)]) -> anyhow::Result<String> {
     let mut env = minijinja::Environment::new();
@@ -244,20 +211,16 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
     Ok(env.get_template("answer")?.render(minijinja::context! { question => question, passages => ps })?)
 }
 
-fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<Vec<AnswerRow>> {
+/// The answers, and how many passage cuts fitting the prompts to the context took.
+fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
     let cfg = config.retrieval.clone().normalize();
     let mut engine = Engine::open(&inputs.index, &EngineOptions { dense: cfg.dense, model: None, device: options.device.clone() })?;
     if let Some(rc) = &cfg.rerank {
         engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &options.device)?);
     }
-    let generator = match &config.generator {
-        GeneratorConfig::Local { model } => Generator::Local(Box::new(LanguageModel::load(model, &gauge_encoder::device::parse(&options.device)?)?)),
-        // Free text (no JSON mode), with the generation settings of the config.
-        GeneratorConfig::Api(chat) => Generator::Api(Box::new(gauge_llm::ChatClient::new(
-            gauge_llm::ChatConfig { json_mode: false, temperature: config.generation.temperature, max_tokens: Some(config.generation.max_new_tokens as u32), ..chat.clone() },
-            gauge_llm::RetryPolicy::default(),
-        ))),
-    };
+    let generator = Generator::open(&config.generator, &options.device, gauge_llm::RetryPolicy::default())?;
+    let opts = GenerateOptions { stream: options.stream, ..config.generation.clone() };
+    let mut cut_passages = 0usize;
     let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
     let mut rows = Vec::with_capacity(state.questions.len());
     for q in &state.questions {
@@ -283,24 +246,19 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
             bar.inc(1);
             continue;
         }
-        let user = render_prompt(&state.template, &q.question, &passages)?;
-        let messages = [Message::new("system", state.system.trim()), Message::new("user", &user)];
-        let t = std::time::Instant::now();
-        let (answer, prompt_tokens, completion_tokens, finish) = match &generator {
-            Generator::Local(lm) => {
-                let chat = lm.chat.as_ref().ok_or_else(|| anyhow::anyhow!("{}: the model has no chat template", lm.source.display()))?;
-                let prompt = chat.render(&messages, true)?;
-                let ids = lm.tokenizer.encode(prompt.as_str(), false).map_err(|e| anyhow::anyhow!("tokenize: {e}"))?.get_ids().to_vec();
-                let opts = GenerateOptions { stream: options.stream, ..config.generation.clone() };
-                let g = lm.generate(&ids, &opts)?;
-                (g.text.trim().to_string(), g.prompt_tokens, g.ids.len(), g.finish_reason)
-            }
-            Generator::Api(client) => {
-                let msgs = [gauge_llm::Message::system(state.system.trim()), gauge_llm::Message::user(user)];
-                let reply = client.complete(&msgs)?;
-                (reply.content.trim().to_string(), reply.usage.prompt_tokens as usize, reply.usage.completion_tokens as usize, "api".to_string())
-            }
+        // Passages are shortened (longest first) when the prompt would not leave the reply
+        // its tokens in the model's context.
+        let mut texts: Vec<String> = passages.iter().map(|(_, t)| t.clone()).collect();
+        let messages = |texts: &[String]| -> Vec<Message> {
+            let given: Vec<(GivenPassage, String)> = passages.iter().zip(texts).map(|((g, _), t)| (g.clone(), t.clone())).collect();
+            let user = render_prompt(&state.template, &q.question, &given).unwrap_or_default();
+            vec![Message::system(state.system.trim()), Message::user(user)]
         };
+        render_prompt(&state.template, &q.question, &passages)?;
+        cut_passages += generator.fit(&mut texts, opts.max_new_tokens, messages)?;
+        let t = std::time::Instant::now();
+        let reply = generator.complete(&messages(&texts), &opts, None)?;
+        let (answer, prompt_tokens, completion_tokens, finish) = (reply.text, reply.prompt_tokens, reply.completion_tokens, reply.finish_reason);
         let given: Vec<GivenPassage> = passages.into_iter().map(|(g, _)| g).collect();
         let citations = check(&answer, &given);
         rows.push(AnswerRow {
@@ -318,7 +276,10 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(rows)
+    if cut_passages > 0 {
+        tracing::info!("{cut_passages} passage cut(s) to fit {}'s context", generator.name());
+    }
+    Ok((rows, cut_passages))
 }
 
 /// Writes `answers.parquet` (columns in [`gauge_core::schema::ANSWER_COLUMNS`]).

@@ -155,8 +155,10 @@ pub fn read_file(path: &Path) -> Result<Layer, ConfigError> {
 
 /// Deserialises a config: the type's defaults, then each layer in order. An error names the
 /// layer that introduced the offending field when it can be found, else every layer.
-pub fn resolve<C: DeserializeOwned>(layers: &[Layer]) -> Result<C, ConfigError> {
-    let mut merged = Value::Object(Map::new());
+pub fn resolve<C: DeserializeOwned + serde::Serialize + Default>(layers: &[Layer]) -> Result<C, ConfigError> {
+    // The defaults are the first layer, so that a layer setting one field of a tagged enum
+    // (`teacher.base_url`) lands in the default variant, `kind` included.
+    let mut merged = serde_json::to_value(C::default()).unwrap_or_else(|_| Value::Object(Map::new()));
     for layer in layers {
         merge(&mut merged, &layer.patch);
     }
@@ -216,7 +218,7 @@ impl ConfigArgs {
     }
 
     /// Resolves a config: defaults → file → `--set` → `flags` (one merge path).
-    pub fn resolve<C: DeserializeOwned>(&self, flags: Layer) -> Result<C, ConfigError> {
+    pub fn resolve<C: DeserializeOwned + serde::Serialize + Default>(&self, flags: Layer) -> Result<C, ConfigError> {
         let mut layers = self.layers()?;
         layers.push(flags);
         resolve(&layers)

@@ -7,12 +7,14 @@
 //! jitter, honouring `Retry-After`. The key is sent in the `Authorization` header only: it is
 //! never part of a config, a log line or an error (server text is scrubbed of it too).
 #![deny(missing_docs)]
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 /// Endpoint settings (serde, with defaults). Holds the key's variable name, never the key.
+/// Sampling and length are per request ([`Sampling`]): they belong to the stage's own
+/// `generation` settings, shared with the local decoder.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChatConfig {
@@ -23,12 +25,88 @@ pub struct ChatConfig {
     /// Name of the environment variable holding the API key (unset or empty: no key sent,
     /// as local servers expect).
     pub api_key_env: String,
-    /// Sampling temperature.
-    pub temperature: f32,
-    /// Completion token limit.
-    pub max_tokens: Option<u32>,
-    /// Ask for a JSON object (`response_format: {"type": "json_object"}`).
-    pub json_mode: bool,
+    /// How replies that must be JSON are asked for (see [`StructuredOutput`]).
+    pub structured_output: StructuredOutput,
+    /// The model's context in tokens, when the endpoint does not say (its `/v1/models`
+    /// metadata, or llama.cpp's `/props`, is asked first).
+    pub context_tokens: Option<u32>,
+}
+
+/// How a reply that must be JSON is asked for.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// `response_format: {"type": "json_schema", ...}` with the reply's JSON Schema (OpenAI,
+    /// vLLM, Ollama and llama.cpp's server accept it; the local ones constrain decoding to
+    /// it). When the endpoint rejects the field with a 4xx, the client falls back, once and
+    /// for the rest of the run, to the prompt-only contract (and says so in the manifest).
+    #[default]
+    Auto,
+    /// Always send the schema; a rejection is an error.
+    JsonSchema,
+    /// `response_format: {"type": "json_object"}`: some JSON object, no schema.
+    JsonObject,
+    /// Nothing in the request: the prompt alone states the contract (plus a repair round).
+    Off,
+}
+
+/// The JSON Schema a reply must satisfy, named as `response_format.json_schema.name`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseSchema {
+    /// Name (letters, digits, `_`, `-`).
+    pub name: String,
+    /// The schema.
+    pub schema: serde_json::Value,
+}
+
+impl ResponseSchema {
+    /// The schema of a Rust type, derived with `schemars` from the same type that parses the
+    /// reply (doc comments become `description`s; `deny_unknown_fields` becomes
+    /// `additionalProperties: false`).
+    pub fn of<T: schemars::JsonSchema>(name: &str) -> ResponseSchema {
+        let mut schema = serde_json::to_value(schemars::schema_for!(T)).expect("schemas serialise");
+        if let Some(o) = schema.as_object_mut() {
+            o.remove("$schema");
+        }
+        ResponseSchema { name: name.to_string(), schema }
+    }
+
+    /// Whether OpenAI's `strict` mode accepts the schema: every object closed
+    /// (`additionalProperties: false`) with all its properties required.
+    pub fn is_strict(&self) -> bool {
+        fn strict(v: &serde_json::Value) -> bool {
+            match v {
+                serde_json::Value::Object(o) => {
+                    if let Some(props) = o.get("properties").and_then(|p| p.as_object()) {
+                        let required: Vec<&str> = o.get("required").and_then(|r| r.as_array()).map(|r| r.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+                        if o.get("additionalProperties") != Some(&serde_json::Value::Bool(false)) || props.keys().any(|k| !required.contains(&k.as_str())) {
+                            return false;
+                        }
+                    }
+                    o.values().all(strict)
+                }
+                serde_json::Value::Array(a) => a.iter().all(strict),
+                _ => true,
+            }
+        }
+        strict(&self.schema)
+    }
+
+    /// The `response_format` field asking for this schema.
+    pub fn response_format(&self) -> serde_json::Value {
+        serde_json::json!({ "type": "json_schema", "json_schema": { "name": self.name, "schema": self.schema, "strict": self.is_strict() } })
+    }
+}
+
+/// What structured-output contract a run actually used (for manifests).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StructuredStatus {
+    /// The configured mode.
+    pub requested: StructuredOutput,
+    /// `json_schema`, `json_object` or `prompt_only`.
+    pub used: String,
+    /// Why the client fell back to the prompt-only contract (the endpoint's rejection).
+    pub fallback_reason: Option<String>,
 }
 
 impl Default for ChatConfig {
@@ -37,10 +115,26 @@ impl Default for ChatConfig {
             base_url: "https://api.openai.com/v1".into(),
             model: "gpt-4o-mini".into(),
             api_key_env: "OPENAI_API_KEY".into(),
-            temperature: 0.2,
-            max_tokens: Some(1500),
-            json_mode: true,
+            structured_output: StructuredOutput::Auto,
+            context_tokens: None,
         }
+    }
+}
+
+/// Sampling and length of one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// Temperature (0: greedy).
+    pub temperature: f32,
+    /// Completion token limit.
+    pub max_tokens: Option<u32>,
+    /// Seed, for endpoints that honour one.
+    pub seed: Option<u64>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { temperature: 0.0, max_tokens: None, seed: None }
     }
 }
 
@@ -203,6 +297,56 @@ pub struct ChatClient {
     agent: ureq::Agent,
     limiter: RateLimiter,
     jitter: Mutex<u64>,
+    /// Why `auto` fell back to the prompt-only contract, once it has.
+    fallback: Mutex<Option<String>>,
+    /// The model's context, discovered once.
+    context: OnceLock<Option<usize>>,
+    /// Whether the server counts tokens for us (llama.cpp's `/tokenize`), probed once.
+    tokenize: OnceLock<bool>,
+}
+
+/// Tokens a chat template adds around each message (role markers), as counted by
+/// [`ChatClient::prompt_tokens`].
+pub const TOKENS_PER_MESSAGE: usize = 8;
+
+/// A conservative token count for text when no tokenizer is at hand: one token per 3 bytes
+/// (English prose runs at about 4 bytes per token in the tokenizers gauge meets; digits and
+/// identifiers such as `§ 174.63` run closer to 1-2).
+pub fn estimate_tokens(text: &str) -> usize {
+    text.len().div_ceil(3)
+}
+
+/// Shortens `passages` until `count(passages)` is at most `budget`: the longest passage is
+/// cut (at a word boundary, marked with ` …`) by about the overflow, and the count is taken
+/// again. Returns how many cuts were made, or an error when the passages are down to their
+/// floor (48 characters each) and the prompt still does not fit.
+pub fn fit_passages(passages: &mut [String], budget: usize, count: impl Fn(&[String]) -> usize) -> Result<usize, String> {
+    const FLOOR: usize = 48;
+    const MARK: &str = " …";
+    let mut cuts = 0;
+    loop {
+        let n = count(passages);
+        if n <= budget {
+            return Ok(cuts);
+        }
+        // Only passages that a cut still shortens (longer than the floor plus the marker).
+        let longest = passages.iter().map(|p| p.len()).enumerate().filter(|&(_, l)| l > FLOOR + MARK.len()).max_by_key(|&(i, l)| (l, std::cmp::Reverse(i)));
+        let Some((i, len)) = longest else {
+            return Err(format!("the prompt needs {n} tokens even with every passage cut to {FLOOR} characters; the budget is {budget}"));
+        };
+        // Bytes per token of this text, at least 2: cut the overflow plus 5 %.
+        let over = n - budget;
+        let per_token = (len / count(&passages[i..=i]).max(1)).max(2);
+        let target = len.saturating_sub(over * per_token + len / 20).max(FLOOR);
+        let p = &passages[i];
+        let mut end = target.min(p.len());
+        while !p.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = p[..end].rfind(char::is_whitespace).filter(|&w| w > end / 2).unwrap_or(end);
+        passages[i] = format!("{}{MARK}", p[..cut].trim_end());
+        cuts += 1;
+    }
 }
 
 #[derive(Deserialize)]
@@ -236,7 +380,18 @@ impl ChatClient {
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(policy.timeout)).http_status_as_error(false).build().into();
         let limiter = RateLimiter::new(policy.requests_per_minute);
-        ChatClient { config, policy, url, key, agent, limiter, jitter: Mutex::new(0x9E37_79B9_7F4A_7C15) }
+        ChatClient {
+            config,
+            policy,
+            url,
+            key,
+            agent,
+            limiter,
+            jitter: Mutex::new(0x9E37_79B9_7F4A_7C15),
+            fallback: Mutex::new(None),
+            context: OnceLock::new(),
+            tokenize: OnceLock::new(),
+        }
     }
 
     /// Whether a key was found in the environment.
@@ -310,18 +465,64 @@ impl ChatClient {
         Attempt::Done(ChatReply { content, usage: parsed.usage.unwrap_or_default(), attempts: 1 })
     }
 
-    /// Sends a chat; retries 408/429/5xx, timeouts and connection failures with backoff.
-    pub fn complete(&self, messages: &[Message]) -> Result<ChatReply, LlmError> {
+    /// Sends a chat for a free-text reply; retries 408/429/5xx, timeouts and connection
+    /// failures with backoff.
+    pub fn complete(&self, messages: &[Message], sampling: &Sampling) -> Result<ChatReply, LlmError> {
+        self.send(messages, sampling, None)
+    }
+
+    /// Sends a chat whose reply must be JSON of `schema`, asked for as the config's
+    /// [`StructuredOutput`] says. Under `auto`, a 4xx rejection of the schema field is
+    /// answered by sending the same chat without it; when that succeeds the client keeps to
+    /// the prompt-only contract for the rest of its life and [`Self::structured_status`]
+    /// says why.
+    pub fn complete_json(&self, messages: &[Message], sampling: &Sampling, schema: &ResponseSchema) -> Result<ChatReply, LlmError> {
+        let format = match self.config.structured_output {
+            StructuredOutput::Off => None,
+            StructuredOutput::JsonObject => Some(serde_json::json!({ "type": "json_object" })),
+            StructuredOutput::JsonSchema => Some(schema.response_format()),
+            StructuredOutput::Auto => self.fallback.lock().expect("fallback lock").is_none().then(|| schema.response_format()),
+        };
+        let auto = self.config.structured_output == StructuredOutput::Auto && format.is_some();
+        match self.send(messages, sampling, format) {
+            Err(LlmError::Rejected { status, message, .. }) if auto && matches!(status, 400 | 415 | 422 | 501) => {
+                let reply = self.send(messages, sampling, None)?;
+                let mut fallback = self.fallback.lock().expect("fallback lock");
+                if fallback.is_none() {
+                    tracing::warn!("{}: the endpoint rejected `response_format: json_schema` (HTTP {status}); keeping to the prompt-only JSON contract for this run", self.url);
+                    *fallback = Some(format!("HTTP {status}: {message}"));
+                }
+                Ok(reply)
+            }
+            other => other,
+        }
+    }
+
+    /// The structured-output contract in use so far.
+    pub fn structured_status(&self) -> StructuredStatus {
+        let fallback_reason = self.fallback.lock().expect("fallback lock").clone();
+        let used = match (self.config.structured_output, &fallback_reason) {
+            (StructuredOutput::Off, _) | (StructuredOutput::Auto, Some(_)) => "prompt_only",
+            (StructuredOutput::JsonObject, _) => "json_object",
+            _ => "json_schema",
+        };
+        StructuredStatus { requested: self.config.structured_output, used: used.into(), fallback_reason }
+    }
+
+    fn send(&self, messages: &[Message], sampling: &Sampling, response_format: Option<serde_json::Value>) -> Result<ChatReply, LlmError> {
         let mut body = serde_json::json!({
             "model": self.config.model,
             "messages": messages,
-            "temperature": self.config.temperature,
+            "temperature": sampling.temperature,
         });
-        if let Some(m) = self.config.max_tokens {
+        if let Some(m) = sampling.max_tokens {
             body["max_tokens"] = m.into();
         }
-        if self.config.json_mode {
-            body["response_format"] = serde_json::json!({ "type": "json_object" });
+        if let Some(seed) = sampling.seed {
+            body["seed"] = seed.into();
+        }
+        if let Some(f) = response_format {
+            body["response_format"] = f;
         }
         let mut attempts = 0;
         loop {
@@ -342,6 +543,86 @@ impl ChatClient {
                 }
             }
         }
+    }
+
+    /// The server root (the base URL without its trailing `/v1`).
+    fn root(&self) -> &str {
+        let base = self.config.base_url.trim_end_matches('/');
+        base.strip_suffix("/v1").unwrap_or(base)
+    }
+
+    /// One request, no retries, a short timeout: for metadata that may not exist.
+    fn probe(&self, method: &str, url: &str, body: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+        let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(10))).http_status_as_error(false).build().into();
+        let auth = self.key.as_ref().map(|k| format!("Bearer {k}"));
+        let mut resp = match (method, body) {
+            ("POST", Some(b)) => {
+                let mut r = agent.post(url).header("Content-Type", "application/json");
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(b.to_string()).ok()?
+            }
+            _ => {
+                let mut r = agent.get(url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call().ok()?
+            }
+        };
+        if resp.status().as_u16() != 200 {
+            return None;
+        }
+        serde_json::from_str(&resp.body_mut().read_to_string().ok()?).ok()
+    }
+
+    /// The model's context in tokens: `context_tokens` from the config, else what the
+    /// endpoint says (asked once): llama.cpp's served `n_ctx` (`/props`), or the model's
+    /// entry in `/v1/models` (`max_model_len` from vLLM, `context_length` from OpenRouter
+    /// and LM Studio, `meta.n_ctx_train` from llama.cpp). `None` when nothing says.
+    pub fn context_tokens(&self) -> Option<usize> {
+        if let Some(c) = self.config.context_tokens {
+            return Some(c as usize);
+        }
+        *self.context.get_or_init(|| {
+            let models = self.probe("GET", &format!("{}/models", self.config.base_url.trim_end_matches('/')), None);
+            let entry = models.as_ref().and_then(|m| {
+                let data = m["data"].as_array()?;
+                data.iter().find(|e| e["id"].as_str() == Some(self.config.model.as_str())).or_else(|| (data.len() == 1).then(|| &data[0])).cloned()
+            });
+            let from_entry = entry.as_ref().and_then(|e| ["max_model_len", "context_length", "context_window", "max_context_length"].iter().find_map(|k| e[*k].as_u64()));
+            let trained = entry.as_ref().and_then(|e| e["meta"]["n_ctx_train"].as_u64());
+            let served = self.probe("GET", &format!("{}/props", self.root()), None).and_then(|p| p["default_generation_settings"]["n_ctx"].as_u64().or_else(|| p["n_ctx"].as_u64()));
+            let found = from_entry.or(served).or(trained).map(|n| n as usize);
+            tracing::debug!("{}: model context {:?} tokens", self.url, found);
+            found
+        })
+    }
+
+    /// Tokens of `text`: counted by the server when it offers llama.cpp's `/tokenize`, else
+    /// [`estimate_tokens`].
+    pub fn count_tokens(&self, text: &str) -> usize {
+        let url = format!("{}/tokenize", self.root());
+        let exact = *self.tokenize.get_or_init(|| self.probe("POST", &url, Some(&serde_json::json!({ "content": "probe" }))).is_some_and(|v| v["tokens"].is_array()));
+        if exact {
+            if let Some(v) = self.probe("POST", &url, Some(&serde_json::json!({ "content": text }))) {
+                if let Some(t) = v["tokens"].as_array() {
+                    return t.len();
+                }
+            }
+        }
+        estimate_tokens(text)
+    }
+
+    /// Tokens of a chat prompt: its messages' tokens plus [`TOKENS_PER_MESSAGE`] each.
+    pub fn prompt_tokens(&self, messages: &[Message]) -> usize {
+        messages.iter().map(|m| self.count_tokens(&m.content) + TOKENS_PER_MESSAGE).sum()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChatConfig {
+        &self.config
     }
 }
 
@@ -372,6 +653,53 @@ mod tests {
         assert_eq!(json_payload("Sure!\n```json\n{\"a\":1}\n```\nDone."), "{\"a\":1}");
         assert_eq!(json_payload("Here: {\"a\":{\"b\":2}} hope it helps"), "{\"a\":{\"b\":2}}");
         assert_eq!(json_payload("no json"), "no json");
+    }
+
+    #[derive(schemars::JsonSchema, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Reply {
+        /// The question.
+        question: String,
+        tags: Vec<String>,
+        score: Option<u32>,
+    }
+
+    #[test]
+    fn response_schemas_come_from_the_rust_type() {
+        let s = ResponseSchema::of::<Reply>("reply");
+        assert_eq!(s.schema["type"], "object");
+        assert_eq!(s.schema["additionalProperties"], false);
+        assert_eq!(s.schema["properties"]["question"]["description"], "The question.");
+        assert_eq!(s.schema["properties"]["tags"]["items"]["type"], "string");
+        assert!(s.schema.get("$schema").is_none());
+        // `score` is optional, so OpenAI's strict mode would refuse the schema.
+        assert!(!s.is_strict());
+        let f = s.response_format();
+        assert_eq!(f["type"], "json_schema");
+        assert_eq!(f["json_schema"]["name"], "reply");
+        assert_eq!(f["json_schema"]["strict"], false);
+        #[derive(schemars::JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Closed {
+            a: String,
+        }
+        assert!(ResponseSchema::of::<Closed>("closed").is_strict());
+    }
+
+    #[test]
+    fn passages_are_cut_longest_first_at_word_boundaries() {
+        let words = |n: usize| (0..n).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+        let mut ps = vec![words(200), words(20), words(100)];
+        let count = |ps: &[String]| ps.iter().map(|p| estimate_tokens(p)).sum::<usize>() + 50;
+        let before = count(&ps);
+        let cuts = fit_passages(&mut ps, 400, count).unwrap();
+        assert!(cuts >= 1 && count(&ps) <= 400, "{} → {}", before, count(&ps));
+        assert!(ps[0].ends_with(" …") && ps[0].split_whitespace().rev().nth(1).unwrap().starts_with("word"), "{}", ps[0]);
+        assert_eq!(ps[1], words(20), "the short passage is untouched");
+        assert_eq!(fit_passages(&mut ps, 10_000, count), Ok(0));
+        assert!(fit_passages(&mut ps, 40, count).unwrap_err().contains("budget is 40"));
     }
 
     #[test]

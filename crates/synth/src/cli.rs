@@ -35,11 +35,15 @@ pub struct SynthArgs {
     /// Skip chunks shorter than this (`min_chars`).
     #[arg(long)]
     pub min_chars: Option<usize>,
+    /// Teacher kind: `api` (an OpenAI-compatible endpoint) or `local` (the Burn decoder) (`teacher.kind`).
+    #[arg(long, value_parser = ["api", "local"])]
+    #[serde(rename = "teacher.kind")]
+    pub teacher: Option<String>,
     /// Teacher base URL up to /v1, e.g. http://localhost:11434/v1 (`teacher.base_url`).
     #[arg(long)]
     #[serde(rename = "teacher.base_url")]
     pub base_url: Option<String>,
-    /// Teacher model name (`teacher.model`).
+    /// Teacher model: the endpoint's model name, or a local GGUF file / model folder / name (`teacher.model`).
     #[arg(long)]
     #[serde(rename = "teacher.model")]
     pub model: Option<String>,
@@ -47,6 +51,14 @@ pub struct SynthArgs {
     #[arg(long)]
     #[serde(rename = "teacher.api_key_env")]
     pub api_key_env: Option<String>,
+    /// Teacher reply length in tokens (`generation.max_new_tokens`).
+    #[arg(long)]
+    #[serde(rename = "generation.max_new_tokens")]
+    pub max_new_tokens: Option<usize>,
+    /// Device of a local teacher: cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    #[serde(skip)]
+    pub device: String,
     /// Prompt templates folder.
     #[arg(long, default_value = "pipelines/prompts")]
     #[serde(skip)]
@@ -106,6 +118,7 @@ impl StageCli for Synth {
             },
             prompts: args.prompts,
             copy_to: args.copy_to,
+            device: args.device,
         };
         Ok(Invocation { inputs: args.chunks, options, flags })
     }

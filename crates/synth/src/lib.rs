@@ -19,7 +19,9 @@ use std::sync::Mutex;
 use gauge_core::golden::{write_jsonl, GoldItem, GoldenQuestion};
 use gauge_core::schema::{read_chunks, ChunkRecord};
 use gauge_core::{Plan, Stage, StageRun};
-use gauge_llm::{ChatClient, ChatConfig, Message, RetryPolicy, Usage};
+use gauge_decoder::GenerateOptions;
+use gauge_generator::{Generator, GeneratorConfig};
+use gauge_llm::{ChatConfig, Message, RetryPolicy, Usage};
 use serde::{Deserialize, Serialize};
 
 pub use plan::Style;
@@ -59,8 +61,12 @@ pub struct SynthConfig {
     /// Questions whose word-trigram Jaccard similarity with an earlier one reaches this are
     /// dropped as near-duplicates (identical normalised text always is).
     pub near_duplicate_jaccard: f64,
-    /// The teacher endpoint (LLM mode).
-    pub teacher: ChatConfig,
+    /// The teacher (LLM mode): an OpenAI-compatible endpoint (`kind = "api"`, the default)
+    /// or the local decoder (`kind = "local"`). Either way the reply is held to
+    /// [`teacher::TeacherReply`]'s JSON Schema.
+    pub teacher: GeneratorConfig,
+    /// The teacher's sampling and reply length.
+    pub generation: GenerateOptions,
 }
 
 impl Default for SynthConfig {
@@ -73,7 +79,8 @@ impl Default for SynthConfig {
             min_chars: 300,
             split: Vec::new(),
             near_duplicate_jaccard: 0.7,
-            teacher: ChatConfig::default(),
+            teacher: GeneratorConfig::Api(ChatConfig::default()),
+            generation: GenerateOptions { max_new_tokens: 1500, temperature: 0.2, ..GenerateOptions::default() },
         }
     }
 }
@@ -111,6 +118,9 @@ pub struct JournalEntry {
     pub failure: Option<String>,
     /// Tokens spent on it.
     pub usage: Usage,
+    /// Passage cuts made to fit the prompt to the teacher's context.
+    #[serde(default)]
+    pub cuts: usize,
     /// HTTP attempts.
     pub attempts: u32,
 }
@@ -126,11 +136,13 @@ pub struct SynthOptions {
     pub prompts: PathBuf,
     /// Also copy `golden.jsonl` here once the artifact exists.
     pub copy_to: Option<PathBuf>,
+    /// Device of a local teacher.
+    pub device: String,
 }
 
 impl Default for SynthOptions {
     fn default() -> Self {
-        SynthOptions { concurrency: 4, retry: RetryPolicy::default(), prompts: PathBuf::from("pipelines/prompts"), copy_to: None }
+        SynthOptions { concurrency: 4, retry: RetryPolicy::default(), prompts: PathBuf::from("pipelines/prompts"), copy_to: None, device: "cpu".into() }
     }
 }
 
@@ -198,22 +210,33 @@ impl Journal {
     }
 }
 
-fn teacher_sample(client: &ChatClient, prompts: &teacher::Prompts, cfg: &SynthConfig, s: &plan::PlannedSample, chunks: &[ChunkRecord]) -> JournalEntry {
+fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthConfig, s: &plan::PlannedSample, chunks: &[ChunkRecord]) -> JournalEntry {
     let picked: Vec<&ChunkRecord> = s.chunks.iter().map(|&i| &chunks[i]).collect();
-    let user = prompts.user(s.style, &picked);
-    let mut messages = vec![Message::system(prompts.system()), Message::user(user.clone())];
-    let prompt_sha = sha256_hex(&format!("{}\n\n{}", prompts.system(), user));
     let mut usage = Usage::default();
     let mut attempts = 0;
-    let fail = |reason: String, usage: Usage, attempts: u32| JournalEntry { sample: s.index, row: None, failure: Some(reason), usage, attempts };
+    let fail = |reason: String, usage: Usage, attempts: u32, cuts: usize| JournalEntry { sample: s.index, row: None, failure: Some(reason), usage, attempts, cuts };
+    // The passages are shortened when the prompt would not leave the reply its tokens.
+    let mut texts: Vec<String> = picked.iter().map(|c| c.text.clone()).collect();
+    let render = |texts: &[String]| -> Vec<Message> {
+        let fitted: Vec<ChunkRecord> = picked.iter().zip(texts).map(|(c, t)| ChunkRecord { text: t.clone(), ..(*c).clone() }).collect();
+        let refs: Vec<&ChunkRecord> = fitted.iter().collect();
+        vec![Message::system(prompts.system()), Message::user(prompts.user(s.style, &refs))]
+    };
+    let cuts = match teacher.fit(&mut texts, cfg.generation.max_new_tokens, render) {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string(), usage, attempts, 0),
+    };
+    let mut messages = render(&texts);
+    let prompt_sha = sha256_hex(&format!("{}\n\n{}", messages[0].content, messages[1].content));
+    let schema = teacher::reply_schema();
     for round in 0..2 {
-        let reply = match client.complete(&messages) {
+        let reply = match teacher.complete(&messages, &cfg.generation, Some(&schema)) {
             Ok(r) => r,
-            Err(e) => return fail(e.reason(), usage, attempts),
+            Err(e) => return fail(e.to_string(), usage, attempts, cuts),
         };
-        usage += reply.usage;
+        usage += Usage { prompt_tokens: reply.prompt_tokens as u64, completion_tokens: reply.completion_tokens as u64 };
         attempts += reply.attempts;
-        match teacher::parse_reply(&reply.content) {
+        match teacher::parse_reply(&reply.text) {
             Ok(r) => {
                 let row = SynthRow {
                     golden: GoldenQuestion {
@@ -225,19 +248,19 @@ fn teacher_sample(client: &ChatClient, prompts: &teacher::Prompts, cfg: &SynthCo
                         category: Some(s.style.name().into()),
                     },
                     thinking: Some(r.reasoning),
-                    teacher_model: cfg.teacher.model.clone(),
+                    teacher_model: teacher.name().to_string(),
                     prompt_sha256: Some(prompt_sha),
                     chunk_id: picked[0].chunk_id.clone(),
                     split: None,
                 };
-                return JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts };
+                return JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts, cuts };
             }
             Err(e) if round == 0 => {
                 // One repair round: show the reply back with what was wrong.
-                messages.push(Message::assistant(reply.content));
+                messages.push(Message::assistant(reply.text));
                 messages.push(Message::user(prompts.repair(&e)));
             }
-            Err(e) => return fail(format!("invalid JSON after one repair: {e}"), usage, attempts),
+            Err(e) => return fail(format!("invalid reply after one repair: {e}"), usage, attempts, cuts),
         }
     }
     unreachable!("two rounds at most")
@@ -281,13 +304,18 @@ impl Stage for Synth {
                 (cfg.styles.clone(), Some(p))
             }
         };
+        let mut inputs = vec![entry];
+        if cfg.mode == Mode::Llm {
+            inputs.extend(gauge_generator::model_entry(&cfg.teacher)?);
+        }
         let echo = serde_json::json!({
             "config": cfg,
+            "reply_schema": (cfg.mode == Mode::Llm).then(|| teacher::reply_schema().schema),
             "styles": styles,
             "prompt_templates": prompts.as_ref().map(|p| p.hashes()),
             "label": match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" },
         });
-        Ok(Plan::new(vec![entry], SynthState { chunks, chunks_path, styles, prompts }).echo(echo).seed(cfg.seed))
+        Ok(Plan::new(inputs, SynthState { chunks, chunks_path, styles, prompts }).echo(echo).seed(cfg.seed))
     }
 
     fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &PathBuf, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
@@ -320,6 +348,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     let journal = Journal { file: Mutex::new(file) };
     let bar = gauge_core::progress::bar(planned.len() as u64, "samples");
     bar.inc(resumed as u64);
+    let mut structured = None;
     match cfg.mode {
         Mode::Ict => {
             for s in &pending {
@@ -340,12 +369,12 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
                     chunk_id: c.chunk_id.clone(),
                     split: None,
                 };
-                journal.append(&JournalEntry { sample: s.index, row: Some(row), failure: None, usage: Usage::default(), attempts: 0 })?;
+                journal.append(&JournalEntry { sample: s.index, row: Some(row), failure: None, usage: Usage::default(), attempts: 0, cuts: 0 })?;
                 bar.inc(1);
             }
         }
         Mode::Llm => {
-            let client = ChatClient::new(cfg.teacher.clone(), rt.retry.clone());
+            let client = Generator::open(&cfg.teacher, &rt.device, rt.retry.clone())?;
             let prompts = prompts.as_ref().expect("LLM mode loads prompts");
             let next = AtomicUsize::new(0);
             let error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
@@ -371,6 +400,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
             if let Some(e) = error.into_inner().expect("lock") {
                 return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
             }
+            structured = Some(client.structured_status());
         }
     }
     bar.finish_and_clear();
@@ -381,11 +411,13 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     anyhow::ensure!(entries.len() == planned.len(), "{}: journal holds {} of {} samples", journal_path.display(), entries.len(), planned.len());
     let mut usage = Usage::default();
     let mut attempts = 0u64;
+    let mut cuts = 0usize;
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for e in entries.values() {
         usage += e.usage;
         attempts += e.attempts as u64;
+        cuts += e.cuts;
         match (&e.row, &e.failure) {
             (Some(r), _) => rows.push(r.clone()),
             (None, f) => failures.push(serde_json::json!({ "sample": e.sample, "style": planned[e.sample].style, "chunk_ids": planned[e.sample].chunks.iter().map(|&i| chunks[i].chunk_id.clone()).collect::<Vec<_>>(), "reason": f })),
@@ -422,5 +454,10 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     run.set_stat("prompt_tokens", usage.prompt_tokens);
     run.set_stat("completion_tokens", usage.completion_tokens);
     run.set_stat("http_attempts", attempts);
+    run.set_stat("passages_cut_to_fit_context", cuts);
+    if let Some(st) = structured {
+        // How the JSON replies were obtained in this run (a resumed run reports its own).
+        run.set_stat("structured_output", st);
+    }
     Ok(SynthSummary { accepted: rows.len(), failed: failures.len(), resumed })
 }

@@ -60,17 +60,24 @@ impl Prompts {
     }
 }
 
-/// The reply the teacher must send.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// The reply the teacher must send. Its JSON Schema (derived from this type, doc comments
+/// included) is sent as `response_format` and drives the local decoder's constraint.
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeacherReply {
-    /// The question.
+    /// One self-contained question a reader of the passage could ask (5 words or more).
     pub question: String,
-    /// The four-phase reasoning text.
+    /// The reasoning, walking through Contextual Audit, Evidence Mapping, Synthesis and
+    /// Verification in that order.
     #[serde(alias = "thinking")]
     pub reasoning: String,
-    /// The answer.
+    /// The answer, citing the passage as [source p.N].
     pub answer: String,
+}
+
+/// The JSON Schema of [`TeacherReply`] as a `response_format`.
+pub fn reply_schema() -> gauge_llm::ResponseSchema {
+    gauge_llm::ResponseSchema::of::<TeacherReply>("teacher_reply")
 }
 
 /// Parses and checks a reply: strict JSON (after unwrapping a fenced block), a question of at

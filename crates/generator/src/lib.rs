@@ -1,0 +1,226 @@
+//! One way to ask a language model for a reply, used by every gauge stage that calls one
+//! (`answer`'s generator, `synth-data`'s teacher, and the judge and query rewriting to come).
+//!
+//! A [`Generator`] is either the local Burn decoder (a GGUF file or a Hugging Face folder) or
+//! an OpenAI-compatible endpoint. Both take the same messages and [`GenerateOptions`], and
+//! both honour a [`ResponseSchema`] when the reply must be JSON: the endpoint through
+//! `response_format: json_schema` (with the `auto` fallback of [`gauge_llm::ChatClient`]),
+//! the local decoder by constrained decoding ([`gauge_decoder::constrain`]). Before a prompt
+//! is sent, [`Generator::fit`] counts its tokens against the model's context and shortens
+//! the context passages instead of letting the server fail.
+#![deny(missing_docs)]
+use std::sync::{Mutex, OnceLock};
+
+use gauge_decoder::{DecoderError, GenerateOptions, LanguageModel, SchemaCompiler};
+use gauge_llm::{ChatClient, ChatConfig, LlmError, Message, ResponseSchema, RetryPolicy, Sampling};
+use serde::{Deserialize, Serialize};
+
+/// Tokens kept free between the prompt, the reply budget and the context's end.
+pub const CONTEXT_MARGIN: usize = 16;
+
+/// Which model writes the replies.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GeneratorConfig {
+    /// The Burn decoder: a GGUF file or a Hugging Face folder (or a name in the models directory).
+    Local {
+        /// Model file, folder or name.
+        #[serde(default = "default_model")]
+        model: String,
+    },
+    /// An OpenAI-compatible endpoint (key from an environment variable only).
+    Api(ChatConfig),
+}
+
+/// The local model fetched by `just models`.
+pub fn default_model() -> String {
+    "SmolLM2-135M-Instruct.Q4_1.gguf".into()
+}
+
+impl Default for GeneratorConfig {
+    fn default() -> Self {
+        GeneratorConfig::Local { model: default_model() }
+    }
+}
+
+/// The manifest entry of a local model (its file's hash; for a sharded folder, the index's),
+/// so that a stage's fingerprint changes with the weights. `None` for an endpoint.
+pub fn model_entry(config: &GeneratorConfig) -> Result<Option<gauge_core::FileEntry>, GeneratorError> {
+    let GeneratorConfig::Local { model } = config else { return Ok(None) };
+    let path = gauge_decoder::resolve(model)?;
+    let file = if path.is_file() { path.clone() } else { path.join("model.safetensors") };
+    let hash = if file.is_file() {
+        gauge_core::hash::file_hash(&file).map_err(|e| GeneratorError::Prompt(e.to_string()))?
+    } else {
+        gauge_core::hash::bytes_hash(std::fs::read_to_string(path.join("model.safetensors.index.json")).unwrap_or_default().as_bytes())
+    };
+    Ok(Some(gauge_core::FileEntry { path: path.display().to_string(), name: "model".into(), hash, rows: None }))
+}
+
+/// Why a reply could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum GeneratorError {
+    /// The endpoint failed (after its retries).
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// The local model failed.
+    #[error(transparent)]
+    Decoder(#[from] DecoderError),
+    /// The prompt cannot be built or does not fit.
+    #[error("{0}")]
+    Prompt(String),
+}
+
+/// A reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The text (a JSON document when a schema was given and honoured).
+    pub text: String,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// `eos`, `stop`, `length` (local) or `api`.
+    pub finish_reason: String,
+    /// HTTP attempts (0 for the local model).
+    pub attempts: u32,
+}
+
+enum Backend {
+    Local { lm: Box<LanguageModel>, compiler: OnceLock<Result<SchemaCompiler, String>>, busy: Mutex<()> },
+    Api(Box<ChatClient>),
+}
+
+/// A model that answers chats.
+pub struct Generator {
+    backend: Backend,
+    name: String,
+}
+
+impl Generator {
+    /// Loads the local model onto `device`, or prepares the endpoint client.
+    pub fn open(config: &GeneratorConfig, device: &str, retry: RetryPolicy) -> Result<Generator, GeneratorError> {
+        Ok(match config {
+            GeneratorConfig::Local { model } => {
+                let device = gauge_encoder::device::parse(device).map_err(|e| GeneratorError::Prompt(e.to_string()))?;
+                let lm = LanguageModel::load(model, &device)?;
+                if lm.chat.is_none() {
+                    return Err(GeneratorError::Prompt(format!("{}: the model has no chat template; use an instruction-tuned model", lm.source.display())));
+                }
+                Generator { backend: Backend::Local { lm: Box::new(lm), compiler: OnceLock::new(), busy: Mutex::new(()) }, name: model.clone() }
+            }
+            GeneratorConfig::Api(chat) => Generator { backend: Backend::Api(Box::new(ChatClient::new(chat.clone(), retry))), name: chat.model.clone() },
+        })
+    }
+
+    /// The model's name as configured.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether replies come from the local decoder (one at a time).
+    pub fn is_local(&self) -> bool {
+        matches!(self.backend, Backend::Local { .. })
+    }
+
+    /// The local model, when it is one.
+    pub fn local_model(&self) -> Option<&LanguageModel> {
+        match &self.backend {
+            Backend::Local { lm, .. } => Some(lm),
+            Backend::Api(_) => None,
+        }
+    }
+
+    fn local_prompt(lm: &LanguageModel, messages: &[Message]) -> Result<Vec<u32>, GeneratorError> {
+        let chat = lm.chat.as_ref().expect("checked at open");
+        let msgs: Vec<gauge_decoder::Message> = messages.iter().map(|m| gauge_decoder::Message::new(&m.role, m.content.trim())).collect();
+        let prompt = chat.render(&msgs, true)?;
+        Ok(lm.tokenizer.encode(prompt.as_str(), false).map_err(|e| GeneratorError::Prompt(format!("tokenize: {e}")))?.get_ids().to_vec())
+    }
+
+    /// A reply to `messages`; with `schema`, a JSON document of that schema (guaranteed by
+    /// constrained decoding locally; by the endpoint when it honours `response_format`).
+    pub fn complete(&self, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>) -> Result<Completion, GeneratorError> {
+        match &self.backend {
+            Backend::Local { lm, compiler, busy } => {
+                let ids = Self::local_prompt(lm, messages)?;
+                let mut constraint = match schema {
+                    Some(s) => {
+                        let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Prompt(e.clone()))?;
+                        Some(compiler.constraint(&s.schema)?)
+                    }
+                    None => None,
+                };
+                let _one_at_a_time = busy.lock().expect("generator lock");
+                let g = lm.generate_with(&ids, opts, constraint.as_mut())?;
+                let completion_tokens = g.ids.len();
+                Ok(Completion { text: g.text.trim().to_string(), prompt_tokens: g.prompt_tokens, completion_tokens, finish_reason: g.finish_reason, attempts: 0 })
+            }
+            Backend::Api(client) => {
+                let sampling = Sampling { temperature: opts.temperature, max_tokens: Some(opts.max_new_tokens as u32), seed: Some(opts.seed) };
+                let reply = match schema {
+                    Some(s) => client.complete_json(messages, &sampling, s)?,
+                    None => client.complete(messages, &sampling)?,
+                };
+                Ok(Completion {
+                    text: reply.content.trim().to_string(),
+                    prompt_tokens: reply.usage.prompt_tokens as usize,
+                    completion_tokens: reply.usage.completion_tokens as usize,
+                    finish_reason: "api".into(),
+                    attempts: reply.attempts,
+                })
+            }
+        }
+    }
+
+    /// The model's context in tokens (the local model's `max_position_embeddings`; for an
+    /// endpoint, see [`ChatClient::context_tokens`]).
+    pub fn context_tokens(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Local { lm, .. } => Some(lm.model.config.max_position_embeddings),
+            Backend::Api(c) => c.context_tokens(),
+        }
+    }
+
+    /// Tokens of the prompt `messages` make: exact for the local model (its chat template
+    /// and tokenizer), counted by the server or estimated for an endpoint.
+    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<usize, GeneratorError> {
+        match &self.backend {
+            Backend::Local { lm, .. } => Ok(Self::local_prompt(lm, messages)?.len()),
+            Backend::Api(c) => Ok(c.prompt_tokens(messages)),
+        }
+    }
+
+    /// Shortens `passages` until the prompt `render(passages)` leaves `reply_tokens` (plus
+    /// [`CONTEXT_MARGIN`]) free in the model's context; returns how many cuts were made
+    /// (0 when it fits, or when the context is unknown).
+    pub fn fit(&self, passages: &mut [String], reply_tokens: usize, render: impl Fn(&[String]) -> Vec<Message>) -> Result<usize, GeneratorError> {
+        let Some(context) = self.context_tokens() else { return Ok(0) };
+        let budget = context.checked_sub(reply_tokens + CONTEXT_MARGIN).ok_or_else(|| GeneratorError::Prompt(format!("the reply budget of {reply_tokens} tokens does not fit the model's context of {context}; lower max_new_tokens")))?;
+        let failed = std::cell::RefCell::new(None);
+        let count = |ps: &[String]| match self.prompt_tokens(&render(ps)) {
+            Ok(n) => n,
+            Err(e) => {
+                failed.borrow_mut().get_or_insert(e.to_string());
+                0
+            }
+        };
+        let cuts = gauge_llm::fit_passages(passages, budget, count).map_err(|e| GeneratorError::Prompt(format!("{e} (context {context} tokens, {reply_tokens} kept for the reply)")))?;
+        if let Some(e) = failed.into_inner() {
+            return Err(GeneratorError::Prompt(e));
+        }
+        if cuts > 0 {
+            tracing::debug!("{}: {cuts} passage cut(s) to fit a context of {context} tokens", self.name);
+        }
+        Ok(cuts)
+    }
+
+    /// How JSON replies were obtained, for manifests: constrained decoding (local), or the
+    /// endpoint's [`gauge_llm::StructuredStatus`].
+    pub fn structured_status(&self) -> serde_json::Value {
+        match &self.backend {
+            Backend::Local { .. } => serde_json::json!({ "used": "constrained_decoding" }),
+            Backend::Api(c) => serde_json::to_value(c.structured_status()).expect("status serialises"),
+        }
+    }
+}
