@@ -228,16 +228,16 @@ impl ConfigArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Deserialize;
+    use serde::{Deserialize, Serialize};
 
-    #[derive(Debug, Deserialize, PartialEq)]
+    #[derive(Debug, Deserialize, Serialize, PartialEq)]
     #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
     enum Fusion {
         Rrf { k: f32 },
         Weighted { #[serde(default)] alpha: f32 },
     }
 
-    #[derive(Debug, Deserialize, PartialEq)]
+    #[derive(Debug, Deserialize, Serialize, PartialEq)]
     #[serde(default, deny_unknown_fields)]
     struct Filters {
         min_chars: usize,
@@ -249,7 +249,7 @@ mod tests {
         }
     }
 
-    #[derive(Debug, Deserialize, PartialEq)]
+    #[derive(Debug, Deserialize, Serialize, PartialEq)]
     #[serde(default, deny_unknown_fields)]
     struct Demo {
         size: usize,
@@ -283,6 +283,14 @@ mod tests {
         let flagged: Demo = args.resolve(Layer::from_flags("flags", &Flags { size: Some(9), keep_toc: true, fusion: Some("weighted".into()) })).unwrap();
         // The kind changed, so `k` of the file's rrf does not leak into `weighted`.
         assert_eq!(flagged, Demo { size: 9, model: "org/name".into(), filters: Filters { min_chars: 7, toc: false }, fusion: Fusion::Weighted { alpha: 0.0 } });
+    }
+
+    #[test]
+    fn a_field_of_the_default_variant_needs_no_kind() {
+        let d: Demo = resolve(&[set_layer("fusion.k=30").unwrap()]).unwrap();
+        assert_eq!(d.fusion, Fusion::Rrf { k: 30.0 });
+        let e = resolve::<Demo>(&[set_layer("fusion.alpha=0.5").unwrap()]).unwrap_err().to_string();
+        assert!(e.contains("alpha"), "{e}");
     }
 
     #[test]
