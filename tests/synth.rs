@@ -348,4 +348,83 @@ fn prompts_are_fitted_to_the_context_the_endpoint_reports() {
     assert!(server.requests().is_empty());
 }
 
+#[test]
+fn sft_examples_teach_citations_phases_and_refusal_and_split_by_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let chunks_dir = chunks_of(&shared().join("corpora/fra"), &art);
+    let chunks = gauge_core::schema::read_chunks(&Path::new(&chunks_dir).join("chunks.parquet")).unwrap();
+    let by_id: HashMap<&str, &gauge_core::schema::ChunkRecord> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+    let args = [chunks_dir.as_str(), "--mode", "sft", "--n", "60", "--split", "80:20", "--artifacts", art.to_str().unwrap()];
+    let dir = PathBuf::from(last_line(&ok(run("synth-data", &args))));
+    let rows = jsonl(&dir.join("sft.jsonl"));
+    assert!(rows.len() >= 55, "{} examples", rows.len());
+    let system = std::fs::read_to_string(repo_root().join("pipelines/prompts/answer_system.md")).unwrap();
+    let refusal = "The provided documents do not contain this information.";
+    let mut page_split: BTreeMap<(String, i64), String> = BTreeMap::new();
+    let mut refusals = 0;
+    for r in &rows {
+        let m = r["messages"].as_array().unwrap();
+        let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["system", "user", "assistant"]);
+        assert_eq!(m[0]["content"].as_str().unwrap(), system.trim());
+        let (user, reply) = (m[1]["content"].as_str().unwrap(), m[2]["content"].as_str().unwrap());
+        let context: Vec<&str> = r["context_chunk_ids"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        assert_eq!(context.len(), 3, "two distractors beside the chunk, or three without it");
+        // The user turn is `answer`'s own prompt: every context passage under its tag.
+        let given: Vec<gauge_answer::citations::GivenPassage> = context
+            .iter()
+            .map(|id| {
+                let c = by_id[id];
+                gauge_answer::citations::GivenPassage { chunk_id: c.chunk_id.clone(), source: c.source.clone(), page_start: c.page_start, page_end: c.page_end }
+            })
+            .collect();
+        let passages: Vec<(gauge_answer::citations::GivenPassage, String)> = given.iter().map(|g| (g.clone(), by_id[g.chunk_id.as_str()].text.clone())).collect();
+        let template = std::fs::read_to_string(repo_root().join("pipelines/prompts/answer_four_phase.md")).unwrap();
+        assert_eq!(user, gauge_answer::render_prompt(&template, r["question"].as_str().unwrap(), &passages).unwrap());
+        assert!(gauge_evaluate::answers::four_phases_in_order(reply), "{reply}");
+        let cites = gauge_answer::citations::check(reply, &given);
+        let chunk = r["chunk_id"].as_str().unwrap();
+        if r["kind"] == "refusal" {
+            refusals += 1;
+            assert!(!context.contains(&chunk), "a refusal context lacks the chunk");
+            assert!(reply.contains(refusal) && cites.is_empty(), "{reply}");
+        } else {
+            assert!(context.contains(&chunk));
+            let c = by_id[chunk];
+            assert!(!cites.is_empty() && cites.iter().all(|x| x.verified && x.source == c.source && x.page_start == c.page_start), "{reply}");
+            // The quoted sentence is the chunk's own.
+            let quoted = reply.split('"').nth(1).unwrap();
+            assert!(norm(&c.text).contains(&norm(quoted)), "{quoted:?}");
+            // Distractors come from other pages.
+            for id in context.iter().filter(|id| **id != chunk) {
+                let d = by_id[id];
+                assert!(!(d.source == c.source && d.page_start <= c.page_end && c.page_start <= d.page_end));
+            }
+        }
+        let split = r["split"].as_str().unwrap().to_string();
+        for p in r["page_start"].as_i64().unwrap()..=r["page_end"].as_i64().unwrap() {
+            let prev = page_split.entry((r["source"].as_str().unwrap().to_string(), p)).or_insert(split.clone());
+            assert_eq!(*prev, split, "page {p} feeds two splits");
+        }
+    }
+    assert!((3..=25).contains(&refusals), "{refusals} refusal examples of {} at a 0.2 share", rows.len());
+    let train = jsonl(&dir.join("train.jsonl")).len();
+    let test = jsonl(&dir.join("test.jsonl")).len();
+    assert_eq!(train + test, rows.len());
+    assert!(train > test && test > 0);
+    // Parquet holds the same rows; a forced rerun writes the same bytes.
+    let batch = gauge_core::table::read_parquet(&dir.join("sft.parquet"), &gauge_core::schema::arrow_schema(gauge_core::schema::SFT_COLUMNS)).unwrap();
+    assert_eq!(batch.num_rows(), rows.len());
+    let ids = gauge_core::table::Columns::new(&batch).strings_required("id");
+    assert_eq!(ids, rows.iter().map(|r| r["id"].as_str().unwrap().to_string()).collect::<Vec<_>>());
+    let first = std::fs::read(dir.join("sft.jsonl")).unwrap();
+    let again = PathBuf::from(last_line(&ok(run("synth-data", &[&args[..], &["--force"]].concat()))));
+    assert_eq!(std::fs::read(again.join("sft.jsonl")).unwrap(), first);
+
+    // Bad input names the field.
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "sft", "--set", "sft.refusal_share=1.5", "--artifacts", art.to_str().unwrap()]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refusal_share"));
+}
+
 use std::io::Write as _;

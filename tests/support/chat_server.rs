@@ -64,7 +64,7 @@ pub fn valid_reply(r: &Received) -> String {
     let words: Vec<String> = r.passage().split_whitespace().take(12).map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_string()).collect();
     serde_json::json!({
         "question": format!("What does the manual require regarding {}?", words.join(" ")),
-        "reasoning": "Contextual Audit: the passage scope. Evidence Mapping: the sentence quoted. Synthesis: combined. Verification: checked against the passage.",
+        "reasoning": {"contextual_audit": "the passage scope.", "evidence_mapping": "the sentence quoted.", "synthesis": "combined.", "verification": "checked against the passage."},
         "answer": format!("It says: {}.", words.join(" ")),
     })
     .to_string()

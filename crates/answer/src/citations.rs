@@ -22,14 +22,7 @@ impl GivenPassage {
     }
 }
 
-/// `[source p. N]` or `[source pp. A-B]`.
-pub fn page_tag(source: &str, first: i32, last: i32) -> String {
-    if first == last {
-        format!("[{source} p. {first}]")
-    } else {
-        format!("[{source} pp. {first}-{last}]")
-    }
-}
+pub use gauge_generator::answer_prompt::page_tag;
 
 /// One citation found in an answer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -203,12 +203,13 @@ impl Stage for Answer {
     }
 }
 
-/// The user message for a question and its passages.
+/// The user message for a question and its passages (the template shared with the SFT data).
 pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, String)]) -> anyhow::Result<String> {
-    let mut env = minijinja::Environment::new();
-    env.add_template("answer", template)?;
-    let ps: Vec<serde_json::Value> = passages.iter().map(|(g, text)| serde_json::json!({ "tag": g.tag(), "text": text, "source": g.source, "page_start": g.page_start, "page_end": g.page_end })).collect();
-    Ok(env.get_template("answer")?.render(minijinja::context! { question => question, passages => ps })?)
+    let ps: Vec<gauge_generator::answer_prompt::PromptPassage> = passages
+        .iter()
+        .map(|(g, text)| gauge_generator::answer_prompt::PromptPassage { source: g.source.clone(), page_start: g.page_start, page_end: g.page_end, text: text.clone() })
+        .collect();
+    Ok(gauge_generator::answer_prompt::render_answer_prompt(template, question, &ps)?)
 }
 
 /// The answers, and how many passage cuts fitting the prompts to the context took.

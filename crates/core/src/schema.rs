@@ -179,6 +179,20 @@ pub const ANSWER_COLUMNS: &[ColumnDoc] = &[
     col("finish_reason", Utf8, "`eos`, `stop`, `length`, `refused` or `api`"),
 ];
 
+/// Columns of `sft.parquet` (`synth-data --mode sft`), one row per training example.
+pub const SFT_COLUMNS: &[ColumnDoc] = &[
+    col("id", Utf8, "`sft-<sample index>`"),
+    col("kind", Utf8, "`grounded` (the context holds the answer) or `refusal` (it does not; the reply is the refusal sentence)"),
+    col("question", Utf8, "the question"),
+    col("messages", Utf8, "JSON list of the chat: `system` (answer_system.md), `user` (the answer template with the context), `assistant` (the reply), each `{role, content}`"),
+    col("chunk_id", Utf8, "the sampled chunk"),
+    col("source", Utf8, "its source file"),
+    col("page_start", Int32, "its first page"),
+    col("page_end", Int32, "its last page"),
+    col("context_chunk_ids", Utf8, "JSON list of the context's chunk ids, in prompt order"),
+    col("split", Utf8, "`train`, `dev` or `test` (page-grouped; empty when not split)"),
+];
+
 /// Builds the Arrow schema for a column list.
 pub fn arrow_schema(columns: &[ColumnDoc]) -> Arc<Schema> {
     Arc::new(Schema::new(

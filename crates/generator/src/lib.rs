@@ -9,6 +9,8 @@
 //! is sent, [`Generator::fit`] counts its tokens against the model's context and shortens
 //! the context passages instead of letting the server fail.
 #![deny(missing_docs)]
+pub mod answer_prompt;
+
 use std::sync::{Mutex, OnceLock};
 
 use gauge_decoder::{DecoderError, GenerateOptions, LanguageModel, SchemaCompiler};

@@ -64,7 +64,9 @@ impl ResponseSchema {
     /// reply (doc comments become `description`s; `deny_unknown_fields` becomes
     /// `additionalProperties: false`).
     pub fn of<T: schemars::JsonSchema>(name: &str) -> ResponseSchema {
-        let mut schema = serde_json::to_value(schemars::schema_for!(T)).expect("schemas serialise");
+        // Nested types are inlined: no `$ref`, which not every server's grammar compiler follows.
+        let generator = schemars::generate::SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true).into_generator();
+        let mut schema = serde_json::to_value(generator.into_root_schema_for::<T>()).expect("schemas serialise");
         if let Some(o) = schema.as_object_mut() {
             o.remove("$schema");
         }
@@ -578,9 +580,10 @@ impl ChatClient {
     }
 
     /// The model's context in tokens: `context_tokens` from the config, else what the
-    /// endpoint says (asked once): llama.cpp's served `n_ctx` (`/props`), or the model's
-    /// entry in `/v1/models` (`max_model_len` from vLLM, `context_length` from OpenRouter
-    /// and LM Studio, `meta.n_ctx_train` from llama.cpp). `None` when nothing says.
+    /// endpoint says (asked once): the model's entry in `/v1/models` (`max_model_len` from
+    /// vLLM, `context_length` from OpenRouter and LM Studio, the served `meta.n_ctx` from
+    /// llama.cpp), else llama.cpp's `/props`, else the trained `meta.n_ctx_train`. `None`
+    /// when nothing says.
     pub fn context_tokens(&self) -> Option<usize> {
         if let Some(c) = self.config.context_tokens {
             return Some(c as usize);
@@ -592,9 +595,10 @@ impl ChatClient {
                 data.iter().find(|e| e["id"].as_str() == Some(self.config.model.as_str())).or_else(|| (data.len() == 1).then(|| &data[0])).cloned()
             });
             let from_entry = entry.as_ref().and_then(|e| ["max_model_len", "context_length", "context_window", "max_context_length"].iter().find_map(|k| e[*k].as_u64()));
+            let served = entry.as_ref().and_then(|e| e["meta"]["n_ctx"].as_u64());
             let trained = entry.as_ref().and_then(|e| e["meta"]["n_ctx_train"].as_u64());
-            let served = self.probe("GET", &format!("{}/props", self.root()), None).and_then(|p| p["default_generation_settings"]["n_ctx"].as_u64().or_else(|| p["n_ctx"].as_u64()));
-            let found = from_entry.or(served).or(trained).map(|n| n as usize);
+            let props = || self.probe("GET", &format!("{}/props", self.root()), None).and_then(|p| p["default_generation_settings"]["n_ctx"].as_u64().or_else(|| p["n_ctx"].as_u64()));
+            let found = from_entry.or(served).or_else(props).or(trained).map(|n| n as usize);
             tracing::debug!("{}: model context {:?} tokens", self.url, found);
             found
         })

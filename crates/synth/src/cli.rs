@@ -15,7 +15,7 @@ pub struct SynthArgs {
     /// The chunk artifact directory.
     #[serde(skip)]
     pub chunks: PathBuf,
-    /// `llm` (a teacher endpoint) or `ict` (inverse cloze, offline) (`mode`).
+    /// `llm` (a teacher), `ict` (inverse cloze, offline) or `sft` (chat-format training examples, offline) (`mode`).
     #[arg(long, value_parser = parse_as::<Mode>)]
     pub mode: Option<Mode>,
     /// Samples to draw (`n`).

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 pub mod cli;
 pub mod plan;
+pub mod sft;
 pub mod split;
 pub mod teacher;
 
@@ -39,6 +40,8 @@ pub enum Mode {
     Llm,
     /// Inverse cloze: a salient sentence of the chunk is the query (no LLM).
     Ict,
+    /// Supervised fine-tuning examples built offline (chat format; see [`sft`]).
+    Sft,
 }
 
 /// Effective configuration (serde, with defaults), echoed into the manifest. Holds the
@@ -67,6 +70,8 @@ pub struct SynthConfig {
     pub teacher: GeneratorConfig,
     /// The teacher's sampling and reply length.
     pub generation: GenerateOptions,
+    /// SFT examples (`--mode sft`).
+    pub sft: sft::SftConfig,
 }
 
 impl Default for SynthConfig {
@@ -81,6 +86,7 @@ impl Default for SynthConfig {
             near_duplicate_jaccard: 0.7,
             teacher: GeneratorConfig::Api(ChatConfig::default()),
             generation: GenerateOptions { max_new_tokens: 1500, temperature: 0.2, ..GenerateOptions::default() },
+            sft: sft::SftConfig::default(),
         }
     }
 }
@@ -155,6 +161,16 @@ pub struct SynthSummary {
     pub failed: usize,
     /// Samples resumed from the journal.
     pub resumed: usize,
+    /// SFT examples were written (`accepted` counts them).
+    pub sft: bool,
+}
+
+fn label(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Ict => "ict",
+        Mode::Llm => "llm",
+        Mode::Sft => "sft",
+    }
 }
 
 /// SHA-256 hex of text.
@@ -247,7 +263,7 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
                         reference_answer: Some(r.answer.trim().to_string()),
                         category: Some(s.style.name().into()),
                     },
-                    thinking: Some(r.reasoning),
+                    thinking: Some(r.reasoning.text()),
                     teacher_model: teacher.name().to_string(),
                     prompt_sha256: Some(prompt_sha),
                     chunk_id: picked[0].chunk_id.clone(),
@@ -275,6 +291,7 @@ pub struct SynthState {
     chunks_path: PathBuf,
     styles: Vec<Style>,
     prompts: Option<teacher::Prompts>,
+    sft_prompts: Option<sft::SftPrompts>,
 }
 
 impl Stage for Synth {
@@ -296,8 +313,18 @@ impl Stage for Synth {
         let chunks = read_chunks(&chunks_path)?;
         anyhow::ensure!(!chunks.is_empty(), "{}: no chunks to sample from", chunks_path.display());
         entry.rows = Some(chunks.len() as u64);
+        let mut sft_prompts = None;
         let (styles, prompts) = match cfg.mode {
             Mode::Ict => (vec![Style::Ict], None),
+            Mode::Sft => {
+                anyhow::ensure!((0.0..=1.0).contains(&cfg.sft.refusal_share), "sft.refusal_share is a share between 0 and 1, got {}", cfg.sft.refusal_share);
+                let read = |name: String| {
+                    let p = rt.prompts.join(&name);
+                    std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); pass --prompts DIR holding answer_system.md and answer_<template>.md", p.display()))
+                };
+                sft_prompts = Some(sft::SftPrompts { system: read("answer_system.md".into())?, template: read(format!("answer_{}.md", cfg.sft.template))? });
+                (vec![Style::Ict], None)
+            }
             Mode::Llm => {
                 anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
                 let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
@@ -313,9 +340,10 @@ impl Stage for Synth {
             "reply_schema": (cfg.mode == Mode::Llm).then(|| teacher::reply_schema().schema),
             "styles": styles,
             "prompt_templates": prompts.as_ref().map(|p| p.hashes()),
-            "label": match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" },
+            "sft_templates": sft_prompts.as_ref().map(|p| gauge_core::hash::bytes_hash(format!("{}\u{0}{}", p.system, p.template).as_bytes())),
+            "label": label(cfg.mode),
         });
-        Ok(Plan::new(inputs, SynthState { chunks, chunks_path, styles, prompts }).echo(echo).seed(cfg.seed))
+        Ok(Plan::new(inputs, SynthState { chunks, chunks_path, styles, prompts, sft_prompts }).echo(echo).seed(cfg.seed))
     }
 
     fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &PathBuf, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
@@ -323,13 +351,19 @@ impl Stage for Synth {
     }
 
     fn summary_line(s: &SynthSummary) -> String {
+        if s.sft {
+            return format!("{} SFT examples written ({} skipped: no quotable sentence)", s.accepted, s.failed);
+        }
         format!("{} questions kept, {} samples failed ({} resumed from the journal)", s.accepted, s.failed, s.resumed)
     }
 }
 
 /// Samples, generates (journaled in the run's checkpoint directory) and writes the rows.
 fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
-    let SynthState { chunks, chunks_path, styles, prompts } = state;
+    let SynthState { chunks, chunks_path, styles, prompts, sft_prompts } = state;
+    if let Some(p) = sft_prompts {
+        return write_sft(&chunks, &chunks_path, &p, run, cfg);
+    }
     let journal_path = run.checkpoint_dir()?.join("journal.jsonl");
     // The plan is a pure function of the chunks and the config, so a resumed run sees the
     // same samples under the same indexes.
@@ -373,6 +407,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
                 bar.inc(1);
             }
         }
+        Mode::Sft => unreachable!("SFT examples are written by write_sft"),
         Mode::Llm => {
             let client = Generator::open(&cfg.teacher, &rt.device, rt.retry.clone())?;
             let prompts = prompts.as_ref().expect("LLM mode loads prompts");
@@ -443,7 +478,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     for r in &rows {
         *by_style.entry(r.golden.category.as_deref().unwrap_or_default()).or_default() += 1;
     }
-    run.set_stat("label", match cfg.mode { Mode::Ict => "ict", Mode::Llm => "llm" });
+    run.set_stat("label", label(cfg.mode));
     run.set_stat("planned", planned.len());
     run.set_stat("accepted", rows.len());
     run.set_stat("failed", failures.len());
@@ -459,5 +494,85 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
         // How the JSON replies were obtained in this run (a resumed run reports its own).
         run.set_stat("structured_output", st);
     }
-    Ok(SynthSummary { accepted: rows.len(), failed: failures.len(), resumed })
+    Ok(SynthSummary { accepted: rows.len(), failed: failures.len(), resumed, sft: false })
+}
+
+/// `--mode sft`: examples for the planned samples, near-duplicate questions kept (the
+/// contexts differ), split by the source chunk's pages, written as `sft.jsonl`,
+/// `sft.parquet` and one JSONL per split.
+fn write_sft(chunks: &[ChunkRecord], chunks_path: &Path, prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig) -> anyhow::Result<SynthSummary> {
+    let df = plan::document_frequencies(chunks);
+    let ok = |i: usize| plan::salient_sentence(&chunks[i].text, &df, chunks.len()).is_some();
+    let planned = plan::plan(chunks, cfg.n, &[Style::Ict], cfg.seed, cfg.min_chars, &ok);
+    anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and has a quotable sentence", chunks_path.display(), cfg.min_chars);
+    let sim = sft::Similarity::new(chunks, &df);
+    let bar = gauge_core::progress::bar(planned.len() as u64, "examples");
+    let mut rows = Vec::new();
+    let mut skipped = 0;
+    for s in &planned {
+        let refuse = sft::is_refusal(s.index, cfg.sft.refusal_share, cfg.seed);
+        match sft::example(s.index, s.chunks[0], chunks, &sim, &df, &cfg.sft, prompts, refuse, cfg.seed)? {
+            Some(r) => rows.push(r),
+            None => skipped += 1,
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    // Page-grouped splits through the golden-row machinery (gold = the sampled chunk's pages).
+    let mut split_counts = BTreeMap::new();
+    if !cfg.split.is_empty() {
+        let c_of: HashMap<&str, &ChunkRecord> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+        let mut proxies: Vec<SynthRow> = rows
+            .iter()
+            .map(|r| SynthRow {
+                golden: GoldenQuestion { qid: r.id.clone(), question: r.question.clone(), gold: vec![gold_of(c_of[r.chunk_id.as_str()])], keywords: Vec::new(), reference_answer: None, category: Some("sft".into()) },
+                thinking: None,
+                teacher_model: "sft".into(),
+                prompt_sha256: None,
+                chunk_id: r.chunk_id.clone(),
+                split: None,
+            })
+            .collect();
+        split_counts = split::assign_splits(&mut proxies, &cfg.split, cfg.seed);
+        for (r, p) in rows.iter_mut().zip(proxies) {
+            r.split = p.split;
+        }
+    }
+    write_jsonl(&run.path("sft.jsonl"), rows.iter())?;
+    run.add_output("sft.jsonl", Some(rows.len() as u64))?;
+    let n = write_sft_parquet(&run.path("sft.parquet"), &rows)?;
+    run.add_output("sft.parquet", Some(n))?;
+    for name in split_counts.keys() {
+        let file = format!("{name}.jsonl");
+        let part: Vec<&sft::SftRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
+        write_jsonl(&run.path(&file), part.iter().copied())?;
+        run.add_output(&file, Some(part.len() as u64))?;
+    }
+    let refusals = rows.iter().filter(|r| r.kind == "refusal").count();
+    run.set_stat("label", "sft");
+    run.set_stat("planned", planned.len());
+    run.set_stat("examples", rows.len());
+    run.set_stat("refusal_examples", refusals);
+    run.set_stat("skipped_no_sentence", skipped);
+    run.set_stat("splits", serde_json::to_value(&split_counts)?);
+    Ok(SynthSummary { accepted: rows.len(), failed: skipped, resumed: 0, sft: true })
+}
+
+fn write_sft_parquet(path: &Path, rows: &[sft::SftRow]) -> anyhow::Result<u64> {
+    use arrow::array::{ArrayRef, Int32Array, StringArray};
+    use std::sync::Arc;
+    let strings = |f: &dyn Fn(&sft::SftRow) -> String| -> ArrayRef { Arc::new(StringArray::from_iter_values(rows.iter().map(f))) };
+    let cols = vec![
+        strings(&|r| r.id.clone()),
+        strings(&|r| r.kind.clone()),
+        strings(&|r| r.question.clone()),
+        strings(&|r| serde_json::to_string(&r.messages).expect("serialises")),
+        strings(&|r| r.chunk_id.clone()),
+        strings(&|r| r.source.clone()),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.page_start))) as ArrayRef,
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.page_end))) as ArrayRef,
+        strings(&|r| serde_json::to_string(&r.context_chunk_ids).expect("serialises")),
+        strings(&|r| r.split.clone().unwrap_or_default()),
+    ];
+    Ok(gauge_core::table::write_parquet(path, gauge_core::schema::arrow_schema(gauge_core::schema::SFT_COLUMNS), cols)?)
 }

@@ -1,0 +1,198 @@
+//! `--mode sft`: supervised fine-tuning examples built offline from the corpus, in chat format.
+//!
+//! Each example is the conversation `answer` has at inference: the system prompt
+//! (`answer_system.md`), the user turn rendered from the answer template
+//! (`answer_<template>.md`, by the same function `answer` uses) with a context of passages,
+//! and the assistant's reply. The context holds the sampled chunk and its most similar chunks
+//! from other pages (TF-IDF cosine) as distractors, in a seeded order; the question comes from
+//! the chunk's section heading (or, without one, its most distinctive words); the reply quotes
+//! the chunk's most salient sentence (the inverse-cloze sentence) and cites its page tag. A
+//! share of examples (`refusal_share`) gets a context *without* the sampled chunk and replies
+//! with the refusal sentence. Enough to teach the citation format, the four phases and
+//! refusal; not facts.
+use std::collections::{HashMap, HashSet};
+
+use gauge_core::schema::ChunkRecord;
+use gauge_generator::answer_prompt::{page_tag, render_answer_prompt, PromptPassage};
+use gauge_llm::Message;
+use serde::{Deserialize, Serialize};
+
+/// Settings of the SFT examples (serde, with defaults).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SftConfig {
+    /// Distractor passages in each context, beside the source chunk.
+    pub distractors: usize,
+    /// Share of examples whose context lacks the answer (replied with `refusal`).
+    pub refusal_share: f64,
+    /// Answer template the examples follow: `four_phase` or `plain`
+    /// (`pipelines/prompts/answer_<name>.md`).
+    pub template: String,
+    /// The refusal sentence (`answer`'s `refusal`).
+    pub refusal: String,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        SftConfig { distractors: 2, refusal_share: 0.2, template: "four_phase".into(), refusal: "The provided documents do not contain this information.".into() }
+    }
+}
+
+/// One training example.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SftRow {
+    /// `sft-<sample index>`.
+    pub id: String,
+    /// `system`, `user`, `assistant`.
+    pub messages: Vec<Message>,
+    /// `grounded` (the context holds the answer) or `refusal`.
+    pub kind: String,
+    /// The question.
+    pub question: String,
+    /// The sampled chunk.
+    pub chunk_id: String,
+    /// Its source.
+    pub source: String,
+    /// Its first page.
+    pub page_start: i32,
+    /// Its last page.
+    pub page_end: i32,
+    /// The chunks of the context, in prompt order.
+    pub context_chunk_ids: Vec<String>,
+    /// `train`, `dev`, `test` (when split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
+}
+
+/// The prompt templates an example needs.
+pub struct SftPrompts {
+    /// `answer_system.md`.
+    pub system: String,
+    /// `answer_<template>.md`.
+    pub template: String,
+}
+
+/// TF-IDF vectors of the chunks, L2-normalised, for distractor search.
+pub struct Similarity {
+    vectors: Vec<HashMap<String, f64>>,
+}
+
+impl Similarity {
+    /// Vectors of every chunk (`df` from [`crate::plan::document_frequencies`]).
+    pub fn new(chunks: &[ChunkRecord], df: &HashMap<String, usize>) -> Similarity {
+        let n = chunks.len() as f64;
+        let vectors = chunks
+            .iter()
+            .map(|c| {
+                let mut v: HashMap<String, f64> = HashMap::new();
+                for w in crate::plan::words(&c.text).into_iter().filter(|w| w.chars().count() >= 3) {
+                    *v.entry(w).or_default() += 1.0;
+                }
+                for (w, x) in v.iter_mut() {
+                    *x *= ((n + 1.0) / (*df.get(w).unwrap_or(&0) as f64 + 1.0)).ln();
+                }
+                let norm = v.values().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+                v.values_mut().for_each(|x| *x /= norm);
+                v
+            })
+            .collect();
+        Similarity { vectors }
+    }
+
+    fn cosine(&self, a: usize, b: usize) -> f64 {
+        let (x, y) = (&self.vectors[a], &self.vectors[b]);
+        let (small, large) = if x.len() <= y.len() { (x, y) } else { (y, x) };
+        small.iter().map(|(w, v)| v * large.get(w).unwrap_or(&0.0)).sum()
+    }
+
+    /// The `k` chunks most similar to `of` that share no page with it (ties: lower index).
+    pub fn distractors(&self, chunks: &[ChunkRecord], of: usize, k: usize) -> Vec<usize> {
+        let c = &chunks[of];
+        let mut scored: Vec<(f64, usize)> = (0..chunks.len())
+            .filter(|&j| {
+                let d = &chunks[j];
+                j != of && !(d.source == c.source && d.page_start <= c.page_end && c.page_start <= d.page_end)
+            })
+            .map(|j| (self.cosine(of, j), j))
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().take(k).map(|(_, j)| j).collect()
+    }
+}
+
+/// The question of an example: from the section heading when the chunk has a usable one,
+/// else from its most distinctive words.
+pub fn question_for(c: &ChunkRecord, df: &HashMap<String, usize>, n_docs: usize) -> String {
+    let doc = if c.title.trim().is_empty() { c.source.trim_end_matches(".pdf").to_string() } else { c.title.trim().to_string() };
+    let heading = c.section.trim().trim_end_matches(['.', ':']);
+    let words = heading.split_whitespace().count();
+    if (2..=14).contains(&words) && heading.chars().any(|ch| ch.is_alphabetic()) {
+        return format!("What does {doc} say about {heading}?");
+    }
+    let mut seen = HashSet::new();
+    let mut ranked: Vec<(f64, usize, String)> = crate::plan::words(&c.text)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, w)| w.chars().count() >= 4 && w.chars().all(char::is_alphabetic) && seen.insert(w.clone()))
+        .map(|(i, w)| (((n_docs as f64 + 1.0) / (*df.get(&w).unwrap_or(&0) as f64 + 1.0)).ln(), i, w))
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut top: Vec<(usize, String)> = ranked.into_iter().take(3).map(|(_, i, w)| (i, w)).collect();
+    top.sort();
+    format!("What does {doc} say about {}?", top.into_iter().map(|(_, w)| w).collect::<Vec<_>>().join(", "))
+}
+
+/// The assistant's reply: the supporting sentence quoted with its tag (`plain`), or the same
+/// walked through the four phases (`four_phase`); the refusal sentence when the context lacks
+/// the answer.
+pub fn reply(template: &str, sentence: Option<(&str, &str)>, refusal: &str) -> String {
+    let four = template == "four_phase";
+    match (sentence, four) {
+        (Some((s, tag)), false) => format!("{s} {tag}"),
+        (Some((s, tag)), true) => format!(
+            "1. Contextual audit: passage {tag} bears on the question; the other passages do not.\n2. Evidence map: \"{s}\" {tag}\n3. Synthesis: {s} {tag}\n4. Verification: the only claim cites {tag}, a passage given, and quotes it."
+        ),
+        (None, false) => refusal.to_string(),
+        (None, true) => format!("1. Contextual audit: none of the passages addresses the question.\n2. Evidence map: no passage holds the answer.\n3. Synthesis: {refusal}\n4. Verification: nothing is claimed, so nothing needs a citation."),
+    }
+}
+
+/// Builds the example of one planned sample (`refuse`: leave the source chunk out).
+#[allow(clippy::too_many_arguments)]
+pub fn example(index: usize, chunk: usize, chunks: &[ChunkRecord], sim: &Similarity, df: &HashMap<String, usize>, cfg: &SftConfig, prompts: &SftPrompts, refuse: bool, seed: u64) -> anyhow::Result<Option<SftRow>> {
+    let c = &chunks[chunk];
+    let Some((_, _, sentence)) = crate::plan::salient_sentence(&c.text, df, chunks.len()) else { return Ok(None) };
+    let mut context: Vec<usize> = sim.distractors(chunks, chunk, cfg.distractors + usize::from(refuse));
+    if !refuse {
+        context.push(chunk);
+    }
+    // A seeded order, so the answer is not always in the same place.
+    let mut rng = gauge_core::rng::SplitMix64::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for i in (1..context.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        context.swap(i, j);
+    }
+    let passages: Vec<PromptPassage> = context.iter().map(|&j| PromptPassage { source: chunks[j].source.clone(), page_start: chunks[j].page_start, page_end: chunks[j].page_end, text: chunks[j].text.clone() }).collect();
+    let question = question_for(c, df, chunks.len());
+    let user = render_answer_prompt(&prompts.template, &question, &passages)?;
+    let tag = page_tag(&c.source, c.page_start, c.page_end);
+    let answer = reply(&cfg.template, (!refuse).then_some((sentence.as_str(), tag.as_str())), &cfg.refusal);
+    Ok(Some(SftRow {
+        id: format!("sft-{index}"),
+        messages: vec![Message::system(prompts.system.trim()), Message::user(user), Message::assistant(answer)],
+        kind: if refuse { "refusal" } else { "grounded" }.into(),
+        question,
+        chunk_id: c.chunk_id.clone(),
+        source: c.source.clone(),
+        page_start: c.page_start,
+        page_end: c.page_end,
+        context_chunk_ids: context.iter().map(|&j| chunks[j].chunk_id.clone()).collect(),
+        split: None,
+    }))
+}
+
+/// Whether sample `index` is a refusal example: a seeded draw at `share`.
+pub fn is_refusal(index: usize, share: f64, seed: u64) -> bool {
+    let mut rng = gauge_core::rng::SplitMix64::new(seed.wrapping_add(0xA5A5_5A5A) ^ index as u64);
+    ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < share
+}
