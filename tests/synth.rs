@@ -337,6 +337,23 @@ fn prompts_are_fitted_to_the_context_the_endpoint_reports() {
     assert!(manifest["stats"]["passages_cut_to_fit_context"].as_u64().unwrap() >= 1);
     assert_eq!(jsonl(&dir.join("golden.jsonl")).len(), 6);
 
+    // The repair round (the bad reply shown back) is fitted too: a long malformed first reply
+    // is cut so that the second request still leaves the reply its 300 tokens.
+    let long_bad = format!("Sure! {}", "the gate arm must be lowered before the train arrives ".repeat(60));
+    let server = ChatServer::start_with_context(1200, move |n, r| if n == 0 { Reply::Content(long_bad.clone()) } else { Reply::Content(valid_reply(r)) });
+    let mut args = llm_args(&chunks, &server.url, &art_s, "1", "1");
+    args.extend(["--max-new-tokens", "300", "--force"]);
+    let out = synth_llm(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "{:?}", std::fs::read_to_string(PathBuf::from(last_line(&out)).join("failures.jsonl")));
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 4);
+    let tokens: usize = msgs.iter().map(|m| gauge_llm::estimate_tokens(m["content"].as_str().unwrap()) + gauge_llm::TOKENS_PER_MESSAGE).sum();
+    assert!(tokens + 300 + 16 <= 1200, "the repair prompt has {tokens} tokens");
+    assert!(msgs[2]["content"].as_str().unwrap().ends_with('…'), "the bad reply shown back was cut");
+    assert_eq!(jsonl(&PathBuf::from(last_line(&out)).join("golden.jsonl")).len(), 1);
+
     // A reply budget larger than the context is refused per sample, with the fix named.
     let server = ChatServer::start_with_context(900, |_, r| Reply::Content(valid_reply(r)));
     let mut args = llm_args(&chunks, &server.url, &art_s, "2", "1");

@@ -320,7 +320,7 @@ pub fn estimate_tokens(text: &str) -> usize {
 
 /// Shortens `passages` until `count(passages)` is at most `budget`: the longest passage is
 /// cut (at a word boundary, marked with ` …`) by about the overflow, and the count is taken
-/// again. Returns how many cuts were made, or an error when the passages are down to their
+/// again on the whole list. Returns how many cuts were made, or an error when the passages are down to their
 /// floor (48 characters each) and the prompt still does not fit.
 pub fn fit_passages(passages: &mut [String], budget: usize, count: impl Fn(&[String]) -> usize) -> Result<usize, String> {
     const FLOOR: usize = 48;
@@ -336,10 +336,10 @@ pub fn fit_passages(passages: &mut [String], budget: usize, count: impl Fn(&[Str
         let Some((i, len)) = longest else {
             return Err(format!("the prompt needs {n} tokens even with every passage cut to {FLOOR} characters; the budget is {budget}"));
         };
-        // Bytes per token of this text, at least 2: cut the overflow plus 5 %.
+        // Cut the overflow at 3 bytes per token plus 5 %, then count again (`count` always
+        // sees the whole list: it renders the full prompt).
         let over = n - budget;
-        let per_token = (len / count(&passages[i..=i]).max(1)).max(2);
-        let target = len.saturating_sub(over * per_token + len / 20).max(FLOOR);
+        let target = len.saturating_sub(over * 3 + len / 20).max(FLOOR);
         let p = &passages[i];
         let mut end = target.min(p.len());
         while !p.is_char_boundary(end) {

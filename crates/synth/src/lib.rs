@@ -238,7 +238,7 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
         let refs: Vec<&ChunkRecord> = fitted.iter().collect();
         vec![Message::system(prompts.system()), Message::user(prompts.user(s.style, &refs))]
     };
-    let cuts = match teacher.fit(&mut texts, cfg.generation.max_new_tokens, render) {
+    let mut cuts = match teacher.fit(&mut texts, cfg.generation.max_new_tokens, render) {
         Ok(c) => c,
         Err(e) => return fail(e.to_string(), usage, attempts, 0),
     };
@@ -272,9 +272,24 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
                 return JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts, cuts };
             }
             Err(e) if round == 0 => {
-                // One repair round: show the reply back with what was wrong.
-                messages.push(Message::assistant(reply.text));
-                messages.push(Message::user(prompts.repair(&e)));
+                // One repair round: show the reply back with what was wrong. The reply shown
+                // and the passages are fitted together, so the longer conversation still
+                // leaves the new reply its tokens.
+                let repair = prompts.repair(&e);
+                let n = texts.len();
+                let mut parts = texts.clone();
+                parts.push(reply.text);
+                let render_repair = |p: &[String]| -> Vec<Message> {
+                    let mut m = render(&p[..n]);
+                    m.push(Message::assistant(p[n].clone()));
+                    m.push(Message::user(repair.clone()));
+                    m
+                };
+                match teacher.fit(&mut parts, cfg.generation.max_new_tokens, render_repair) {
+                    Ok(c) => cuts += c,
+                    Err(e) => return fail(format!("repair round: {e}"), usage, attempts, cuts),
+                }
+                messages = render_repair(&parts);
             }
             Err(e) => return fail(format!("invalid reply after one repair: {e}"), usage, attempts, cuts),
         }
