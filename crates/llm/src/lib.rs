@@ -446,6 +446,11 @@ impl ChatClient {
             Err(ureq::Error::Timeout(_)) => return Attempt::Retry { status: 0, message: format!("body not complete within {:?}", self.policy.timeout), wait: None },
             Err(e) => return Attempt::Retry { status: 0, message: self.scrub(&e.to_string()), wait: None },
         };
+        if status >= 500 && is_context_overflow(&text) {
+            // Deterministic: the same request overflows again, so it is not retried.
+            let hint = " (the prompt plus max_tokens exceed the model's context: lower max_new_tokens, or set context_tokens so gauge fits the prompt)".to_string();
+            return Attempt::Fail(LlmError::Rejected { url: self.url.clone(), status, message: self.scrub(&text), hint });
+        }
         if status == 429 || status == 408 || status >= 500 {
             return Attempt::Retry { status, message: self.scrub(&text), wait: retry_after };
         }
@@ -630,6 +635,13 @@ impl ChatClient {
     }
 }
 
+/// Whether a server error says the request overflowed the model's context (llama.cpp:
+/// "Context size has been exceeded"; others: "maximum context length").
+pub fn is_context_overflow(text: &str) -> bool {
+    let t = text.to_lowercase();
+    t.contains("context") && (t.contains("exceed") || t.contains("maximum context length") || t.contains("too long"))
+}
+
 /// The JSON object inside a reply: the text itself, or the first fenced ```json block, or
 /// the span from the first `{` to the last `}`.
 pub fn json_payload(content: &str) -> &str {
@@ -704,6 +716,14 @@ mod tests {
         assert_eq!(ps[1], words(20), "the short passage is untouched");
         assert_eq!(fit_passages(&mut ps, 10_000, count), Ok(0));
         assert!(fit_passages(&mut ps, 40, count).unwrap_err().contains("budget is 40"));
+    }
+
+    #[test]
+    fn context_overflows_are_recognised() {
+        assert!(is_context_overflow(r#"{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#));
+        assert!(is_context_overflow("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens"));
+        assert!(!is_context_overflow(r#"{"error":{"message":"boom"}}"#));
+        assert!(!is_context_overflow("CUDA out of memory"));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! share of examples (`refusal_share`) gets a context *without* the sampled chunk and replies
 //! with the refusal sentence. Enough to teach the citation format, the four phases and
 //! refusal; not facts.
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gauge_core::schema::ChunkRecord;
 use gauge_generator::answer_prompt::{page_tag, render_answer_prompt, PromptPassage};
@@ -72,9 +72,10 @@ pub struct SftPrompts {
     pub template: String,
 }
 
-/// TF-IDF vectors of the chunks, L2-normalised, for distractor search.
+/// TF-IDF vectors of the chunks, L2-normalised, for distractor search. Ordered maps: sums run
+/// in the same order on every run, so near-ties between distractors break the same way.
 pub struct Similarity {
-    vectors: Vec<HashMap<String, f64>>,
+    vectors: Vec<BTreeMap<String, f64>>,
 }
 
 impl Similarity {
@@ -84,7 +85,7 @@ impl Similarity {
         let vectors = chunks
             .iter()
             .map(|c| {
-                let mut v: HashMap<String, f64> = HashMap::new();
+                let mut v: BTreeMap<String, f64> = BTreeMap::new();
                 for w in crate::plan::words(&c.text).into_iter().filter(|w| w.chars().count() >= 3) {
                     *v.entry(w).or_default() += 1.0;
                 }
