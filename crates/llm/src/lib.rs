@@ -297,6 +297,8 @@ pub struct ChatClient {
     url: String,
     key: Option<String>,
     agent: ureq::Agent,
+    /// A short-timeout agent for metadata that may not exist (models, props, tokenize).
+    probe_agent: ureq::Agent,
     limiter: RateLimiter,
     jitter: Mutex<u64>,
     /// Why `auto` fell back to the prompt-only contract, once it has.
@@ -388,6 +390,7 @@ impl ChatClient {
             url,
             key,
             agent,
+            probe_agent: ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(10))).http_status_as_error(false).build().into(),
             limiter,
             jitter: Mutex::new(0x9E37_79B9_7F4A_7C15),
             fallback: Mutex::new(None),
@@ -560,7 +563,7 @@ impl ChatClient {
 
     /// One request, no retries, a short timeout: for metadata that may not exist.
     fn probe(&self, method: &str, url: &str, body: Option<&serde_json::Value>) -> Option<serde_json::Value> {
-        let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(10))).http_status_as_error(false).build().into();
+        let agent = &self.probe_agent;
         let auth = self.key.as_ref().map(|k| format!("Bearer {k}"));
         let mut resp = match (method, body) {
             ("POST", Some(b)) => {
