@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
     let (model, reference, n_decode, out) = (args.get(1).expect(usage), args.get(2).expect(usage), args.get(3).expect(usage).parse::<usize>()?, args.get(4).expect(usage));
     let t = Instant::now();
     let keep_quantized = args.get(5).is_some_and(|a| a == "--quantized");
-    let lm = LanguageModel::load_with(model, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { keep_quantized })?;
+    let lm = LanguageModel::load_with(model, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { keep_quantized, ..Default::default() })?;
     let load_s = t.elapsed().as_secs_f64();
     let bytes = lm.model.weight_bytes() as f64;
     let params = lm.model.matrix_parameters() as f64;

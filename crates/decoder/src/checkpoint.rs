@@ -143,6 +143,30 @@ impl Checkpoint {
         Some(crate::quant::QuantMatrix::new(info.ty, bytes, d_out, d_in))
     }
 
+    /// A `[out, in]` matrix's raw ggml blocks, for any quantised GGUF type (Q8_0, Q4_0, Q4_1,
+    /// Q4_K, Q6_K), q/k rows un-permuted like [`Self::get`], whether or not the checkpoint was
+    /// opened to keep blocks; `None` for float tensors and safetensors. Dequantise with
+    /// [`crate::gguf::dequantize`] (rows are whole blocks, so a row's bytes are
+    /// `len / d_out`).
+    pub fn raw_blocks(&self, hf: &str, d_out: usize, d_in: usize) -> Option<(crate::gguf::GgmlType, Vec<u8>)> {
+        use crate::gguf::GgmlType;
+        let Checkpoint::Gguf { file, permuted_qk, heads, .. } = self else { return None };
+        let name = gguf_name(hf)?;
+        let (info, raw) = file.raw(&name)?;
+        if matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16) || info.dims != [d_in, d_out] || !d_in.is_multiple_of(info.ty.block().0) {
+            return None;
+        }
+        let is_q = name.ends_with("attn_q.weight");
+        let is_k = name.ends_with("attn_k.weight");
+        let bytes = if *permuted_qk && (is_q || is_k) {
+            let n = if is_q { heads.0 } else { heads.1 };
+            unpermute_rows(raw, n, d_out / n, raw.len() / d_out)
+        } else {
+            raw.to_vec()
+        };
+        Some((info.ty, bytes))
+    }
+
     /// A tensor as row-major f32 of `shape` (Hugging Face layout: `[out, in]` for matrices).
     pub fn get(&self, hf: &str, shape: &[usize]) -> Result<Vec<f32>, DecoderError> {
         match self {

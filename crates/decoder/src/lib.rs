@@ -17,6 +17,7 @@
 //! - [`chat`]: chat templates.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
 #![deny(missing_docs)]
+pub mod adapter;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
@@ -29,6 +30,7 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
+pub use adapter::{AdapterConfig, LoraAdapter, LoraPair};
 pub use chat::{ChatTemplate, Message};
 pub use checkpoint::Checkpoint;
 pub use config::LlamaConfig;
@@ -68,6 +70,9 @@ pub struct LoadOptions {
     /// Off by default: with the current kernels, dequantising at load decodes about twice as
     /// fast and prefills 1.4x faster on the benchmark machine (README, "generation speed").
     pub keep_quantized: bool,
+    /// A LoRA adapter (PEFT folder) merged into the weights at load (`W + s·B A`); the
+    /// adapted matrices are held in f32.
+    pub adapter: Option<PathBuf>,
 }
 
 /// A loaded model with its tokenizer, chat template and stop ids.
@@ -98,35 +103,47 @@ pub fn resolve(spec: &str) -> Result<PathBuf, DecoderError> {
     gauge_core::models::resolve_model(spec).map(|m| m.dir).map_err(|e| DecoderError::Model(e.to_string()))
 }
 
-impl LanguageModel {
-    /// Loads a GGUF file or a Hugging Face folder onto `device` (default options).
-    pub fn load(spec: &str, device: &Device) -> Result<LanguageModel, DecoderError> {
-        Self::load_with(spec, device, &LoadOptions::default())
-    }
+/// A model's parts before the network is built: architecture, tokenizer, chat template,
+/// stop ids and the weights by Hugging Face name (used by the trainer, which builds its own
+/// network over the same checkpoint).
+pub struct ModelFiles {
+    /// The architecture.
+    pub config: LlamaConfig,
+    /// The tokenizer.
+    pub tokenizer: tokenizers::Tokenizer,
+    /// The chat template, when the model has one.
+    pub chat: Option<ChatTemplate>,
+    /// Ids that end generation.
+    pub eos_ids: Vec<u32>,
+    /// The weights.
+    pub checkpoint: Checkpoint,
+    /// Where they were found.
+    pub source: PathBuf,
+}
 
-    /// Loads a GGUF file or a Hugging Face folder onto `device`.
-    pub fn load_with(spec: &str, device: &Device, options: &LoadOptions) -> Result<LanguageModel, DecoderError> {
+impl ModelFiles {
+    /// Opens a GGUF file or a Hugging Face folder (or a name, see [`resolve`]).
+    pub fn open(spec: &str, keep_quantized: bool) -> Result<ModelFiles, DecoderError> {
         let path = resolve(spec)?;
         if path.is_file() {
-            Self::load_gguf(&path, device, options)
+            Self::open_gguf(&path, keep_quantized)
         } else {
-            Self::load_folder(&path, device)
+            Self::open_folder(&path)
         }
     }
 
-    fn load_gguf(path: &Path, device: &Device, options: &LoadOptions) -> Result<LanguageModel, DecoderError> {
+    fn open_gguf(path: &Path, keep_quantized: bool) -> Result<ModelFiles, DecoderError> {
         let file = gguf::Gguf::open(path)?;
         let config = LlamaConfig::from_gguf(&file).map_err(|e| DecoderError::file(path, e))?;
         let tokenizer = tokenizer::from_gguf(&file)?;
         let chat = file.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(|t| ChatTemplate::new(t, &file_token(&file, "bos"), &file_token(&file, "eos")));
         let eos_ids = config.eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
         let permuted_qk = config.model_type != "qwen2";
-        let ck = Checkpoint::Gguf { file: Box::new(file), permuted_qk, heads: (config.num_attention_heads, config.kv_heads()), keep_quantized: options.keep_quantized };
-        let model = Llama::load(config, &ck, device)?;
-        Ok(LanguageModel { model, tokenizer, chat, eos_ids, source: path.to_path_buf() })
+        let checkpoint = Checkpoint::Gguf { file: Box::new(file), permuted_qk, heads: (config.num_attention_heads, config.kv_heads()), keep_quantized };
+        Ok(ModelFiles { config, tokenizer, chat, eos_ids, checkpoint, source: path.to_path_buf() })
     }
 
-    fn load_folder(dir: &Path, device: &Device) -> Result<LanguageModel, DecoderError> {
+    fn open_folder(dir: &Path) -> Result<ModelFiles, DecoderError> {
         let read_json = |name: &str| -> Result<Option<serde_json::Value>, DecoderError> {
             let p = dir.join(name);
             if !p.is_file() {
@@ -148,9 +165,33 @@ impl LanguageModel {
                 eos_ids = ids.to_vec();
             }
         }
-        let ck = Checkpoint::open_folder(dir)?;
-        let model = Llama::load(config, &ck, device)?;
-        Ok(LanguageModel { model, tokenizer, chat, eos_ids, source: dir.to_path_buf() })
+        let checkpoint = Checkpoint::open_folder(dir)?;
+        Ok(ModelFiles { config, tokenizer, chat, eos_ids, checkpoint, source: dir.to_path_buf() })
+    }
+}
+
+impl LanguageModel {
+    /// Loads a GGUF file or a Hugging Face folder onto `device` (default options).
+    pub fn load(spec: &str, device: &Device) -> Result<LanguageModel, DecoderError> {
+        Self::load_with(spec, device, &LoadOptions::default())
+    }
+
+    /// Loads a GGUF file or a Hugging Face folder onto `device`, with an adapter merged when
+    /// one is given.
+    pub fn load_with(spec: &str, device: &Device, options: &LoadOptions) -> Result<LanguageModel, DecoderError> {
+        let files = ModelFiles::open(spec, options.keep_quantized)?;
+        let adapter = options.adapter.as_deref().map(LoraAdapter::load).transpose()?;
+        if let Some(a) = &adapter {
+            let c = &files.config;
+            for module in a.modules.keys() {
+                let known = (0..c.num_hidden_layers).any(|l| adapter::PROJECTIONS.iter().any(|p| adapter::module_path(l, p) == *module));
+                if !known {
+                    return Err(DecoderError::Model(format!("adapter module `{module}` is not a projection of {} (was it trained on another base?)", files.source.display())));
+                }
+            }
+        }
+        let model = Llama::load_adapted(files.config, &files.checkpoint, adapter.as_ref(), device)?;
+        Ok(LanguageModel { model, tokenizer: files.tokenizer, chat: files.chat, eos_ids: files.eos_ids, source: files.source })
     }
 }
 

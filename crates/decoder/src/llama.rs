@@ -7,6 +7,7 @@ use gauge_encoder::burn::tensor::activation::{silu, softmax};
 use gauge_encoder::burn::tensor::TensorData;
 use gauge_encoder::device::{is_host_cpu, Device, Tensor};
 
+use crate::adapter::LoraAdapter;
 use crate::checkpoint::Checkpoint;
 use crate::quant::QuantMatrix;
 use crate::config::LlamaConfig;
@@ -57,15 +58,25 @@ impl Linear {
 
 /// A linear layer from a checkpoint's `[out, in]` weight (and bias, when present); GGUF
 /// blocks stay quantised on the host CPU.
-fn linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Linear, DecoderError> {
+fn linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, adapter: Option<&LoraAdapter>, device: &Device) -> Result<Linear, DecoderError> {
     let bias_name = format!("{name}.bias");
     let bias = if ck.has(&bias_name) { Some(ck.get(&bias_name, &[d_out])?) } else { None };
-    if is_host_cpu(device) {
+    let delta = match adapter.and_then(|a| a.modules.get(name).map(|p| (a, p))) {
+        Some((_, p)) if (p.d_in, p.d_out) != (d_in, d_out) => {
+            return Err(DecoderError::Model(format!("adapter module `{name}` is [{}, {}], the model's is [{d_out}, {d_in}] (trained on another base?)", p.d_out, p.d_in)));
+        }
+        Some((a, p)) => Some(p.delta(a.scale())),
+        None => None,
+    };
+    if is_host_cpu(device) && delta.is_none() {
         if let Some(weight) = ck.quantized(&format!("{name}.weight"), d_out, d_in) {
             return Ok(Linear::Quant { weight, bias });
         }
     }
-    let w = ck.get(&format!("{name}.weight"), &[d_out, d_in])?;
+    let mut w = ck.get(&format!("{name}.weight"), &[d_out, d_in])?;
+    if let Some(d) = delta {
+        w.iter_mut().zip(d).for_each(|(w, d)| *w += d);
+    }
     Ok(Linear::Dense(Dense::new(transpose(&w, d_out, d_in), bias.unwrap_or_else(|| vec![0.0; d_out]), d_in, d_out, device)))
 }
 
@@ -125,6 +136,11 @@ fn vector(ck: &Checkpoint, name: &str, n: usize, device: &Device) -> Result<Tens
 impl Llama {
     /// Builds the model from a checkpoint.
     pub fn load(config: LlamaConfig, ck: &Checkpoint, device: &Device) -> Result<Llama, DecoderError> {
+        Self::load_adapted(config, ck, None, device)
+    }
+
+    /// Builds the model from a checkpoint with a LoRA adapter merged into its projections.
+    pub fn load_adapted(config: LlamaConfig, ck: &Checkpoint, adapter: Option<&LoraAdapter>, device: &Device) -> Result<Llama, DecoderError> {
         config.validate().map_err(DecoderError::Model)?;
         let (h, hd, nh, nkv, ff, v) = (config.hidden_size, config.head_dim(), config.num_attention_heads, config.kv_heads(), config.intermediate_size, config.vocab_size);
         let quant_embed = if is_host_cpu(device) { ck.quantized("model.embed_tokens.weight", v, h) } else { None };
@@ -137,14 +153,14 @@ impl Llama {
             let p = format!("model.layers.{l}");
             layers.push(Block {
                 input_layernorm: vector(ck, &format!("{p}.input_layernorm.weight"), h, device)?,
-                q_proj: linear(ck, &format!("{p}.self_attn.q_proj"), h, nh * hd, device)?,
-                k_proj: linear(ck, &format!("{p}.self_attn.k_proj"), h, nkv * hd, device)?,
-                v_proj: linear(ck, &format!("{p}.self_attn.v_proj"), h, nkv * hd, device)?,
-                o_proj: linear(ck, &format!("{p}.self_attn.o_proj"), nh * hd, h, device)?,
+                q_proj: linear(ck, &format!("{p}.self_attn.q_proj"), h, nh * hd, adapter, device)?,
+                k_proj: linear(ck, &format!("{p}.self_attn.k_proj"), h, nkv * hd, adapter, device)?,
+                v_proj: linear(ck, &format!("{p}.self_attn.v_proj"), h, nkv * hd, adapter, device)?,
+                o_proj: linear(ck, &format!("{p}.self_attn.o_proj"), nh * hd, h, adapter, device)?,
                 post_attention_layernorm: vector(ck, &format!("{p}.post_attention_layernorm.weight"), h, device)?,
-                gate_proj: linear(ck, &format!("{p}.mlp.gate_proj"), h, ff, device)?,
-                up_proj: linear(ck, &format!("{p}.mlp.up_proj"), h, ff, device)?,
-                down_proj: linear(ck, &format!("{p}.mlp.down_proj"), ff, h, device)?,
+                gate_proj: linear(ck, &format!("{p}.mlp.gate_proj"), h, ff, adapter, device)?,
+                up_proj: linear(ck, &format!("{p}.mlp.up_proj"), h, ff, adapter, device)?,
+                down_proj: linear(ck, &format!("{p}.mlp.down_proj"), ff, h, adapter, device)?,
             });
         }
         let norm = vector(ck, "model.norm.weight", h, device)?;
@@ -154,7 +170,7 @@ impl Llama {
                 Embedding::F32(e) => Linear::Dense(Dense::new(transpose(e, v, h), vec![0.0; v], h, v, device)),
             }
         } else {
-            linear(ck, "lm_head", h, v, device)?
+            linear(ck, "lm_head", h, v, None, device)?
         };
         let inv_freq = config.inv_freq();
         Ok(Llama { config, embed_tokens, layers, norm, lm_head, inv_freq, device: device.clone() })

@@ -15,7 +15,7 @@ fn fixtures() -> PathBuf {
 fn model_with(keep_quantized: bool) -> LanguageModel {
     let path = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.is_file(), "{}: missing; run `just models`", path.display());
-    LanguageModel::load_with(path.to_str().unwrap(), &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { keep_quantized }).unwrap()
+    LanguageModel::load_with(path.to_str().unwrap(), &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { keep_quantized, ..Default::default() }).unwrap()
 }
 
 fn model() -> LanguageModel {

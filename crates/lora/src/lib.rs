@@ -1,0 +1,43 @@
+//! `train-lora`: QLoRA-style adapter training for the Llama-family decoders gauge loads, in
+//! Burn, saved as PEFT adapter folders.
+//!
+//! - [`frozen`]: the frozen base held in 4 bits (GGUF blocks or NF4), dequantised per layer.
+//! - [`model`]: the network with LoRA, loss on target tokens, gradients by Burn autodiff with
+//!   layer-wise recomputation.
+//! - [`optim`]: PyTorch's AdamW, global-norm clipping, warm-up + cosine/linear schedules.
+//! - [`data`]: chat-format SFT examples → token ids and assistant-token targets.
+//! - [`train`]: the training stage (config, fingerprint, checkpoints and resume, evaluation
+//!   loss, adapter folder, loss curve).
+#![deny(missing_docs)]
+// pub mod curve;
+// pub mod data;
+pub mod frozen;
+pub mod model;
+pub mod optim;
+// pub mod train;
+
+pub use frozen::BaseStorage;
+pub use model::{LoraParams, LoraShape, Sequence, TrainableLlama};
+// pub use train::{TrainConfig, TrainLora};
+
+/// Errors of adapter training.
+#[derive(Debug, thiserror::Error)]
+pub enum LoraError {
+    /// The base model failed to load.
+    #[error(transparent)]
+    Decoder(#[from] gauge_decoder::DecoderError),
+    /// The network cannot run what was asked.
+    #[error("{0}")]
+    Model(String),
+    /// A setting is wrong.
+    #[error("{0}")]
+    Config(String),
+    /// Training data is missing or malformed.
+    #[error("{path}: {message}")]
+    Data {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,534 @@
+//! The Llama network for training: the frozen base (4-bit, see [`crate::frozen`]) with LoRA
+//! on any of the seven projections, run in Burn with autodiff.
+//!
+//! Memory is bounded by *layer-wise recomputation*: the forward pass runs without a graph and
+//! keeps only each layer's input; the backward pass walks the layers from the top, rebuilds
+//! one layer's graph from its saved input (its base matrices dequantised to f32 for that layer
+//! only), and back-propagates the gradient that reached its output. So at most one layer's f32
+//! base weights and one layer's graph are alive at a time; the price is one extra forward pass
+//! (≈ 1.5x the FLOPs of a plain forward + backward through the activations).
+//!
+//! Loss: the sum over target positions of `−log softmax(logits_t)[id_{t+1}]` (positions whose
+//! next token is an assistant token), times a weight the caller sets (one over the target
+//! count of the accumulation window: a token-weighted mean). Only target positions go through
+//! the output head.
+use burn::tensor::activation::{log_softmax, silu, softmax};
+use burn::tensor::{Int, TensorData};
+use gauge_decoder::adapter::{module_path, PROJECTIONS};
+use gauge_decoder::{Checkpoint, LlamaConfig};
+use gauge_encoder::device::{Device, Tensor};
+
+use crate::frozen::{BaseStorage, Frozen};
+use crate::LoraError;
+
+/// Projection indices in [`PROJECTIONS`] order.
+const N_PROJ: usize = 7;
+
+/// What to adapt and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraShape {
+    /// Rank.
+    pub r: usize,
+    /// Scale numerator.
+    pub alpha: f64,
+    /// rsLoRA (`alpha / √r`).
+    pub rslora: bool,
+    /// Adapted projections (indices into [`PROJECTIONS`]).
+    pub targets: Vec<usize>,
+}
+
+impl LoraShape {
+    /// The factor on `B A`.
+    pub fn scale(&self) -> f64 {
+        if self.rslora {
+            self.alpha / (self.r as f64).sqrt()
+        } else {
+            self.alpha / self.r as f64
+        }
+    }
+}
+
+/// The trainable matrices: per adapted (layer, projection), A `[r, in]` then B `[out, r]`,
+/// row-major f32, in layer-then-projection order (the order of [`LoraParams::tensors`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraParams {
+    /// The shape of the adapter.
+    pub shape: LoraShape,
+    /// One entry per adapted module.
+    pub modules: Vec<LoraModule>,
+}
+
+/// One adapted projection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraModule {
+    /// Layer.
+    pub layer: usize,
+    /// Projection index into [`PROJECTIONS`].
+    pub proj: usize,
+    /// Input features.
+    pub d_in: usize,
+    /// Output features.
+    pub d_out: usize,
+    /// `[r, in]`.
+    pub a: Vec<f32>,
+    /// `[out, r]`.
+    pub b: Vec<f32>,
+}
+
+impl LoraModule {
+    /// `model.layers.{l}.self_attn.q_proj` etc.
+    pub fn path(&self) -> String {
+        module_path(self.layer, PROJECTIONS[self.proj])
+    }
+}
+
+impl LoraParams {
+    /// Every tensor (A, B, A, B, …) as a slice, in a fixed order.
+    pub fn tensors(&self) -> Vec<&[f32]> {
+        self.modules.iter().flat_map(|m| [m.a.as_slice(), m.b.as_slice()]).collect()
+    }
+
+    /// Every tensor, mutable, in the order of [`Self::tensors`].
+    pub fn tensors_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.modules.iter_mut().flat_map(|m| [&mut m.a, &mut m.b]).collect()
+    }
+
+    /// Trainable parameters.
+    pub fn count(&self) -> usize {
+        self.modules.iter().map(|m| m.a.len() + m.b.len()).sum()
+    }
+
+    /// Zeros shaped like every tensor.
+    pub fn zeros_like(&self) -> Vec<Vec<f32>> {
+        self.tensors().iter().map(|t| vec![0.0; t.len()]).collect()
+    }
+
+    /// As a PEFT adapter.
+    pub fn to_adapter(&self, dropout: f64, base: Option<String>) -> gauge_decoder::LoraAdapter {
+        let targets: Vec<String> = self.shape.targets.iter().map(|&p| PROJECTIONS[p].to_string()).collect();
+        let config = gauge_decoder::AdapterConfig::new(self.shape.r, self.shape.alpha, dropout, &targets, self.shape.rslora, base);
+        let modules = self.modules.iter().map(|m| (m.path(), gauge_decoder::LoraPair { a: m.a.clone(), b: m.b.clone(), d_in: m.d_in, d_out: m.d_out })).collect();
+        gauge_decoder::LoraAdapter { config, modules }
+    }
+}
+
+struct FrozenLayer {
+    input_layernorm: Vec<f32>,
+    post_attention_layernorm: Vec<f32>,
+    proj: Vec<Frozen>,
+    bias: Vec<Option<Vec<f32>>>,
+}
+
+/// One training sequence: token ids and, per position, whether the *next* token is a target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sequence {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// `target[t]`: position t's prediction of `ids[t + 1]` counts (length `ids.len() − 1`).
+    pub target: Vec<bool>,
+}
+
+impl Sequence {
+    /// From ids and a per-token mask of the tokens to learn (the assistant's): position t is a
+    /// target when token t + 1 is learned.
+    pub fn from_response_mask(ids: Vec<u32>, learned: &[bool]) -> Sequence {
+        let target = (0..ids.len().saturating_sub(1)).map(|t| learned[t + 1]).collect();
+        Sequence { ids, target }
+    }
+
+    /// Target positions.
+    pub fn n_targets(&self) -> usize {
+        self.target.iter().filter(|&&t| t).count()
+    }
+}
+
+/// Per-module dropout masks of one sequence in one layer (`None`: no dropout).
+type Masks = Vec<Option<Tensor<2>>>;
+
+/// The frozen base, ready to train adapters on.
+pub struct TrainableLlama {
+    /// The architecture.
+    pub config: LlamaConfig,
+    embed: Frozen,
+    layers: Vec<FrozenLayer>,
+    norm: Vec<f32>,
+    /// `None`: tied to the embeddings.
+    lm_head: Option<Frozen>,
+    inv_freq: Vec<f64>,
+    device: Device,
+    ad_device: Device,
+}
+
+fn t1(v: &[f32], device: &Device) -> Tensor<1> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), device)
+}
+
+fn t2(v: Vec<f32>, shape: [usize; 2], device: &Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(v, shape), device)
+}
+
+/// A tensor's values.
+pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().into_vec::<f32>().expect("f32 tensor data")
+}
+
+/// A layer's base matrices as f32 tensors (for one pass).
+struct LayerWeights {
+    w_t: Vec<Tensor<2>>,
+    bias: Vec<Option<Tensor<1>>>,
+    n1: Tensor<1>,
+    n2: Tensor<1>,
+}
+
+/// A layer's LoRA tensors: per projection, `Aᵀ` `[in, r]` and `Bᵀ` `[r, out]` (or none), and the
+/// leaves to read gradients from.
+struct LayerLora {
+    a: Vec<Option<Tensor<2>>>,
+    b: Vec<Option<Tensor<2>>>,
+}
+
+impl TrainableLlama {
+    /// Builds the trainable network from a checkpoint; matrices held as `storage` says.
+    pub fn load(config: LlamaConfig, ck: &Checkpoint, storage: BaseStorage, device: &Device) -> Result<TrainableLlama, LoraError> {
+        config.validate().map_err(LoraError::Model)?;
+        let (h, hd, nh, nkv, ff, v) = (config.hidden_size, config.head_dim(), config.num_attention_heads, config.kv_heads(), config.intermediate_size, config.vocab_size);
+        let dims = [(h, nh * hd), (h, nkv * hd), (h, nkv * hd), (nh * hd, h), (h, ff), (h, ff), (ff, h)];
+        let embed = Frozen::load(ck, "model.embed_tokens.weight", v, h, storage)?;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for l in 0..config.num_hidden_layers {
+            let mut proj = Vec::with_capacity(N_PROJ);
+            let mut bias = Vec::with_capacity(N_PROJ);
+            for (p, &(d_in, d_out)) in dims.iter().enumerate() {
+                let name = module_path(l, PROJECTIONS[p]);
+                proj.push(Frozen::load(ck, &format!("{name}.weight"), d_out, d_in, storage)?);
+                let bn = format!("{name}.bias");
+                bias.push(if ck.has(&bn) { Some(ck.get(&bn, &[d_out])?) } else { None });
+            }
+            layers.push(FrozenLayer {
+                input_layernorm: ck.get(&format!("model.layers.{l}.input_layernorm.weight"), &[h])?,
+                post_attention_layernorm: ck.get(&format!("model.layers.{l}.post_attention_layernorm.weight"), &[h])?,
+                proj,
+                bias,
+            });
+        }
+        let norm = ck.get("model.norm.weight", &[h])?;
+        let lm_head = if config.tie_word_embeddings || !ck.has("lm_head.weight") { None } else { Some(Frozen::load(ck, "lm_head.weight", v, h, storage)?) };
+        let inv_freq = config.inv_freq();
+        let ad_device = burn::DispatchDevice::autodiff(device.clone());
+        Ok(TrainableLlama { config, embed, layers, norm, lm_head, inv_freq, device: device.clone(), ad_device })
+    }
+
+    /// `(d_in, d_out)` of projection `p`.
+    pub fn projection_dims(&self, p: usize) -> (usize, usize) {
+        let f = &self.layers[0].proj[p];
+        (f.d_in, f.d_out)
+    }
+
+    /// Bytes of the frozen base as held, and its storage kinds (e.g. `Q4_1`, `nf4`).
+    pub fn base_bytes(&self) -> (usize, Vec<String>) {
+        let mut kinds: Vec<String> = self.layers.iter().flat_map(|l| l.proj.iter().map(|p| p.kind())).collect();
+        kinds.push(self.embed.kind());
+        kinds.sort();
+        kinds.dedup();
+        let bytes = self.layers.iter().map(|l| l.proj.iter().map(Frozen::n_bytes).sum::<usize>()).sum::<usize>() + self.embed.n_bytes() + self.lm_head.as_ref().map_or(0, Frozen::n_bytes);
+        (bytes, kinds)
+    }
+
+    /// Largest f32 bytes of one layer's dequantised matrices (alive during a layer's pass).
+    pub fn layer_f32_bytes(&self) -> usize {
+        self.layers.first().map(|l| l.proj.iter().map(|p| p.d_in * p.d_out * 4).sum()).unwrap_or(0)
+    }
+
+    /// Multiply-adds per token of the frozen matrices (projections and head).
+    pub fn matrix_parameters(&self) -> usize {
+        self.layers.iter().map(|l| l.proj.iter().map(|p| p.d_in * p.d_out).sum::<usize>()).sum::<usize>() + self.head().d_in * self.head().d_out
+    }
+
+    /// New adapter matrices initialised like PEFT: A Kaiming-uniform with a = √5 (uniform in
+    /// ±1/√in), B zeros; seeded.
+    pub fn init_lora(&self, shape: LoraShape, seed: u64) -> LoraParams {
+        let mut rng = gauge_core::rng::SplitMix64::new(seed);
+        let mut modules = Vec::new();
+        for layer in 0..self.layers.len() {
+            for &proj in &shape.targets {
+                let (d_in, d_out) = self.projection_dims(proj);
+                let bound = 1.0 / (d_in as f64).sqrt();
+                let a = (0..shape.r * d_in).map(|_| ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * bound).map(|x| x as f32).collect();
+                modules.push(LoraModule { layer, proj, d_in, d_out, a, b: vec![0.0; d_out * shape.r] });
+            }
+        }
+        LoraParams { shape, modules }
+    }
+
+    fn layer_weights(&self, l: usize, device: &Device) -> LayerWeights {
+        let layer = &self.layers[l];
+        let w_t = layer.proj.iter().map(|p| t2(p.dequantize_transposed(), [p.d_in, p.d_out], device)).collect();
+        let bias = layer.bias.iter().map(|b| b.as_ref().map(|b| t1(b, device))).collect();
+        LayerWeights { w_t, bias, n1: t1(&layer.input_layernorm, device), n2: t1(&layer.post_attention_layernorm, device) }
+    }
+
+    /// A layer's LoRA tensors on `device`; with `track`, as autodiff leaves.
+    fn layer_lora(&self, params: &LoraParams, l: usize, device: &Device, track: bool) -> (LayerLora, Vec<(usize, Tensor<2>, Tensor<2>)>) {
+        let mut a = vec![None; N_PROJ];
+        let mut b = vec![None; N_PROJ];
+        let mut leaves = Vec::new();
+        for (i, m) in params.modules.iter().enumerate().filter(|(_, m)| m.layer == l) {
+            let r = params.shape.r;
+            let mut ta = t2(m.a.clone(), [r, m.d_in], device);
+            let mut tb = t2(m.b.clone(), [m.d_out, r], device);
+            if track {
+                ta = ta.require_grad();
+                tb = tb.require_grad();
+                leaves.push((i, ta.clone(), tb.clone()));
+            }
+            a[m.proj] = Some(ta.transpose());
+            b[m.proj] = Some(tb.transpose());
+        }
+        (LayerLora { a, b }, leaves)
+    }
+
+    fn rms_norm(&self, x: Tensor<2>, w: &Tensor<1>) -> Tensor<2> {
+        let ms = (x.clone() * x.clone()).mean_dim(1);
+        x / ms.add_scalar(self.config.rms_norm_eps).sqrt() * w.clone().unsqueeze::<2>()
+    }
+
+    fn rope_tables(&self, t: usize, device: &Device) -> (Tensor<3>, Tensor<3>) {
+        let hd = self.config.head_dim();
+        let (mut cos, mut sin) = (Vec::with_capacity(t * hd), Vec::with_capacity(t * hd));
+        for pos in 0..t {
+            for i in 0..hd {
+                let angle = pos as f64 * self.inv_freq[i % (hd / 2)];
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        (Tensor::from_data(TensorData::new(cos, [1, t, hd]), device), Tensor::from_data(TensorData::new(sin, [1, t, hd]), device))
+    }
+
+    fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
+        let [n, t, hd] = x.dims();
+        let first = x.clone().slice([0..n, 0..t, 0..hd / 2]);
+        let second = x.clone().slice([0..n, 0..t, hd / 2..hd]);
+        let rotated = Tensor::cat(vec![second.neg(), first], 2);
+        x * cos.clone() + rotated * sin.clone()
+    }
+
+    fn causal_mask(&self, t: usize, device: &Device) -> Tensor<3> {
+        let group = self.config.num_attention_heads / self.config.kv_heads();
+        let m: Vec<f32> = (0..group * t).flat_map(|r| (0..t).map(move |j| if j <= r % t { 0.0 } else { f32::NEG_INFINITY })).collect();
+        Tensor::from_data(TensorData::new(m, [1, group * t, t]), device)
+    }
+
+    /// `x Wᵀ (+ bias) + s · (drop(x) Aᵀ) Bᵀ`.
+    fn project(x: &Tensor<2>, p: usize, w: &LayerWeights, lora: &LayerLora, scale: f64, masks: &Masks) -> Tensor<2> {
+        let mut y = x.clone().matmul(w.w_t[p].clone());
+        if let Some(b) = &w.bias[p] {
+            y = y + b.clone().unsqueeze::<2>();
+        }
+        if let (Some(a), Some(b)) = (&lora.a[p], &lora.b[p]) {
+            let xin = match &masks[p] {
+                Some(m) => x.clone() * m.clone(),
+                None => x.clone(),
+            };
+            y = y + xin.matmul(a.clone()).matmul(b.clone()).mul_scalar(scale);
+        }
+        y
+    }
+
+    /// One decoder block.
+    #[allow(clippy::too_many_arguments)]
+    fn block(&self, x: Tensor<2>, w: &LayerWeights, lora: &LayerLora, scale: f64, masks: &Masks, rope: &(Tensor<3>, Tensor<3>), mask: &Tensor<3>) -> Tensor<2> {
+        let c = &self.config;
+        let (hd, nh, nkv) = (c.head_dim(), c.num_attention_heads, c.kv_heads());
+        let [t, _] = x.dims();
+        let group = nh / nkv;
+        let a = self.rms_norm(x.clone(), &w.n1);
+        let q = Self::project(&a, 0, w, lora, scale, masks).reshape([t, nh, hd]).swap_dims(0, 1);
+        let k = Self::project(&a, 1, w, lora, scale, masks).reshape([t, nkv, hd]).swap_dims(0, 1);
+        let v = Self::project(&a, 2, w, lora, scale, masks).reshape([t, nkv, hd]).swap_dims(0, 1);
+        let q = Self::rope(q, &rope.0, &rope.1).reshape([nkv, group * t, hd]);
+        let k = Self::rope(k, &rope.0, &rope.1);
+        let scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(1.0 / (hd as f64).sqrt()) + mask.clone();
+        let attn = softmax(scores, 2).matmul(v).reshape([nh, t, hd]).swap_dims(0, 1).reshape([t, nh * hd]);
+        let x = x + Self::project(&attn, 3, w, lora, scale, masks);
+        let m = self.rms_norm(x.clone(), &w.n2);
+        let gated = silu(Self::project(&m, 4, w, lora, scale, masks)) * Self::project(&m, 5, w, lora, scale, masks);
+        x + Self::project(&gated, 6, w, lora, scale, masks)
+    }
+
+    fn embed(&self, ids: &[u32]) -> Result<Vec<f32>, LoraError> {
+        let h = self.config.hidden_size;
+        let mut rows = vec![0f32; ids.len() * h];
+        for (i, &id) in ids.iter().enumerate() {
+            if id as usize >= self.config.vocab_size {
+                return Err(LoraError::Model(format!("token id {id} is outside the vocabulary ({})", self.config.vocab_size)));
+            }
+            self.embed.row(id as usize, &mut rows[i * h..(i + 1) * h]);
+        }
+        Ok(rows)
+    }
+
+    /// Dropout masks for sequence `s` in layer `l` (`keep / (1 − p)` or 0), from `seed`.
+    fn masks(&self, params: &LoraParams, dropout: Option<(f64, u64)>, s: usize, l: usize, t: usize, device: &Device) -> Masks {
+        let mut masks = vec![None; N_PROJ];
+        let Some((p, seed)) = dropout.filter(|(p, _)| *p > 0.0) else { return masks };
+        for &proj in &params.shape.targets {
+            let d_in = self.layers[l].proj[proj].d_in;
+            let key = seed ^ ((s as u64) << 40) ^ ((l as u64) << 20) ^ (proj as u64 + 1).wrapping_mul(0x9E37_79B9);
+            let mut rng = gauge_core::rng::SplitMix64::new(key);
+            let keep = (1.0 / (1.0 - p)) as f32;
+            let m: Vec<f32> = (0..t * d_in).map(|_| if ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p { 0.0 } else { keep }).collect();
+            masks[proj] = Some(t2(m, [t, d_in], device));
+        }
+        masks
+    }
+
+    /// Forward without a graph: each layer's input per sequence (`inputs[l][s]`, `[T, h]`) and
+    /// the last hidden states.
+    fn forward_saving(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>) -> Result<(Vec<Vec<Tensor<2>>>, Vec<Tensor<2>>), LoraError> {
+        let h = self.config.hidden_size;
+        let scale = self.scale(params);
+        let mut xs: Vec<Tensor<2>> = seqs.iter().map(|s| Ok(t2(self.embed(&s.ids)?, [s.ids.len(), h], &self.device))).collect::<Result<_, LoraError>>()?;
+        let mut inputs = Vec::with_capacity(self.layers.len());
+        for l in 0..self.layers.len() {
+            let w = self.layer_weights(l, &self.device);
+            let (lora, _) = self.layer_lora(params, l, &self.device, false);
+            let mut next = Vec::with_capacity(xs.len());
+            for (s, x) in xs.iter().enumerate() {
+                let t = seqs[s].ids.len();
+                let rope = self.rope_tables(t, &self.device);
+                let mask = self.causal_mask(t, &self.device);
+                let masks = self.masks(params, dropout, s, l, t, &self.device);
+                next.push(self.block(x.clone(), &w, &lora, scale, &masks, &rope, &mask));
+            }
+            inputs.push(std::mem::replace(&mut xs, next));
+        }
+        Ok((inputs, xs))
+    }
+
+    fn head(&self) -> &Frozen {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    fn scale(&self, params: &LoraParams) -> f64 {
+        params.shape.scale()
+    }
+
+    fn check(&self, seqs: &[Sequence]) -> Result<(), LoraError> {
+        for s in seqs {
+            if s.ids.len() < 2 || s.target.len() != s.ids.len() - 1 {
+                return Err(LoraError::Model(format!("a training sequence needs ≥ 2 tokens and one target flag per position but the last (got {} ids, {} flags)", s.ids.len(), s.target.len())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Target rows and next-token ids of a sequence.
+    fn targets(s: &Sequence) -> (Vec<i64>, Vec<i64>) {
+        s.target.iter().enumerate().filter(|(_, &t)| t).map(|(i, _)| (i as i64, s.ids[i + 1] as i64)).unzip()
+    }
+
+    /// The head's summed NLL over target rows of `x` `[T, h]`.
+    fn head_nll(&self, x: Tensor<2>, s: &Sequence, head_t: &Tensor<2>, norm: &Tensor<1>, device: &Device) -> Option<Tensor<1>> {
+        let (rows, next) = Self::targets(s);
+        if rows.is_empty() {
+            return None;
+        }
+        let n = rows.len();
+        let idx = Tensor::<1, Int>::from_data(TensorData::new(rows, [n]), device);
+        let sel = self.rms_norm(x.select(0, idx), norm);
+        let logp = log_softmax(sel.matmul(head_t.clone()), 1);
+        let tgt = Tensor::<2, Int>::from_data(TensorData::new(next, [n, 1]), device);
+        Some(logp.gather(1, tgt).sum().neg())
+    }
+
+    /// Summed NLL over the target positions of `seqs` and their count, without gradients
+    /// (evaluation loss).
+    pub fn nll(&self, params: &LoraParams, seqs: &[Sequence]) -> Result<(f64, usize), LoraError> {
+        self.check(seqs)?;
+        let (_, last) = self.forward_saving(params, seqs, None)?;
+        let head = self.head();
+        let head_t = t2(head.dequantize_transposed(), [head.d_in, head.d_out], &self.device);
+        let norm = t1(&self.norm, &self.device);
+        let mut total = 0.0;
+        for (x, s) in last.into_iter().zip(seqs) {
+            if let Some(nll) = self.head_nll(x, s, &head_t, &norm, &self.device) {
+                total += values(nll)[0] as f64;
+            }
+        }
+        Ok((total, seqs.iter().map(Sequence::n_targets).sum()))
+    }
+
+    /// Summed NLL of `seqs` (see the module doc) and the gradient of `weight × NLL` with
+    /// respect to every adapter tensor, added into `grads` (laid out like
+    /// [`LoraParams::tensors`]). `dropout`: (probability, seed of this step's masks).
+    pub fn accumulate_gradients(&self, params: &LoraParams, seqs: &[Sequence], weight: f64, dropout: Option<(f64, u64)>, grads: &mut [Vec<f32>]) -> Result<f64, LoraError> {
+        self.check(seqs)?;
+        let (inputs, last) = self.forward_saving(params, seqs, dropout)?;
+        let ad = &self.ad_device;
+        let scale = self.scale(params);
+        // The head: loss and the gradient reaching the last hidden states.
+        let head = self.head();
+        let head_t = t2(head.dequantize_transposed(), [head.d_in, head.d_out], ad);
+        let norm = t1(&self.norm, ad);
+        let mut total = 0.0;
+        let mut upstream: Vec<Option<Tensor<2>>> = Vec::with_capacity(seqs.len());
+        for (x, s) in last.into_iter().zip(seqs) {
+            let leaf = Tensor::<2>::from_data(x.into_data(), ad).require_grad();
+            match self.head_nll(leaf.clone(), s, &head_t, &norm, ad) {
+                Some(nll) => {
+                    let g = nll.clone().mul_scalar(weight).backward();
+                    total += values(nll.inner())[0] as f64;
+                    upstream.push(leaf.grad(&g));
+                }
+                None => upstream.push(None),
+            }
+        }
+        drop(head_t);
+        // The layers, top down: rebuild one layer's graph per sequence and push the gradient through.
+        for l in (0..self.layers.len()).rev() {
+            let w = self.layer_weights(l, ad);
+            for (s, x) in inputs[l].iter().enumerate() {
+                let Some(g_out) = upstream[s].take() else { continue };
+                let t = seqs[s].ids.len();
+                let (lora, leaves) = self.layer_lora(params, l, ad, true);
+                let rope = self.rope_tables(t, ad);
+                let mask = self.causal_mask(t, ad);
+                let masks = self.masks(params, dropout, s, l, t, ad);
+                let leaf = Tensor::<2>::from_data(x.clone().into_data(), ad);
+                let leaf = if l > 0 { leaf.require_grad() } else { leaf };
+                let out = self.block(leaf.clone(), &w, &lora, scale, &masks, &rope, &mask);
+                let g_out = Tensor::<2>::from_data(g_out.into_data(), ad);
+                let g = (out * g_out).sum().backward();
+                for (i, a, b) in leaves {
+                    for (k, t) in [(2 * i, a), (2 * i + 1, b)] {
+                        if let Some(gt) = t.grad(&g) {
+                            grads[k].iter_mut().zip(values(gt)).for_each(|(acc, v)| *acc += v);
+                        }
+                    }
+                }
+                upstream[s] = if l > 0 { leaf.grad(&g) } else { None };
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// Projection indices of `targets` names (`q_proj`, …, or `all`).
+pub fn target_indices(targets: &[String]) -> Result<Vec<usize>, LoraError> {
+    let mut out = Vec::new();
+    for t in targets {
+        if t == "all" || t == "all-linear" {
+            out.extend(0..N_PROJ);
+            continue;
+        }
+        let i = PROJECTIONS.iter().position(|p| p == t).ok_or_else(|| LoraError::Config(format!("unknown target module `{t}` (use q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or all)")))?;
+        out.push(i);
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(LoraError::Config("no target modules".into()));
+    }
+    Ok(out)
+}

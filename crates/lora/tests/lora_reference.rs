@@ -1,0 +1,211 @@
+//! The trainer against `../shared/fixtures/tiny-llama/lora-reference.jsonl` (JAX float64,
+//! README "LoRA training reference"): PEFT initialisation bounds, the masked loss, every A and
+//! B gradient, the loss after one AdamW step, a merged weight, and logits with the adapter
+//! (saved as a PEFT folder, loaded by the decoder) — within the stated f32 tolerances.
+use std::path::PathBuf;
+
+use gauge_decoder::adapter::PROJECTIONS;
+use gauge_decoder::generate::argmax;
+use gauge_decoder::{LanguageModel, LoadOptions, ModelFiles};
+use gauge_lora::model::{LoraModule, LoraParams, LoraShape, Sequence, TrainableLlama};
+use gauge_lora::optim::{global_norm, AdamWConfig, AdamWState};
+use gauge_lora::BaseStorage;
+use serde_json::Value;
+
+fn fixture() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-llama");
+    assert!(p.join("lora-reference.jsonl").is_file(), "{}: missing; tests read ../shared beside the checkout", p.display());
+    p
+}
+
+fn records() -> Vec<Value> {
+    std::fs::read_to_string(fixture().join("lora-reference.jsonl")).unwrap().lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn load() -> TrainableLlama {
+    let files = ModelFiles::open(fixture().to_str().unwrap(), false).unwrap();
+    TrainableLlama::load(files.config, &files.checkpoint, BaseStorage::F32, &gauge_encoder::device::cpu()).unwrap()
+}
+
+/// The fixture's fixed A and B values (r 4, alpha 8, all seven projections of both layers).
+fn fixed_params(model: &TrainableLlama) -> LoraParams {
+    let shape = LoraShape { r: 4, alpha: 8.0, rslora: false, targets: (0..7).collect() };
+    let mut modules = Vec::new();
+    for l in 0..2 {
+        for p in 0..7 {
+            let (d_in, d_out) = model.projection_dims(p);
+            let (lf, pf) = (l as f64, p as f64);
+            let a = (0..4 * d_in).map(|k| (0.1 * (1.0 + 7.0 * (k / d_in) as f64 + 3.0 * (k % d_in) as f64 + 11.0 * lf + 13.0 * pf).sin()) as f32).collect();
+            let b = (0..d_out * 4).map(|k| (0.02 * (2.0 + 5.0 * (k / 4) as f64 + 2.0 * (k % 4) as f64 + 17.0 * lf + 19.0 * pf).cos()) as f32).collect();
+            modules.push(LoraModule { layer: l, proj: p, d_in, d_out, a, b });
+        }
+    }
+    LoraParams { shape, modules }
+}
+
+fn key(m: &LoraModule, which: &str) -> String {
+    format!("{}.lora_{which}", m.path())
+}
+
+fn sequence(r: &Value) -> Sequence {
+    let target: Vec<bool> = r["target_mask"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() == 1).collect();
+    Sequence { ids: ids(&r["input_ids"]), target }
+}
+
+#[test]
+fn init_matches_the_fixture_and_peft_bounds() {
+    let model = load();
+    let recs = records();
+    let cfg = &recs[0];
+    let params = fixed_params(&model);
+    for m in &params.modules {
+        for (which, t) in [("A", &m.a), ("B", &m.b)] {
+            let want = floats(&cfg["init_first8"][key(m, which)]);
+            let got: Vec<f64> = if which == "A" { t[..8].iter().map(|&x| x as f64).collect() } else { t[..8].iter().map(|&x| x as f64).collect() };
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-7, "{} {which}: {g} vs {w}", m.path());
+            }
+            let fro = t.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+            let want_fro = cfg["init_fro"][key(m, which)].as_f64().unwrap();
+            assert!((fro - want_fro).abs() <= 1e-6 * want_fro.max(1.0), "{} {which} fro {fro} vs {want_fro}", m.path());
+        }
+    }
+    // PEFT's own initialisation: A uniform in ±1/√in, B zero; seeded.
+    let shape = LoraShape { r: 4, alpha: 8.0, rslora: false, targets: (0..7).collect() };
+    let init = model.init_lora(shape.clone(), 7);
+    assert_eq!(init, model.init_lora(shape, 7));
+    for m in &init.modules {
+        let bound = 1.0 / (m.d_in as f32).sqrt();
+        assert!(m.a.iter().all(|x| x.abs() <= bound) && m.a.iter().any(|x| x.abs() > 0.8 * bound));
+        assert!(m.b.iter().all(|&x| x == 0.0));
+    }
+    assert_eq!(init.count(), params.count());
+}
+
+#[test]
+fn loss_gradients_and_one_adamw_step_match_the_reference() {
+    let model = load();
+    let recs = records();
+    let train: Vec<&Value> = recs.iter().filter(|r| r["type"] == "train").collect();
+    assert_eq!(train.len(), 4);
+    let singles: Vec<Sequence> = train[..3].iter().map(|r| sequence(r)).collect();
+    for r in train {
+        let seqs: Vec<Sequence> = match r["examples"].as_array() {
+            Some(ex) => ex.iter().map(|i| singles[i.as_u64().unwrap() as usize].clone()).collect(),
+            None => vec![sequence(r)],
+        };
+        let name = r["name"].as_str().unwrap();
+        let n: usize = seqs.iter().map(Sequence::n_targets).sum();
+        assert_eq!(n as u64, r["n_targets"].as_u64().unwrap(), "{name}");
+        let mut params = fixed_params(&model);
+        let mut grads = params.zeros_like();
+        let nll = model.accumulate_gradients(&params, &seqs, 1.0 / n as f64, None, &mut grads).unwrap();
+        let loss = nll / n as f64;
+        let want = r["loss"].as_f64().unwrap();
+        assert!((loss - want).abs() <= 1e-5, "{name}: loss {loss} vs {want}");
+        let norm = global_norm(&grads);
+        let want_norm = r["grad_global_norm"].as_f64().unwrap();
+        assert!((norm - want_norm).abs() <= 1e-4 * want_norm, "{name}: grad norm {norm} vs {want_norm}");
+        for (k, m) in params.modules.iter().enumerate() {
+            for (j, which) in ["A", "B"].iter().enumerate() {
+                let g = &grads[2 * k + j];
+                let want = &r["grads"][key(m, which)];
+                let fro = want["fro"].as_f64().unwrap();
+                let got_fro = g.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+                assert!((got_fro - fro).abs() <= 1e-4 * fro, "{name} {} {which}: fro {got_fro} vs {fro}", m.path());
+                for (i, w) in floats(&want["first8"]).iter().enumerate() {
+                    assert!((g[i] as f64 - w).abs() <= 1e-4 * fro, "{name} {} {which}[{i}]: {} vs {w}", m.path(), g[i]);
+                }
+            }
+        }
+        if let Some(full) = r.get("grads_full") {
+            for (k, which) in [(0, "A"), (1, "B")] {
+                let key = format!("model.layers.0.self_attn.q_proj.lora_{which}");
+                let want = floats(&full[&key]["values"]);
+                assert_eq!(want.len(), grads[k].len(), "{key}");
+                let fro = r["grads"][&key]["fro"].as_f64().unwrap();
+                for (i, w) in want.iter().enumerate() {
+                    assert!((grads[k][i] as f64 - w).abs() <= 1e-4 * fro, "{name} full grad {key}[{i}]");
+                }
+            }
+        }
+        // One AdamW step (lr 1e-3, PyTorch semantics), then the loss again.
+        let cfg = AdamWConfig { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 };
+        let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
+        let mut state = AdamWState::new(&lens);
+        state.step(&cfg, 1e-3, &mut params.tensors_mut(), &grads);
+        for (k, m) in params.modules.iter().enumerate() {
+            for (j, which) in ["A", "B"].iter().enumerate() {
+                let t = params.tensors()[2 * k + j];
+                for (i, w) in floats(&r["params_after_step_first8"][key(m, which)]).iter().enumerate() {
+                    assert!((t[i] as f64 - w).abs() <= 1e-4, "{name} {} {which}[{i}] after step: {} vs {w}", m.path(), t[i]);
+                }
+            }
+        }
+        let (after, _) = model.nll(&params, &seqs).unwrap();
+        let want_after = r["loss_after_adamw_step"].as_f64().unwrap();
+        assert!((after / n as f64 - want_after).abs() <= 1e-5, "{name}: loss after step {} vs {want_after}", after / n as f64);
+    }
+}
+
+#[test]
+fn merged_weight_and_adapter_logits_match_and_survive_a_save_and_load() {
+    let model = load();
+    let recs = records();
+    let params = fixed_params(&model);
+    let adapter = params.to_adapter(0.0, Some("tiny-llama".into()));
+    let merged = recs.iter().find(|r| r["type"] == "merged_weight").unwrap();
+    let q = adapter.modules.get("model.layers.0.self_attn.q_proj").unwrap();
+    let delta = q.delta(adapter.scale());
+    let files = ModelFiles::open(fixture().to_str().unwrap(), false).unwrap();
+    let w = files.checkpoint.get("model.layers.0.self_attn.q_proj.weight", &[q.d_out, q.d_in]).unwrap();
+    for (i, want) in floats(&merged["W_merged_first8"]).iter().enumerate() {
+        assert!(((w[i] + delta[i]) as f64 - want).abs() <= 1e-7, "merged [{i}]");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    adapter.save(dir.path()).unwrap();
+    let base = LanguageModel::load(fixture().to_str().unwrap(), &gauge_encoder::device::cpu()).unwrap();
+    let tuned = LanguageModel::load_with(fixture().to_str().unwrap(), &gauge_encoder::device::cpu(), &LoadOptions { adapter: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
+    let mut n = 0;
+    for r in recs.iter().filter(|r| r["type"] == "adapter_inference") {
+        let input = ids(&r["input_ids"]);
+        for (lm, key) in [(&base, "last_logits_first16_base"), (&tuned, "last_logits_first16_adapter")] {
+            let logits = lm.model.forward(&input, &mut lm.model.new_cache()).unwrap();
+            for (i, want) in floats(&r[key]).iter().enumerate() {
+                assert!((logits[i] as f64 - want).abs() <= 1e-4, "{key} input {n} [{i}]: {} vs {want}", logits[i]);
+            }
+        }
+        let mut cache = tuned.model.new_cache();
+        let mut next = argmax(&tuned.model.forward(&input, &mut cache).unwrap());
+        let mut greedy = Vec::new();
+        for _ in 0..8 {
+            greedy.push(next as u64);
+            next = argmax(&tuned.model.forward(&[next], &mut cache).unwrap());
+        }
+        assert_eq!(greedy, r["greedy_8_adapter"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>(), "greedy input {n}");
+        n += 1;
+    }
+    assert_eq!(n, 5);
+    // The adapter's PEFT names and shapes.
+    let back = gauge_decoder::LoraAdapter::load(dir.path()).unwrap();
+    assert_eq!(back.modules.len(), 14);
+    assert_eq!(back.config.target_modules, PROJECTIONS.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let bytes = std::fs::read(dir.path().join("adapter_model.safetensors")).unwrap();
+    let st = safetensors_names(&bytes);
+    assert!(st.contains(&"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".to_string()), "{st:?}");
+}
+
+/// Tensor names in a safetensors header.
+fn safetensors_names(bytes: &[u8]) -> Vec<String> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header.keys().filter(|k| *k != "__metadata__").cloned().collect()
+}
