@@ -18,6 +18,7 @@
 pub mod artifact;
 pub mod cli;
 pub mod config;
+pub mod font;
 pub mod golden;
 pub mod hash;
 pub mod models;

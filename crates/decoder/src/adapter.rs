@@ -190,7 +190,9 @@ impl LoraAdapter {
         let st_path = dir.join("adapter_model.safetensors");
         let bytes = std::fs::read(&st_path).map_err(|e| DecoderError::file(&st_path, format!("cannot read ({e})")))?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| DecoderError::file(&st_path, format!("not safetensors ({e})")))?;
-        let mut halves: BTreeMap<String, (Option<(Vec<f32>, Vec<usize>)>, Option<(Vec<f32>, Vec<usize>)>)> = BTreeMap::new();
+        // Module → (A, B), each as values and shape.
+        type Half = Option<(Vec<f32>, Vec<usize>)>;
+        let mut halves: BTreeMap<String, (Half, Half)> = BTreeMap::new();
         for (key, view) in st.tensors() {
             let name = key.strip_prefix(PEFT_PREFIX).unwrap_or(&key);
             let (module, which) = if let Some(m) = name.strip_suffix(".lora_A.weight").or_else(|| name.strip_suffix(".lora_A.default.weight")) {

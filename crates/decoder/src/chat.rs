@@ -34,6 +34,11 @@ impl ChatTemplate {
         ChatTemplate { source: source.into(), bos_token: bos_token.into(), eos_token: eos_token.into() }
     }
 
+    /// The Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Renders `messages`, ending with the assistant's turn opened when `add_generation_prompt`.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, DecoderError> {
         let mut env = minijinja::Environment::new();

@@ -250,22 +250,12 @@ pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables:
     s
 }
 
-const FONT_PATHS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-];
-
 fn register_font() -> anyhow::Result<()> {
     static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     REGISTERED
         .get_or_init(|| {
-            let font = std::env::var("GAUGE_FONT").ok().into_iter().chain(FONT_PATHS.iter().map(|s| s.to_string())).find(|p| Path::new(p).is_file());
-            let Some(font) = font else {
-                return Err(format!("no TrueType font for the chart (looked at {}); install fonts-dejavu-core (`just setup`) or set GAUGE_FONT", FONT_PATHS.join(", ")));
-            };
-            let bytes: &'static [u8] = Box::leak(std::fs::read(&font).map_err(|e| format!("{font}: {e}"))?.into_boxed_slice());
-            plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes).map_err(|_| format!("{font}: not a usable TrueType font"))
+            let bytes = gauge_core::font::chart_font()?;
+            plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes).map_err(|_| "the chart font is not a usable TrueType font".to_string())
         })
         .clone()
         .map_err(|e| anyhow::anyhow!(e))

@@ -103,7 +103,7 @@ pub fn nf4_quantize(values: &[f32]) -> (Vec<u8>, Vec<f32>) {
         for (i, &v) in block.iter().enumerate() {
             let q = nf4_index(v * inv);
             let k = b * NF4_BLOCK + i;
-            codes[k / 2] |= if k % 2 == 0 { q } else { q << 4 };
+            codes[k / 2] |= if k.is_multiple_of(2) { q } else { q << 4 };
         }
     }
     (codes, scales)
@@ -114,7 +114,7 @@ fn nf4_dequantize(codes: &[u8], scales: &[f32], start: usize, out: &mut [f32]) {
     for (i, o) in out.iter_mut().enumerate() {
         let k = start + i;
         let byte = codes[k / 2];
-        let q = if k % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+        let q = if k.is_multiple_of(2) { byte & 0x0f } else { byte >> 4 };
         *o = NF4_CODE[q as usize] * scales[k / NF4_BLOCK];
     }
 }

@@ -9,16 +9,18 @@
 //! - [`train`]: the training stage (config, fingerprint, checkpoints and resume, evaluation
 //!   loss, adapter folder, loss curve).
 #![deny(missing_docs)]
-// pub mod curve;
-// pub mod data;
+pub mod cli;
+pub mod curve;
+pub mod data;
 pub mod frozen;
 pub mod model;
 pub mod optim;
-// pub mod train;
+pub mod train;
+pub mod merge;
 
 pub use frozen::BaseStorage;
 pub use model::{LoraParams, LoraShape, Sequence, TrainableLlama};
-// pub use train::{TrainConfig, TrainLora};
+pub use train::{TrainConfig, TrainLora};
 
 /// Errors of adapter training.
 #[derive(Debug, thiserror::Error)]

@@ -14,6 +14,7 @@
 //! the output head.
 use burn::tensor::activation::{log_softmax, silu, softmax};
 use burn::tensor::{Int, TensorData};
+use rayon::prelude::*;
 use gauge_decoder::adapter::{module_path, PROJECTIONS};
 use gauge_decoder::{Checkpoint, LlamaConfig};
 use gauge_encoder::device::{Device, Tensor};
@@ -142,6 +143,10 @@ impl Sequence {
     }
 }
 
+/// One sequence's gradients from one layer: (tensor index, values) per adapter tensor, and the
+/// gradient reaching the layer's input.
+type LayerGrads = (Vec<(usize, Vec<f32>)>, Option<Tensor<2>>);
+
 /// Per-module dropout masks of one sequence in one layer (`None`: no dropout).
 type Masks = Vec<Option<Tensor<2>>>;
 
@@ -170,6 +175,12 @@ fn t2(v: Vec<f32>, shape: [usize; 2], device: &Device) -> Tensor<2> {
 /// A tensor's values.
 pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().convert::<f32>().into_vec::<f32>().expect("f32 tensor data")
+}
+
+/// RoPE tables for the query and the key heads.
+struct Rope {
+    q: (Tensor<3>, Tensor<3>),
+    k: (Tensor<3>, Tensor<3>),
 }
 
 /// A layer's base matrices as f32 tensors (for one pass).
@@ -292,7 +303,10 @@ impl TrainableLlama {
         x / ms.add_scalar(self.config.rms_norm_eps).sqrt() * w.clone().unsqueeze::<2>()
     }
 
-    fn rope_tables(&self, t: usize, device: &Device) -> (Tensor<3>, Tensor<3>) {
+    /// cos and sin tables `[heads, t, head_dim]` for the query and the key heads, materialised
+    /// at full shape (broadcasting a `[1, t, hd]` table goes through burn-flex's slow strided
+    /// path).
+    fn rope_tables(&self, t: usize, device: &Device) -> Rope {
         let hd = self.config.head_dim();
         let (mut cos, mut sin) = (Vec::with_capacity(t * hd), Vec::with_capacity(t * hd));
         for pos in 0..t {
@@ -302,7 +316,9 @@ impl TrainableLlama {
                 sin.push(angle.sin() as f32);
             }
         }
-        (Tensor::from_data(TensorData::new(cos, [1, t, hd]), device), Tensor::from_data(TensorData::new(sin, [1, t, hd]), device))
+        let tile = |v: &[f32], n: usize| Tensor::<3>::from_data(TensorData::new(v.repeat(n), [n, t, hd]), device);
+        let (nh, nkv) = (self.config.num_attention_heads, self.config.kv_heads());
+        Rope { q: (tile(&cos, nh), tile(&sin, nh)), k: (tile(&cos, nkv), tile(&sin, nkv)) }
     }
 
     fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
@@ -313,10 +329,13 @@ impl TrainableLlama {
         x * cos.clone() + rotated * sin.clone()
     }
 
+    /// The causal mask over the grouped query rows, `[kv_heads, group·t, t]` (full shape, see
+    /// [`Self::rope_tables`]).
     fn causal_mask(&self, t: usize, device: &Device) -> Tensor<3> {
-        let group = self.config.num_attention_heads / self.config.kv_heads();
+        let nkv = self.config.kv_heads();
+        let group = self.config.num_attention_heads / nkv;
         let m: Vec<f32> = (0..group * t).flat_map(|r| (0..t).map(move |j| if j <= r % t { 0.0 } else { f32::NEG_INFINITY })).collect();
-        Tensor::from_data(TensorData::new(m, [1, group * t, t]), device)
+        Tensor::from_data(TensorData::new(m.repeat(nkv), [nkv, group * t, t]), device)
     }
 
     /// `x Wᵀ (+ bias) + s · (drop(x) Aᵀ) Bᵀ`.
@@ -337,7 +356,7 @@ impl TrainableLlama {
 
     /// One decoder block.
     #[allow(clippy::too_many_arguments)]
-    fn block(&self, x: Tensor<2>, w: &LayerWeights, lora: &LayerLora, scale: f64, masks: &Masks, rope: &(Tensor<3>, Tensor<3>), mask: &Tensor<3>) -> Tensor<2> {
+    fn block(&self, x: Tensor<2>, w: &LayerWeights, lora: &LayerLora, scale: f64, masks: &Masks, rope: &Rope, mask: &Tensor<3>) -> Tensor<2> {
         let c = &self.config;
         let (hd, nh, nkv) = (c.head_dim(), c.num_attention_heads, c.kv_heads());
         let [t, _] = x.dims();
@@ -346,8 +365,8 @@ impl TrainableLlama {
         let q = Self::project(&a, 0, w, lora, scale, masks).reshape([t, nh, hd]).swap_dims(0, 1);
         let k = Self::project(&a, 1, w, lora, scale, masks).reshape([t, nkv, hd]).swap_dims(0, 1);
         let v = Self::project(&a, 2, w, lora, scale, masks).reshape([t, nkv, hd]).swap_dims(0, 1);
-        let q = Self::rope(q, &rope.0, &rope.1).reshape([nkv, group * t, hd]);
-        let k = Self::rope(k, &rope.0, &rope.1);
+        let q = Self::rope(q, &rope.q.0, &rope.q.1).reshape([nkv, group * t, hd]);
+        let k = Self::rope(k, &rope.k.0, &rope.k.1);
         let scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(1.0 / (hd as f64).sqrt()) + mask.clone();
         let attn = softmax(scores, 2).matmul(v).reshape([nh, t, hd]).swap_dims(0, 1).reshape([t, nh * hd]);
         let x = x + Self::project(&attn, 3, w, lora, scale, masks);
@@ -390,17 +409,21 @@ impl TrainableLlama {
         let scale = self.scale(params);
         let mut xs: Vec<Tensor<2>> = seqs.iter().map(|s| Ok(t2(self.embed(&s.ids)?, [s.ids.len(), h], &self.device))).collect::<Result<_, LoraError>>()?;
         let mut inputs = Vec::with_capacity(self.layers.len());
+        let tables: Vec<(Rope, Tensor<3>)> = seqs.iter().map(|s| (self.rope_tables(s.ids.len(), &self.device), self.causal_mask(s.ids.len(), &self.device))).collect();
         for l in 0..self.layers.len() {
             let w = self.layer_weights(l, &self.device);
             let (lora, _) = self.layer_lora(params, l, &self.device, false);
-            let mut next = Vec::with_capacity(xs.len());
-            for (s, x) in xs.iter().enumerate() {
-                let t = seqs[s].ids.len();
-                let rope = self.rope_tables(t, &self.device);
-                let mask = self.causal_mask(t, &self.device);
-                let masks = self.masks(params, dropout, s, l, t, &self.device);
-                next.push(self.block(x.clone(), &w, &lora, scale, &masks, &rope, &mask));
-            }
+            // Sequences run in parallel: burn-flex's element-wise kernels are single-threaded.
+            let next: Vec<Tensor<2>> = xs
+                .par_iter()
+                .enumerate()
+                .map(|(s, x)| {
+                    let t = seqs[s].ids.len();
+                    let (rope, mask) = &tables[s];
+                    let masks = self.masks(params, dropout, s, l, t, &self.device);
+                    self.block(x.clone(), &w, &lora, scale, &masks, rope, mask)
+                })
+                .collect();
             inputs.push(std::mem::replace(&mut xs, next));
         }
         Ok((inputs, xs))
@@ -485,29 +508,44 @@ impl TrainableLlama {
             }
         }
         drop(head_t);
+        let tables: Vec<(Rope, Tensor<3>)> = seqs.iter().map(|s| (self.rope_tables(s.ids.len(), ad), self.causal_mask(s.ids.len(), ad))).collect();
         // The layers, top down: rebuild one layer's graph per sequence and push the gradient through.
         for l in (0..self.layers.len()).rev() {
             let w = self.layer_weights(l, ad);
-            for (s, x) in inputs[l].iter().enumerate() {
-                let Some(g_out) = upstream[s].take() else { continue };
-                let t = seqs[s].ids.len();
-                let (lora, leaves) = self.layer_lora(params, l, ad, true);
-                let rope = self.rope_tables(t, ad);
-                let mask = self.causal_mask(t, ad);
-                let masks = self.masks(params, dropout, s, l, t, ad);
-                let leaf = Tensor::<2>::from_data(x.clone().into_data(), ad);
-                let leaf = if l > 0 { leaf.require_grad() } else { leaf };
-                let out = self.block(leaf.clone(), &w, &lora, scale, &masks, &rope, &mask);
-                let g_out = Tensor::<2>::from_data(g_out.into_data(), ad);
-                let g = (out * g_out).sum().backward();
-                for (i, a, b) in leaves {
-                    for (k, t) in [(2 * i, a), (2 * i + 1, b)] {
-                        if let Some(gt) = t.grad(&g) {
-                            grads[k].iter_mut().zip(values(gt)).for_each(|(acc, v)| *acc += v);
+            // Each sequence's layer graph is independent: run them in parallel, then add the
+            // gradients in sequence order (deterministic).
+            let results: Vec<Option<LayerGrads>> = inputs[l]
+                .par_iter()
+                .zip(upstream.par_iter_mut())
+                .enumerate()
+                .map(|(s, (x, up))| {
+                    let g_out = up.take()?;
+                    let t = seqs[s].ids.len();
+                    let (lora, leaves) = self.layer_lora(params, l, ad, true);
+                    let (rope, mask) = &tables[s];
+                    let masks = self.masks(params, dropout, s, l, t, ad);
+                    let leaf = Tensor::<2>::from_data(x.clone().into_data(), ad);
+                    let leaf = if l > 0 { leaf.require_grad() } else { leaf };
+                    let out = self.block(leaf.clone(), &w, &lora, scale, &masks, rope, mask);
+                    let g_out = Tensor::<2>::from_data(g_out.into_data(), ad);
+                    let g = (out * g_out).sum().backward();
+                    let mut got = Vec::new();
+                    for (i, a, b) in leaves {
+                        for (k, t) in [(2 * i, a), (2 * i + 1, b)] {
+                            if let Some(gt) = t.grad(&g) {
+                                got.push((k, values(gt)));
+                            }
                         }
                     }
+                    Some((got, if l > 0 { leaf.grad(&g) } else { None }))
+                })
+                .collect();
+            for (s, r) in results.into_iter().enumerate() {
+                let Some((got, up)) = r else { continue };
+                for (k, v) in got {
+                    grads[k].iter_mut().zip(v).for_each(|(acc, v)| *acc += v);
                 }
-                upstream[s] = if l > 0 { leaf.grad(&g) } else { None };
+                upstream[s] = up;
             }
         }
         Ok(total)

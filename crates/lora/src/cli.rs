@@ -1,0 +1,80 @@
+//! The `train-lora` binary's own flags (the shared ones come from [`gauge_core::cli`]).
+use std::path::PathBuf;
+
+use gauge_core::cli::{Invocation, StageCli};
+use gauge_core::config::Layer;
+use serde::Serialize;
+
+use crate::train::{TrainLora, TrainOptions};
+
+/// Inputs and flags of `train-lora`; config flags set one field of [`crate::TrainConfig`].
+#[derive(clap::Args, Debug, Serialize)]
+pub struct TrainArgs {
+    /// The `synth-data --mode sft` artifact directory (train.jsonl, dev.jsonl), or a chat JSONL file.
+    #[serde(skip)]
+    pub data: PathBuf,
+    /// Base model: GGUF file, Hugging Face folder or name in the models directory (`base`).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// LoRA rank (`r`).
+    #[arg(long)]
+    pub r: Option<usize>,
+    /// LoRA alpha (`lora_alpha`).
+    #[arg(long)]
+    pub lora_alpha: Option<f64>,
+    /// Dropout on the adapters' input (`lora_dropout`).
+    #[arg(long)]
+    pub lora_dropout: Option<f64>,
+    /// Peak learning rate (`learning_rate`).
+    #[arg(long)]
+    pub learning_rate: Option<f64>,
+    /// Passes over the data (`epochs`).
+    #[arg(long)]
+    pub epochs: Option<u32>,
+    /// Stop after this many optimiser steps (`max_steps`).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Sequences per optimiser step = batch_size × grad_accum (`grad_accum`).
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    /// Longest example in tokens (`max_seq_len`).
+    #[arg(long)]
+    pub max_seq_len: Option<usize>,
+    /// Train on a seeded sample of this many examples (`max_train_examples`).
+    #[arg(long)]
+    pub max_train_examples: Option<usize>,
+    /// Seed (`seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Also write merged safetensors under merged/ (`merge`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub merge: Option<bool>,
+    /// Device: cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    #[serde(skip)]
+    pub device: String,
+    /// Stop after this many steps of this invocation, leaving the checkpoint (resumption tests).
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub stop_after: Option<u64>,
+}
+
+impl StageCli for TrainLora {
+    const BIN: &'static str = "train-lora";
+    const ABOUT: &'static str = "Trains a LoRA adapter (QLoRA-style: the base stays 4-bit) on chat-format SFT examples and writes artifacts/train-lora/<fingerprint>/adapter/ (a PEFT folder: adapter_config.json, adapter_model.safetensors), loss_curve.parquet and loss_curve.png (and merged/ with --merge). A killed run resumes from its last checkpoint when rerun with the same settings. Prints the artifact directory as the last line of stdout.";
+    type Args = TrainArgs;
+
+    fn invocation(args: TrainArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
+        let flags = Layer::from_flags("flags", &args);
+        Ok(Invocation { inputs: args.data, options: TrainOptions { device: args.device, stop_after: args.stop_after }, flags })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn flags_have_distinct_names() {
+        use gauge_core::cli::StageCli;
+        gauge_core::cli::command::<super::TrainArgs>(super::TrainLora::BIN, super::TrainLora::ABOUT, true).debug_assert();
+    }
+}

@@ -1,0 +1,453 @@
+//! The `train-lora` stage: chat-format SFT examples + a base model → a PEFT adapter folder,
+//! the loss curve (Parquet and PNG) and, on request, merged safetensors.
+//!
+//! A run is an artifact like every stage: its fingerprint covers the config, the data files'
+//! hashes and the base model's hash. Every `checkpoint_every` steps the adapter, the AdamW
+//! moments, the step and the curve so far go to `checkpoint.safetensors` in the run's resume
+//! directory (written through a temporary file); a rerun after a crash or `kill -9` continues
+//! from there and ends with the same adapter as an uninterrupted run (the example order of
+//! every epoch and the dropout masks of every step are functions of the seed and the step).
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gauge_core::artifact::StageRun;
+use gauge_core::stage::{Plan, Stage};
+use gauge_core::FileEntry;
+use gauge_decoder::ModelFiles;
+use serde::{Deserialize, Serialize};
+
+use crate::curve::{self, CurvePoint};
+use crate::data::{self, Example, ReadStats};
+use crate::frozen::BaseStorage;
+use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
+use crate::optim::{clip_global_norm, learning_rate, AdamWConfig, AdamWState, Decay};
+use crate::LoraError;
+
+/// Stage name (folder under the artifact root).
+pub const STAGE: &str = "train-lora";
+/// Output format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Every setting of a training run (echoed into the manifest and fingerprinted).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// The base: a GGUF file, a Hugging Face folder or a name in the models directory.
+    pub base: String,
+    /// How the frozen base is held: `auto` (GGUF blocks as stored, NF4 for safetensors),
+    /// `nf4`, or `f32`.
+    pub base_storage: BaseStorage,
+    /// A Jinja chat template replacing the model's own (required when it has none).
+    pub chat_template: Option<String>,
+    /// LoRA rank.
+    pub r: usize,
+    /// LoRA alpha (scale `alpha / r`).
+    pub lora_alpha: f64,
+    /// Dropout on the adapters' input.
+    pub lora_dropout: f64,
+    /// Adapted projections (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`,
+    /// `down_proj`, or `all`).
+    pub target_modules: Vec<String>,
+    /// rsLoRA scaling (`alpha / √r`).
+    pub use_rslora: bool,
+    /// Peak learning rate.
+    pub learning_rate: f64,
+    /// AdamW settings.
+    pub adamw: AdamWConfig,
+    /// Linear warm-up steps.
+    pub warmup_steps: u64,
+    /// Decay after warm-up: `cosine`, `linear` or `constant`.
+    pub decay: Decay,
+    /// Passes over the training examples.
+    pub epochs: u32,
+    /// Stop after this many optimiser steps (`None`: all epochs).
+    pub max_steps: Option<u64>,
+    /// Sequences run together (each unpadded, in parallel threads on the CPU).
+    pub batch_size: usize,
+    /// Batches per optimiser step (the loss is token-weighted over the whole window).
+    pub grad_accum: usize,
+    /// Global gradient-norm clip (0: off).
+    pub max_grad_norm: f64,
+    /// Longest example in tokens (longer ones are skipped and counted).
+    pub max_seq_len: usize,
+    /// Train on at most this many examples (a seeded sample).
+    pub max_train_examples: Option<usize>,
+    /// Seed of initialisation, order and dropout.
+    pub seed: u64,
+    /// Held-out loss every N steps (and at the start and the end; 0: start and end only).
+    pub eval_every: u64,
+    /// Held-out examples evaluated (a seeded sample of the dev split).
+    pub eval_examples: usize,
+    /// Checkpoint every N steps (0: never).
+    pub checkpoint_every: u64,
+    /// Also write `merged/` (base + adapter as f32 safetensors, with config and tokenizer).
+    pub merge: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            base: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            base_storage: BaseStorage::Auto,
+            chat_template: None,
+            r: 16,
+            lora_alpha: 16.0,
+            lora_dropout: 0.0,
+            target_modules: vec!["all".into()],
+            use_rslora: false,
+            learning_rate: 2e-4,
+            adamw: AdamWConfig::default(),
+            warmup_steps: 5,
+            decay: Decay::Cosine,
+            epochs: 1,
+            max_steps: None,
+            batch_size: 2,
+            grad_accum: 4,
+            max_grad_norm: 1.0,
+            max_seq_len: 1024,
+            max_train_examples: None,
+            seed: 0,
+            eval_every: 25,
+            eval_examples: 24,
+            checkpoint_every: 10,
+            merge: false,
+        }
+    }
+}
+
+/// Run settings that do not change the result.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// `cpu`, `cuda`, `cuda:N`.
+    pub device: String,
+    /// Stop (as if killed) after this many steps of this invocation; for tests of resumption.
+    pub stop_after: Option<u64>,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions { device: "cpu".into(), stop_after: None }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TrainSummary {
+    /// Optimiser steps.
+    pub steps: u64,
+    /// Training examples used.
+    pub train_examples: usize,
+    /// Held-out loss before training.
+    pub dev_loss_start: Option<f64>,
+    /// Held-out loss after training.
+    pub dev_loss_end: Option<f64>,
+    /// Training tokens per second (forward + backward, all tokens).
+    pub tokens_per_second: f64,
+    /// Step it resumed from (0: fresh).
+    pub resumed_from_step: u64,
+}
+
+/// The stage.
+pub struct TrainLora;
+
+/// What the plan found.
+pub struct TrainState {
+    train_file: PathBuf,
+    dev_file: Option<PathBuf>,
+}
+
+fn base_entry(spec: &str) -> anyhow::Result<FileEntry> {
+    let path = gauge_decoder::resolve(spec)?;
+    let file = if path.is_file() { path.clone() } else { path.join("model.safetensors") };
+    let hash = if file.is_file() {
+        gauge_core::hash::file_hash(&file)?
+    } else {
+        let index = path.join("model.safetensors.index.json");
+        gauge_core::hash::bytes_hash(std::fs::read_to_string(&index).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); a model folder holds model.safetensors or its index", index.display()))?.as_bytes())
+    };
+    Ok(FileEntry { path: path.display().to_string(), name: "base".into(), hash, rows: None })
+}
+
+fn data_entry(path: &Path, name: &str) -> anyhow::Result<FileEntry> {
+    Ok(FileEntry { path: path.display().to_string(), name: name.into(), hash: gauge_core::hash::file_hash(path)?, rows: None })
+}
+
+impl Stage for TrainLora {
+    const NAME: &'static str = STAGE;
+    const FORMAT_VERSION: u32 = FORMAT_VERSION;
+    type Config = TrainConfig;
+    /// A `synth-data --mode sft` artifact directory, or a chat JSONL file.
+    type Inputs = PathBuf;
+    type Options = TrainOptions;
+    type State = TrainState;
+    type Summary = TrainSummary;
+
+    fn plan(cfg: &TrainConfig, input: &PathBuf, _: &TrainOptions) -> anyhow::Result<Plan<TrainState>> {
+        anyhow::ensure!(cfg.r > 0, "r must be at least 1");
+        anyhow::ensure!(cfg.batch_size > 0 && cfg.grad_accum > 0, "batch_size and grad_accum must be at least 1");
+        anyhow::ensure!((0.0..1.0).contains(&cfg.lora_dropout), "lora_dropout is a probability below 1, got {}", cfg.lora_dropout);
+        anyhow::ensure!(cfg.learning_rate > 0.0 && cfg.epochs > 0, "learning_rate and epochs must be positive");
+        anyhow::ensure!(cfg.max_seq_len >= 2, "max_seq_len must be at least 2");
+        target_indices(&cfg.target_modules)?;
+        let (train_file, dev_file) = data::input_files(input)?;
+        let mut inputs = vec![data_entry(&train_file, "train")?];
+        if let Some(d) = &dev_file {
+            inputs.push(data_entry(d, "dev")?);
+        }
+        inputs.push(base_entry(&cfg.base)?);
+        Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed))
+    }
+
+    fn build(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, _: &PathBuf, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+        train(state, run, cfg, opts)
+    }
+
+    fn summary_line(s: &TrainSummary) -> String {
+        let dev = match (s.dev_loss_start, s.dev_loss_end) {
+            (Some(a), Some(b)) => format!(", held-out loss {a:.3} → {b:.3}"),
+            _ => String::new(),
+        };
+        let resumed = if s.resumed_from_step > 0 { format!(" (resumed at step {})", s.resumed_from_step) } else { String::new() };
+        format!("{} steps on {} examples{dev}, {:.0} tokens/s{resumed}", s.steps, s.train_examples, s.tokens_per_second)
+    }
+}
+
+/// The checkpoint: adapter, moments, step, curve.
+struct Checkpoint {
+    step: u64,
+    params: LoraParams,
+    adam: AdamWState,
+    curve: Vec<CurvePoint>,
+    seconds: f64,
+    tokens: u64,
+}
+
+const CHECKPOINT: &str = "checkpoint.safetensors";
+
+fn save_checkpoint(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut blobs: Vec<(String, Vec<u8>, usize)> = Vec::new();
+    for (k, t) in c.params.tensors().iter().enumerate() {
+        blobs.push((format!("p.{k}"), bytes(t), t.len()));
+        blobs.push((format!("m.{k}"), bytes(&c.adam.m[k]), t.len()));
+        blobs.push((format!("v.{k}"), bytes(&c.adam.v[k]), t.len()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blobs.iter().map(|(k, b, n)| (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![*n], b).expect("sizes match"))).collect();
+    let meta = serde_json::json!({"step": c.step, "adam_step": c.adam.step, "curve": c.curve, "seconds": c.seconds, "tokens": c.tokens});
+    let data = safetensors::serialize(views, Some(HashMap::from([("state".to_string(), meta.to_string())])))?;
+    let tmp = dir.join(format!(".{CHECKPOINT}.tmp"));
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&data)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, dir.join(CHECKPOINT))?;
+    Ok(())
+}
+
+fn load_checkpoint(dir: &Path, fresh: &LoraParams) -> anyhow::Result<Option<Checkpoint>> {
+    let path = dir.join(CHECKPOINT);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&path)?;
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)?;
+    let meta: serde_json::Value = serde_json::from_str(header.metadata().as_ref().and_then(|m| m.get("state")).ok_or_else(|| anyhow::anyhow!("{}: no training state; delete it to start over", path.display()))?)?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)?;
+    let read = |k: String| -> anyhow::Result<Vec<f32>> { Ok(st.tensor(&k).map_err(|e| anyhow::anyhow!("{}: {k}: {e}", path.display()))?.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()) };
+    let mut params = fresh.clone();
+    let n = params.tensors().len();
+    let (mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for (k, t) in params.tensors_mut().into_iter().enumerate() {
+        let p = read(format!("p.{k}"))?;
+        anyhow::ensure!(p.len() == t.len(), "{}: tensor {k} has {} values, the adapter {}; delete it to start over", path.display(), p.len(), t.len());
+        *t = p;
+        m.push(read(format!("m.{k}"))?);
+        v.push(read(format!("v.{k}"))?);
+    }
+    let adam = AdamWState { step: meta["adam_step"].as_u64().unwrap_or(0), m, v };
+    Ok(Some(Checkpoint { step: meta["step"].as_u64().unwrap_or(0), params, adam, curve: serde_json::from_value(meta["curve"].clone())?, seconds: meta["seconds"].as_f64().unwrap_or(0.0), tokens: meta["tokens"].as_u64().unwrap_or(0) }))
+}
+
+/// Seeded order of epoch `epoch`.
+fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    gauge_core::rng::SplitMix64::new(seed ^ 0x5EED_0000 ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)).shuffle(&mut order);
+    order
+}
+
+fn sample(mut examples: Vec<Example>, n: Option<usize>, seed: u64) -> Vec<Example> {
+    if let Some(n) = n.filter(|&n| n < examples.len()) {
+        gauge_core::rng::SplitMix64::new(seed ^ 0xDA7A).shuffle(&mut examples);
+        examples.truncate(n);
+    }
+    examples
+}
+
+/// Mean held-out NLL per target token, in batches.
+fn eval_loss(model: &TrainableLlama, params: &LoraParams, dev: &[Sequence], batch: usize) -> Result<Option<(f64, u64)>, LoraError> {
+    if dev.is_empty() {
+        return Ok(None);
+    }
+    let (mut total, mut n) = (0.0, 0usize);
+    for chunk in dev.chunks(batch.max(1)) {
+        let (s, k) = model.nll(params, chunk)?;
+        total += s;
+        n += k;
+    }
+    Ok((n > 0).then(|| (total / n as f64, n as u64)))
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), MiB.
+pub fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+    let device = gauge_encoder::device::parse(&opts.device)?;
+    let files = ModelFiles::open(&cfg.base, false)?;
+    let template = match (&cfg.chat_template, &files.chat) {
+        (Some(src), _) => gauge_decoder::ChatTemplate::new(src, "", ""),
+        (None, Some(t)) => t.clone(),
+        (None, None) => anyhow::bail!("{}: the model has no chat template; set `chat_template` (a Jinja template) in the config", files.source.display()),
+    };
+    let (train_examples, train_stats) = data::read_chat_jsonl(&state.train_file, &files.tokenizer, &template, cfg.max_seq_len)?;
+    let train_examples = sample(train_examples, cfg.max_train_examples, cfg.seed);
+    anyhow::ensure!(!train_examples.is_empty(), "{}: no training example fits in max_seq_len = {} tokens ({} longer)", state.train_file.display(), cfg.max_seq_len, train_stats.too_long);
+    let (dev_examples, dev_stats) = match &state.dev_file {
+        Some(d) => data::read_chat_jsonl(d, &files.tokenizer, &template, cfg.max_seq_len)?,
+        None => (Vec::new(), ReadStats::default()),
+    };
+    let dev: Vec<Sequence> = sample(dev_examples, Some(cfg.eval_examples), cfg.seed).into_iter().map(|e| e.sequence).collect();
+    let train: Vec<Sequence> = train_examples.into_iter().map(|e| e.sequence).collect();
+
+    let shape = LoraShape { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: target_indices(&cfg.target_modules)? };
+    let loaded = Instant::now();
+    let model = TrainableLlama::load(files.config.clone(), &files.checkpoint, cfg.base_storage, &device)?;
+    drop(files.checkpoint);
+    tracing::info!("base loaded in {:.1} s", loaded.elapsed().as_secs_f64());
+    let fresh = model.init_lora(shape, cfg.seed);
+
+    let window = cfg.batch_size * cfg.grad_accum;
+    let steps_per_epoch = train.len().div_ceil(window) as u64;
+    let total = (steps_per_epoch * cfg.epochs as u64).min(cfg.max_steps.unwrap_or(u64::MAX));
+    let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
+    let mut ck = match load_checkpoint(&ckpt_dir, &fresh)? {
+        Some(c) => {
+            tracing::info!("resuming from step {} of {total} ({})", c.step, ckpt_dir.join(CHECKPOINT).display());
+            c
+        }
+        None => {
+            let lens: Vec<usize> = fresh.tensors().iter().map(|t| t.len()).collect();
+            Checkpoint { step: 0, adam: AdamWState::new(&lens), params: fresh, curve: Vec::new(), seconds: 0.0, tokens: 0 }
+        }
+    };
+    let resumed_from = ck.step;
+    if ck.step == 0 {
+        if let Some((loss, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
+            ck.curve.push(CurvePoint { step: 0, epoch: 0.0, split: "dev".into(), loss, learning_rate: 0.0, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
+            tracing::info!("held-out loss before training: {loss:.4}");
+        }
+    }
+    let pb = gauge_core::progress::bar(total, "steps");
+    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps {msg} (eta {eta})").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    pb.set_position(ck.step);
+    let mut order_epoch = u64::MAX;
+    let mut order = Vec::new();
+    let mut ran_here = 0u64;
+    while ck.step < total {
+        if opts.stop_after.is_some_and(|n| ran_here >= n) {
+            pb.abandon();
+            anyhow::bail!("stopped after {ran_here} steps as asked (--stop-after); rerun to resume from step {}", ck.step);
+        }
+        let step = ck.step;
+        let epoch = step / steps_per_epoch;
+        if epoch != order_epoch {
+            order = epoch_order(train.len(), cfg.seed, epoch);
+            order_epoch = epoch;
+        }
+        let k = (step % steps_per_epoch) as usize;
+        let idx = &order[k * window..((k + 1) * window).min(train.len())];
+        let seqs: Vec<Sequence> = idx.iter().map(|&i| train[i].clone()).collect();
+        let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
+        let tokens: usize = seqs.iter().map(|s| s.ids.len()).sum();
+        let started = Instant::now();
+        let mut grads = ck.params.zeros_like();
+        let mut nll = 0.0;
+        if n_targets > 0 {
+            let dropout = (cfg.lora_dropout > 0.0).then_some((cfg.lora_dropout, cfg.seed ^ step.wrapping_mul(0x2545_F491_4F6C_DD1D)));
+            for micro in seqs.chunks(cfg.batch_size) {
+                nll += model.accumulate_gradients(&ck.params, micro, 1.0 / n_targets as f64, dropout, &mut grads)?;
+            }
+        }
+        let grad_norm = clip_global_norm(&mut grads, cfg.max_grad_norm);
+        let lr = learning_rate(cfg.learning_rate, step, total, cfg.warmup_steps, cfg.decay);
+        ck.adam.step(&cfg.adamw, lr, &mut ck.params.tensors_mut(), &grads);
+        let secs = started.elapsed().as_secs_f64();
+        ck.seconds += secs;
+        ck.tokens += tokens as u64;
+        ck.step += 1;
+        ran_here += 1;
+        let loss = if n_targets > 0 { nll / n_targets as f64 } else { f64::NAN };
+        let tps = tokens as f64 / secs.max(1e-9);
+        let epoch_f = ck.step as f64 / steps_per_epoch as f64;
+        ck.curve.push(CurvePoint { step: ck.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: n_targets as u64, tokens_per_second: tps });
+        pb.set_message(format!("loss {loss:.3}, {tps:.0} tok/s"));
+        pb.set_position(ck.step);
+        let last = ck.step == total;
+        if last || (cfg.eval_every > 0 && ck.step % cfg.eval_every == 0) {
+            if let Some((dl, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
+                ck.curve.push(CurvePoint { step: ck.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
+                pb.println(format!("step {}: held-out loss {dl:.4}", ck.step));
+            }
+        }
+        if !last && cfg.checkpoint_every > 0 && ck.step % cfg.checkpoint_every == 0 {
+            save_checkpoint(&ckpt_dir, &ck)?;
+        }
+    }
+    pb.finish_and_clear();
+
+    // Outputs.
+    let adapter = ck.params.to_adapter(cfg.lora_dropout, Some(cfg.base.clone()));
+    adapter.save(&run.path("adapter"))?;
+    run.add_output("adapter/adapter_config.json", None)?;
+    run.add_output("adapter/adapter_model.safetensors", None)?;
+    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &ck.curve)?;
+    run.add_output("loss_curve.parquet", Some(rows))?;
+    let title = format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total);
+    curve::write_png(&run.path("loss_curve.png"), &ck.curve, &title)?;
+    run.add_output("loss_curve.png", None)?;
+    if cfg.merge {
+        crate::merge::write_merged(&cfg.base, &adapter, &template, &run.path("merged"))?;
+        run.add_output("merged/model.safetensors", None)?;
+    }
+    let dev_points: Vec<f64> = ck.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
+    let (base_bytes, kinds) = model.base_bytes();
+    let summary = TrainSummary {
+        steps: total,
+        train_examples: train.len(),
+        dev_loss_start: dev_points.first().copied(),
+        dev_loss_end: if dev_points.len() > 1 { dev_points.last().copied() } else { None },
+        tokens_per_second: ck.tokens as f64 / ck.seconds.max(1e-9),
+        resumed_from_step: resumed_from,
+    };
+    run.set_stats(&summary);
+    run.set_stat("trainable_parameters", ck.params.count() as u64);
+    run.set_stat("base_bytes_held", base_bytes as u64);
+    run.set_stat("base_storage", kinds.join(","));
+    run.set_stat("largest_layer_f32_bytes", model.layer_f32_bytes() as u64);
+    run.set_stat("train_examples_too_long", train_stats.too_long as u64);
+    run.set_stat("dev_examples", dev.len() as u64);
+    run.set_stat("dev_examples_too_long", dev_stats.too_long as u64);
+    run.set_stat("training_seconds", ck.seconds);
+    run.set_stat("training_tokens", ck.tokens);
+    if let Some(p) = peak_rss_mib() {
+        run.set_stat("peak_rss_mib", p);
+    }
+    Ok(summary)
+}
