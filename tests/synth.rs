@@ -178,6 +178,35 @@ fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
     assert_eq!(manifest["config"]["config"]["teacher"]["api_key_env"], "GAUGE_TEST_KEY");
     assert_eq!(manifest["stats"]["structured_output"]["used"], "json_schema");
 
+    // The teacher's rows are also SFT examples in `answer`'s prompt format: the user turn holds
+    // the row's chunk(s) among distractors, the reply walks the teacher's four phases and cites
+    // the chunk's page tag; refusal rows leave the chunk out.
+    let sft = jsonl(&dir.join("sft.jsonl"));
+    assert_eq!(sft.len(), rows.len());
+    assert_eq!(manifest["stats"]["sft_examples"], 4);
+    let chunk_rows = gauge_core::table::read_parquet_any(&PathBuf::from(&chunks).join("chunks.parquet")).unwrap();
+    let cols = gauge_core::table::Columns::new(&chunk_rows);
+    let (ids, texts) = (cols.strings_required("chunk_id"), cols.strings_required("text"));
+    for (e, r) in sft.iter().zip(&rows) {
+        assert_eq!(e["id"], r["qid"]);
+        assert_eq!(e["question"], r["question"]);
+        let m = e["messages"].as_array().unwrap();
+        assert_eq!(m.iter().map(|x| x["role"].as_str().unwrap()).collect::<Vec<_>>(), ["system", "user", "assistant"]);
+        let (user, reply) = (m[1]["content"].as_str().unwrap(), m[2]["content"].as_str().unwrap());
+        assert!(user.contains(&format!("Question: {}", r["question"].as_str().unwrap())), "{user}");
+        let own = texts[ids.iter().position(|i| i == e["chunk_id"].as_str().unwrap()).unwrap()].clone();
+        let tag = gauge_generator::answer_prompt::page_tag(e["source"].as_str().unwrap(), e["page_start"].as_i64().unwrap() as i32, e["page_end"].as_i64().unwrap() as i32);
+        if e["kind"] == "grounded" {
+            assert!(user.contains(own.trim()), "the context holds the row's chunk");
+            assert!(reply.contains("1. Contextual audit:") && reply.contains("4. Verification:") && reply.contains(&tag), "{reply}");
+            assert!(reply.contains(r["reference_answer"].as_str().unwrap().trim()));
+        } else {
+            assert!(!user.contains(own.trim()), "a refusal context lacks the chunk");
+            assert!(reply.contains("The provided documents do not contain this information."));
+        }
+    }
+    assert_eq!(gauge_core::table::read_parquet_any(&dir.join("sft.parquet")).unwrap().num_rows(), 4);
+
     // `evaluate` reads the output unchanged (span relevance), and the offline set too.
     let ict = PathBuf::from(last_line(&ok(run("synth-data", &[&chunks, "--mode", "ict", "--n", "30", "--artifacts", &art_s]))));
     for (name, golden) in [("llm", dir.join("golden.jsonl")), ("ict", ict.join("golden.jsonl"))] {

@@ -30,6 +30,11 @@ pub struct AnswerArgs {
     #[arg(long)]
     #[serde(rename = "generator.model")]
     pub model: Option<String>,
+    /// LoRA adapter folder (PEFT format, e.g. a train-lora artifact's adapter/) merged into the
+    /// local model at load (`generator.adapter`).
+    #[arg(long)]
+    #[serde(rename = "generator.adapter")]
+    pub adapter: Option<String>,
     /// Prompt template: plain or four_phase (`template`).
     #[arg(long)]
     pub template: Option<String>,
@@ -69,7 +74,7 @@ impl StageCli for Answer {
 
     fn invocation(args: AnswerArgs, _shared: &SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let mut flags = Layer::from_flags("flags", &args);
-        if args.model.is_some() {
+        if args.model.is_some() || args.adapter.is_some() {
             gauge_core::config::set_path(&mut flags.patch, "generator.kind", "local".into());
         }
         let inputs = AnswerInputs { index: args.index, golden: args.golden, question: args.question, limit: args.limit };

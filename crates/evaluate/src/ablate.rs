@@ -58,7 +58,7 @@ pub struct EvaluatePlan {
     upstream: Vec<Upstream>,
     skipped: Vec<(String, String)>,
     /// Answer artifacts: (config, directory).
-    answers: Vec<(String, PathBuf)>,
+    answers: Vec<crate::answers::AnswerRun>,
     /// Upstream artifacts built by this run.
     pub built: Vec<String>,
 }
@@ -206,14 +206,15 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
             let i = pipeline.variants.iter().position(|v| &v.name == name).expect("checked at load");
             let (v, u) = (&pipeline.variants[i], &ups[i]);
             let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, limit: section.limit };
-            let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval), &inputs, &answer_options).with_context(|| format!("[answer] config `{name}`"))?;
-            let fingerprint = gauge_core::Manifest::read(&dir)?.fingerprint;
-            let _ = fingerprint;
-            answers.push((name.clone(), dir));
+            for (generator_name, generator) in section.generator_list() {
+                let row = crate::answers::AnswerRun { config: name.clone(), generator: generator_name, dir: PathBuf::new() };
+                let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;
+                answers.push(crate::answers::AnswerRun { dir, ..row });
+            }
         }
     }
-    for (name, dir) in &answers {
-        inputs.push(FileEntry { path: dir.display().to_string(), name: format!("answers:{name}"), hash: gauge_core::Manifest::read(dir)?.fingerprint, rows: None });
+    for a in &answers {
+        inputs.push(FileEntry { path: a.dir.display().to_string(), name: format!("answers:{}", a.name()), hash: gauge_core::Manifest::read(&a.dir)?.fingerprint, rows: None });
     }
     let mut echo = serde_json::json!({
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
@@ -251,13 +252,23 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let metric_registry = registry(pipeline.k, has_keywords);
     let mut metrics = summarize(&query_rows, &names, &names[0], &metric_registry, pipeline.resamples, pipeline.seed);
     let mut answer_tables = Vec::new();
+    let mut answer_deltas = Vec::new();
     if let Some(section) = &pipeline.answer {
-        for (name, dir) in answers {
-            let answered = crate::answers::read_answers(&dir.join("answers.parquet"))?;
-            let m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase");
-            let rows = crate::answers::metric_rows(name, &m, pipeline.resamples, pipeline.seed);
-            answer_tables.push((name.clone(), answered.len(), m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
+        let mut per_run = Vec::new();
+        for a in answers {
+            let answered = crate::answers::read_answers(&a.dir.join("answers.parquet"))?;
+            let m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase", &section.refusal);
+            let rows = crate::answers::metric_rows(&a.name(), &m, pipeline.resamples, pipeline.seed);
+            answer_tables.push((a.name(), answered.len(), m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
             metrics.extend(rows);
+            per_run.push((a.clone(), answered, m));
+        }
+        answer_deltas = crate::answers::paired_deltas(&per_run, pipeline.resamples, pipeline.seed);
+        for d in &answer_deltas {
+            let metric = format!("answer/{}", d.metric);
+            if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric) {
+                row.delta = Some(d.comparison.clone());
+            }
         }
     }
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
@@ -278,7 +289,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, registry: &metric_registry };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables))?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;

@@ -27,19 +27,66 @@ pub struct AnswerSection {
     pub refusal: String,
     /// At most this many questions (0: all).
     pub limit: usize,
+    /// Several generators compared on the same retrieved contexts (e.g. a base model and the
+    /// base with a `train-lora` adapter): each config gets one answer row per generator, and
+    /// each generator after the first is compared with the first on the same questions
+    /// (paired). Empty: `generator` alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generators: Vec<NamedGenerator>,
+}
+
+/// A generator with the name its answer rows carry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamedGenerator {
+    /// Short name (`base`, `+ adapter`).
+    pub name: String,
+    /// The generator.
+    pub generator: GeneratorConfig,
+}
+
+/// An answer row: the retrieval config, the generator's name (`None` for a single
+/// generator), and the answers' artifact directory.
+#[derive(Debug, Clone)]
+pub struct AnswerRun {
+    /// Retrieval config name.
+    pub config: String,
+    /// Generator name, when the section names several.
+    pub generator: Option<String>,
+    /// The answer artifact.
+    pub dir: std::path::PathBuf,
+}
+
+impl AnswerRun {
+    /// The row's name in tables: `config` or `config · generator`.
+    pub fn name(&self) -> String {
+        match &self.generator {
+            Some(g) => format!("{} · {g}", self.config),
+            None => self.config.clone(),
+        }
+    }
 }
 
 impl Default for AnswerSection {
     fn default() -> Self {
         let a = AnswerConfig::default();
-        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0 }
+        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0, generators: Vec::new() }
     }
 }
 
 impl AnswerSection {
-    /// The answer stage's config for a retrieval config.
-    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig) -> AnswerConfig {
-        AnswerConfig { retrieval: retrieval.clone(), generator: self.generator.clone(), template: self.template.clone(), generation: self.generation.clone(), refusal: self.refusal.clone() }
+    /// The answer stage's config for a retrieval config and a generator.
+    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig, generator: &GeneratorConfig) -> AnswerConfig {
+        AnswerConfig { retrieval: retrieval.clone(), generator: generator.clone(), template: self.template.clone(), generation: self.generation.clone(), refusal: self.refusal.clone() }
+    }
+
+    /// The generators to run: the named list, or `generator` alone (unnamed).
+    pub fn generator_list(&self) -> Vec<(Option<String>, GeneratorConfig)> {
+        if self.generators.is_empty() {
+            vec![(None, self.generator.clone())]
+        } else {
+            self.generators.iter().map(|g| (Some(g.name.clone()), g.generator.clone())).collect()
+        }
     }
 }
 
@@ -77,6 +124,14 @@ pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
             Ok(AnsweredQuestion { qid: qid[i].clone(), answer: answer[i].clone(), refused: refused[i], citations })
         })
         .collect()
+}
+
+/// Whether the model itself declined: its answer holds the configured refusal sentence
+/// (case and spacing ignored).
+pub fn says_refusal(answer: &str, refusal: &str) -> bool {
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    let r = norm(refusal.trim_end_matches('.'));
+    !r.is_empty() && norm(answer).contains(&r)
 }
 
 /// The four phases of the `four_phase` template, in order.
@@ -131,7 +186,7 @@ fn cites_gold(c: &CitedPages, gold: &[GoldItem]) -> bool {
 }
 
 /// The answer metrics (name, label, per-question value or `None` where it does not apply).
-pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], four_phase: bool) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
+pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], four_phase: bool, refusal_sentence: &str) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
     let q_of = |qid: &str| golden.iter().find(|q| q.qid == qid);
     let per = |f: &dyn Fn(&AnsweredQuestion, Option<&GoldenQuestion>) -> Option<f64>| answers.iter().map(|a| f(a, q_of(&a.qid))).collect::<Vec<_>>();
     let frac = |a: &AnsweredQuestion, keep: &dyn Fn(&CitedPages) -> bool| (!a.citations.is_empty()).then(|| a.citations.iter().filter(|c| keep(c)).count() as f64 / a.citations.len() as f64);
@@ -140,7 +195,7 @@ pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], f
         ("citation_precision", "Citation precision", per(&|a, _| frac(a, &|c| c.3))),
         ("invented_citation_rate", "Invented citations", per(&|a, _| frac(a, &|c| !c.3))),
         ("citation_accuracy", "Citation accuracy (gold pages)", per(&|a, q| q.filter(|q| !q.gold.is_empty()).and_then(|q| frac(a, &|c| cites_gold(c, &q.gold))))),
-        ("refusal_accuracy", "Refusal accuracy", per(&|a, q| q.map(|q| if a.refused == (q.gold.is_empty() && q.keywords.is_empty()) { 1.0 } else { 0.0 }))),
+        ("refusal_accuracy", "Refusal accuracy", per(&|a, q| q.map(|q| if (a.refused || says_refusal(&a.answer, refusal_sentence)) == (q.gold.is_empty() && q.keywords.is_empty()) { 1.0 } else { 0.0 }))),
     ];
     if four_phase {
         out.push(("format_compliance", "Four phases in order", per(&|a, _| (!a.refused).then(|| if four_phases_in_order(&a.answer) { 1.0 } else { 0.0 }))));
@@ -153,6 +208,56 @@ pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], f
             let lower = a.answer.to_lowercase();
             q.keywords.iter().filter(|k| lower.contains(&k.to_lowercase())).count() as f64 / q.keywords.len() as f64
         }))));
+    }
+    out
+}
+
+/// One answer metric of a generator compared with the first generator of the same config,
+/// question by question.
+#[derive(Debug, Clone)]
+pub struct AnswerDelta {
+    /// The compared row (`config · generator`).
+    pub run: String,
+    /// The row it is compared with.
+    pub baseline: String,
+    /// Metric name (without `answer/`).
+    pub metric: &'static str,
+    /// Metric label.
+    pub label: &'static str,
+    /// Questions where the metric applies to both.
+    pub n: usize,
+    /// Mean difference, paired-bootstrap interval and sign-flip p-value.
+    pub comparison: crate::stats::PairedComparison,
+}
+
+/// Per-question answers and metric values of one answer row.
+pub type RunMetrics = (AnswerRun, Vec<AnsweredQuestion>, Vec<(&'static str, &'static str, Vec<Option<f64>>)>);
+
+/// Paired differences of every answer metric between each generator and the first generator
+/// of its config, over the questions where the metric applies to both rows.
+pub fn paired_deltas(runs: &[RunMetrics], resamples: usize, seed: u64) -> Vec<AnswerDelta> {
+    let mut out = Vec::new();
+    for (run, answered, metrics) in runs {
+        let Some((base, base_answered, base_metrics)) = runs.iter().find(|(r, _, _)| r.config == run.config && r.generator.is_some()) else { continue };
+        if base.name() == run.name() {
+            continue;
+        }
+        for (i, (name, label, values)) in metrics.iter().enumerate() {
+            let Some((_, _, base_values)) = base_metrics.iter().find(|(n, _, _)| n == name) else { continue };
+            let mut pairs = (Vec::new(), Vec::new());
+            for (q, v) in answered.iter().zip(values) {
+                let Some(j) = base_answered.iter().position(|b| b.qid == q.qid) else { continue };
+                if let (Some(a), Some(b)) = (v, base_values[j]) {
+                    pairs.0.push(*a);
+                    pairs.1.push(b);
+                }
+            }
+            if pairs.0.is_empty() {
+                continue;
+            }
+            let comparison = crate::stats::paired_comparison(&pairs.0, &pairs.1, resamples, seed.wrapping_add(2000 + i as u64));
+            out.push(AnswerDelta { run: run.name(), baseline: base.name(), metric: name, label, n: pairs.0.len(), comparison });
+        }
     }
     out
 }
@@ -190,7 +295,7 @@ mod tests {
         let answers = vec![
             AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)] },
         ];
-        let m = answer_metrics(&answers, &[q], false);
+        let m = answer_metrics(&answers, &[q.clone()], false, "The documents do not say.");
         let get = |n: &str| m.iter().find(|x| x.0 == n).unwrap().2[0];
         assert_eq!(get("answer_verified_citation"), Some(1.0));
         assert_eq!(get("citation_precision"), Some(0.5));
@@ -198,5 +303,10 @@ mod tests {
         assert_eq!(get("citation_accuracy"), Some(0.5));
         assert_eq!(get("refusal_accuracy"), Some(1.0));
         assert_eq!(get("answer_keyword_recall"), Some(1.0));
+        // A model refusal on an answerable question is a wrong refusal.
+        let declined = vec![AnsweredQuestion { qid: "a".into(), answer: "The documents  do not say".into(), refused: false, citations: vec![] }];
+        let m = answer_metrics(&declined, &[q], false, "The documents do not say.");
+        assert_eq!(m.iter().find(|x| x.0 == "refusal_accuracy").unwrap().2[0], Some(0.0));
+        assert!(!says_refusal("anything", ""));
     }
 }

@@ -228,12 +228,18 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
 
 /// The answer table (a pipeline's `[answer]` rows): one row per answered config, each metric
 /// with its 95 % interval and the number of questions it applies to.
-pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[crate::answers::AnswerTable]) -> String {
+pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[crate::answers::AnswerTable], deltas: &[crate::answers::AnswerDelta]) -> String {
     let Some(section) = section else { return String::new() };
     let Some((_, _, first)) = tables.first() else { return String::new() };
-    let generator = match &section.generator {
-        gauge_answer::GeneratorConfig::Local { model } => format!("local `{model}`"),
+    let describe = |g: &gauge_answer::GeneratorConfig| match g {
+        gauge_answer::GeneratorConfig::Local { model, adapter: None } => format!("local `{model}`"),
+        gauge_answer::GeneratorConfig::Local { model, adapter: Some(a) } => format!("local `{model}` + adapter `{a}`"),
         gauge_answer::GeneratorConfig::Api(c) => format!("API `{}` at {}", c.model, c.base_url),
+    };
+    let generator = if section.generators.is_empty() {
+        describe(&section.generator)
+    } else {
+        section.generators.iter().map(|g| format!("**{}** = {}", g.name, describe(&g.generator))).collect::<Vec<_>>().join("; ")
     };
     let mut s = format!(
         "\n## Answers\n\nGenerator: {generator}; template `{}`; at most {} new tokens{}. Deterministic metrics from `answers.parquet` (no judge); `n` is the number of questions a metric applies to (citation metrics: answers with at least one citation).\n\n| Config | Questions | {} |\n|---|---|{}\n",
@@ -246,6 +252,13 @@ pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables:
     for (name, n, rows) in tables {
         let cells: Vec<String> = rows.iter().map(|(_, m)| if m.n == 0 { "–".into() } else { format!("{} (n {})", cell(Some(m)), m.n) }).collect();
         s.push_str(&format!("| {} | {n} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
+    }
+    if !deltas.is_empty() {
+        s.push_str("\n### Paired differences between generators\n\nEach generator against the first one on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval and a two-sided sign-flip randomisation p (not corrected for the number of comparisons).\n\n| Row | vs | Metric | n | Δ | 95 % interval | p |\n|---|---|---|---|---|---|---|\n");
+        for d in deltas {
+            let c = &d.comparison;
+            s.push_str(&format!("| {} | {} | {} | {} | {:+.3} | [{:+.2}, {:+.2}] | {:.3}{} |\n", d.run.replace('|', "\\|"), d.baseline.replace('|', "\\|"), d.label, d.n, c.delta, c.ci_low, c.ci_high, c.p_value, if c.p_value < 0.05 { " *" } else { "" }));
+        }
     }
     s
 }

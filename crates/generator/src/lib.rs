@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 pub mod answer_prompt;
 
+use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use gauge_decoder::{DecoderError, GenerateOptions, LanguageModel, SchemaCompiler};
@@ -29,6 +30,9 @@ pub enum GeneratorConfig {
         /// Model file, folder or name.
         #[serde(default = "default_model")]
         model: String,
+        /// A LoRA adapter (PEFT folder, e.g. `train-lora`'s `adapter/`) merged at load.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        adapter: Option<String>,
     },
     /// An OpenAI-compatible endpoint (key from an environment variable only).
     Api(ChatConfig),
@@ -41,14 +45,14 @@ pub fn default_model() -> String {
 
 impl Default for GeneratorConfig {
     fn default() -> Self {
-        GeneratorConfig::Local { model: default_model() }
+        GeneratorConfig::Local { model: default_model(), adapter: None }
     }
 }
 
 /// The manifest entry of a local model (its file's hash; for a sharded folder, the index's),
 /// so that a stage's fingerprint changes with the weights. `None` for an endpoint.
-pub fn model_entry(config: &GeneratorConfig) -> Result<Option<gauge_core::FileEntry>, GeneratorError> {
-    let GeneratorConfig::Local { model } = config else { return Ok(None) };
+pub fn model_entry(config: &GeneratorConfig) -> Result<Vec<gauge_core::FileEntry>, GeneratorError> {
+    let GeneratorConfig::Local { model, adapter } = config else { return Ok(Vec::new()) };
     let path = gauge_decoder::resolve(model)?;
     let file = if path.is_file() { path.clone() } else { path.join("model.safetensors") };
     let hash = if file.is_file() {
@@ -56,7 +60,13 @@ pub fn model_entry(config: &GeneratorConfig) -> Result<Option<gauge_core::FileEn
     } else {
         gauge_core::hash::bytes_hash(std::fs::read_to_string(path.join("model.safetensors.index.json")).unwrap_or_default().as_bytes())
     };
-    Ok(Some(gauge_core::FileEntry { path: path.display().to_string(), name: "model".into(), hash, rows: None }))
+    let mut entries = vec![gauge_core::FileEntry { path: path.display().to_string(), name: "model".into(), hash, rows: None }];
+    if let Some(dir) = adapter {
+        let weights = Path::new(dir).join("adapter_model.safetensors");
+        let hash = gauge_core::hash::file_hash(&weights).map_err(|e| GeneratorError::Prompt(format!("adapter: {e} (pass a PEFT adapter folder, e.g. the adapter/ of a train-lora artifact)")))?;
+        entries.push(gauge_core::FileEntry { path: dir.clone(), name: "adapter".into(), hash, rows: None });
+    }
+    Ok(entries)
 }
 
 /// Why a reply could not be had.
@@ -103,13 +113,14 @@ impl Generator {
     /// Loads the local model onto `device`, or prepares the endpoint client.
     pub fn open(config: &GeneratorConfig, device: &str, retry: RetryPolicy) -> Result<Generator, GeneratorError> {
         Ok(match config {
-            GeneratorConfig::Local { model } => {
+            GeneratorConfig::Local { model, adapter } => {
                 let device = gauge_encoder::device::parse(device).map_err(|e| GeneratorError::Prompt(e.to_string()))?;
-                let lm = LanguageModel::load(model, &device)?;
+                let options = gauge_decoder::LoadOptions { adapter: adapter.as_ref().map(std::path::PathBuf::from), ..Default::default() };
+                let lm = LanguageModel::load_with(model, &device, &options)?;
                 if lm.chat.is_none() {
                     return Err(GeneratorError::Prompt(format!("{}: the model has no chat template; use an instruction-tuned model", lm.source.display())));
                 }
-                Generator { backend: Backend::Local { lm: Box::new(lm), compiler: OnceLock::new(), busy: Mutex::new(()) }, name: model.clone() }
+                Generator { backend: Backend::Local { lm: Box::new(lm), compiler: OnceLock::new(), busy: Mutex::new(()) }, name: match adapter { Some(a) => format!("{model} + {a}"), None => model.clone() } }
             }
             GeneratorConfig::Api(chat) => Generator { backend: Backend::Api(Box::new(ChatClient::new(chat.clone(), retry))), name: chat.model.clone() },
         })

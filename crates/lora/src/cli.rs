@@ -5,7 +5,9 @@ use gauge_core::cli::{Invocation, StageCli};
 use gauge_core::config::Layer;
 use serde::Serialize;
 
-use crate::train::{TrainLora, TrainOptions};
+use gauge_core::stage::Built;
+
+use crate::train::{TrainLora, TrainOptions, TrainSummary};
 
 /// Inputs and flags of `train-lora`; config flags set one field of [`crate::TrainConfig`].
 #[derive(clap::Args, Debug, Serialize)]
@@ -53,6 +55,10 @@ pub struct TrainArgs {
     #[arg(long, default_value = "cpu")]
     #[serde(skip)]
     pub device: String,
+    /// Also copy the adapter folder here (e.g. data/adapters/fra-sft) for pipelines to name.
+    #[arg(long)]
+    #[serde(skip)]
+    pub copy_to: Option<PathBuf>,
     /// Stop after this many steps of this invocation, leaving the checkpoint (resumption tests).
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -60,13 +66,27 @@ pub struct TrainArgs {
 }
 
 impl StageCli for TrainLora {
+    /// `--copy-to`: the adapter folder copied (through a temporary folder) where pipelines read it.
+    fn after(built: &Built<TrainSummary>, options: &TrainOptions) -> anyhow::Result<()> {
+        let Some(dest) = &options.copy_to else { return Ok(()) };
+        let tmp = dest.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
+        for f in ["adapter_config.json", "adapter_model.safetensors"] {
+            std::fs::copy(built.dir.join("adapter").join(f), tmp.join(f)).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.join(f).display()))?;
+        }
+        let _ = std::fs::remove_dir_all(dest);
+        std::fs::rename(&tmp, dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
+        Ok(())
+    }
+
     const BIN: &'static str = "train-lora";
     const ABOUT: &'static str = "Trains a LoRA adapter (QLoRA-style: the base stays 4-bit) on chat-format SFT examples and writes artifacts/train-lora/<fingerprint>/adapter/ (a PEFT folder: adapter_config.json, adapter_model.safetensors), loss_curve.parquet and loss_curve.png (and merged/ with --merge). A killed run resumes from its last checkpoint when rerun with the same settings. Prints the artifact directory as the last line of stdout.";
     type Args = TrainArgs;
 
     fn invocation(args: TrainArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: args.data, options: TrainOptions { device: args.device, stop_after: args.stop_after }, flags })
+        Ok(Invocation { inputs: args.data, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
     }
 }
 

@@ -68,14 +68,20 @@ pub fn tokenize(messages: &[Message], tokenizer: &tokenizers::Tokenizer, templat
     Ok(Sequence::from_response_mask(ids, &learned))
 }
 
-/// The train and (optional) held-out files of an input: a `synth-data --mode sft` artifact
-/// directory (`train.jsonl` and `dev.jsonl`, else `sft.jsonl`), or one JSONL file.
+/// The train and (optional) held-out files of an input: a `synth-data` artifact directory
+/// (LLM mode: `sft-train.jsonl` and `sft-dev.jsonl`; SFT mode: `train.jsonl` and `dev.jsonl`;
+/// unsplit: `sft.jsonl`), or one JSONL file.
 pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError> {
     if input.is_file() {
         return Ok((input.to_path_buf(), None));
     }
     if !input.is_dir() {
         return Err(LoraError::Data { path: input.to_path_buf(), message: "no such file or directory (pass the directory `synth-data --mode sft` printed, or a chat JSONL file)".into() });
+    }
+    let teacher = input.join("sft-train.jsonl");
+    if teacher.is_file() {
+        let dev = input.join("sft-dev.jsonl");
+        return Ok((teacher, dev.is_file().then_some(dev)));
     }
     let train = input.join("train.jsonl");
     if train.is_file() {

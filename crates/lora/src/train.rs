@@ -123,11 +123,13 @@ pub struct TrainOptions {
     pub device: String,
     /// Stop (as if killed) after this many steps of this invocation; for tests of resumption.
     pub stop_after: Option<u64>,
+    /// Copy the adapter folder here after the run (or a cache hit).
+    pub copy_to: Option<PathBuf>,
 }
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { device: "cpu".into(), stop_after: None }
+        TrainOptions { device: "cpu".into(), stop_after: None, copy_to: None }
     }
 }
 
@@ -398,12 +400,15 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
         let epoch_f = ck.step as f64 / steps_per_epoch as f64;
         ck.curve.push(CurvePoint { step: ck.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: n_targets as u64, tokens_per_second: tps });
         pb.set_message(format!("loss {loss:.3}, {tps:.0} tok/s"));
+        if pb.is_hidden() {
+            tracing::info!("step {}/{total}: loss {loss:.4}, lr {lr:.2e}, grad norm {grad_norm:.3}, {tps:.0} tokens/s", ck.step);
+        }
         pb.set_position(ck.step);
         let last = ck.step == total;
         if last || (cfg.eval_every > 0 && ck.step % cfg.eval_every == 0) {
             if let Some((dl, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
                 ck.curve.push(CurvePoint { step: ck.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
-                pb.println(format!("step {}: held-out loss {dl:.4}", ck.step));
+                tracing::info!("step {}/{total}: held-out loss {dl:.4}", ck.step);
             }
         }
         if !last && cfg.checkpoint_every > 0 && ck.step % cfg.checkpoint_every == 0 {

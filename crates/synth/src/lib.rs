@@ -102,6 +102,9 @@ pub struct SynthRow {
     pub golden: GoldenQuestion,
     /// The teacher's four-phase reasoning (none for ICT).
     pub thinking: Option<String>,
+    /// The same reasoning phase by phase (teacher rows; the SFT examples are built from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<teacher::FourPhases>,
     /// Teacher model, or `ict`.
     pub teacher_model: String,
     /// SHA-256 of the exact prompt sent (system + user), none for ICT.
@@ -264,6 +267,7 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
                         category: Some(s.style.name().into()),
                     },
                     thinking: Some(r.reasoning.text()),
+                    phases: Some(r.reasoning.clone()),
                     teacher_model: teacher.name().to_string(),
                     prompt_sha256: Some(prompt_sha),
                     chunk_id: picked[0].chunk_id.clone(),
@@ -329,20 +333,25 @@ impl Stage for Synth {
         anyhow::ensure!(!chunks.is_empty(), "{}: no chunks to sample from", chunks_path.display());
         entry.rows = Some(chunks.len() as u64);
         let mut sft_prompts = None;
+        let load_sft_prompts = || -> anyhow::Result<sft::SftPrompts> {
+            anyhow::ensure!((0.0..=1.0).contains(&cfg.sft.refusal_share), "sft.refusal_share is a share between 0 and 1, got {}", cfg.sft.refusal_share);
+            let read = |name: String| {
+                let p = rt.prompts.join(&name);
+                std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); pass --prompts DIR holding answer_system.md and answer_<template>.md", p.display()))
+            };
+            Ok(sft::SftPrompts { system: read("answer_system.md".into())?, template: read(format!("answer_{}.md", cfg.sft.template))? })
+        };
         let (styles, prompts) = match cfg.mode {
             Mode::Ict => (vec![Style::Ict], None),
             Mode::Sft => {
-                anyhow::ensure!((0.0..=1.0).contains(&cfg.sft.refusal_share), "sft.refusal_share is a share between 0 and 1, got {}", cfg.sft.refusal_share);
-                let read = |name: String| {
-                    let p = rt.prompts.join(&name);
-                    std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); pass --prompts DIR holding answer_system.md and answer_<template>.md", p.display()))
-                };
-                sft_prompts = Some(sft::SftPrompts { system: read("answer_system.md".into())?, template: read(format!("answer_{}.md", cfg.sft.template))? });
+                sft_prompts = Some(load_sft_prompts()?);
                 (vec![Style::Ict], None)
             }
             Mode::Llm => {
                 anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
                 let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
+                // The teacher's rows also become SFT examples in the answer prompt's format.
+                sft_prompts = Some(load_sft_prompts()?);
                 (cfg.styles.clone(), Some(p))
             }
         };
@@ -376,8 +385,8 @@ impl Stage for Synth {
 /// Samples, generates (journaled in the run's checkpoint directory) and writes the rows.
 fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
     let SynthState { chunks, chunks_path, styles, prompts, sft_prompts } = state;
-    if let Some(p) = sft_prompts {
-        return write_sft(&chunks, &chunks_path, &p, run, cfg);
+    if cfg.mode == Mode::Sft {
+        return write_sft(&chunks, &chunks_path, sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg);
     }
     let journal_path = run.checkpoint_dir()?.join("journal.jsonl");
     // The plan is a pure function of the chunks and the config, so a resumed run sees the
@@ -413,6 +422,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
                         category: Some("ict".into()),
                     },
                     thinking: None,
+                    phases: None,
                     teacher_model: "ict".into(),
                     prompt_sha256: None,
                     chunk_id: c.chunk_id.clone(),
@@ -487,6 +497,10 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     }
     write_jsonl(&run.path("failures.jsonl"), failures.iter())?;
     run.add_output("failures.jsonl", Some(failures.len() as u64))?;
+    if let (Mode::Llm, Some(p)) = (cfg.mode, &sft_prompts) {
+        let n = write_teacher_sft(&rows, &chunks, p, run, cfg)?;
+        run.set_stat("sft_examples", n);
+    }
     std::fs::copy(&journal_path, run.path("journal.jsonl"))?;
     run.add_output("journal.jsonl", Some(entries.len() as u64))?;
     let mut by_style: HashMap<&str, usize> = HashMap::new();
@@ -510,6 +524,52 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
         run.set_stat("structured_output", st);
     }
     Ok(SynthSummary { accepted: rows.len(), failed: failures.len(), resumed, sft: false })
+}
+
+/// The teacher's rows as chat-format SFT examples (`sft.jsonl`, `sft.parquet`, and
+/// `sft-<split>.jsonl` when split; the golden set's splits carry over, so test pages stay out
+/// of training): the user turn is `answer`'s prompt over the row's chunk(s) and
+/// `sft.distractors` TF-IDF-nearest chunks from other pages in a seeded order, the reply the
+/// teacher's four phases with the answer citing the chunk's page tag; a seeded
+/// `sft.refusal_share` of rows gets a context without the chunk and the refusal reply.
+fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig) -> anyhow::Result<u64> {
+    let df = plan::document_frequencies(chunks);
+    let sim = sft::Similarity::new(chunks, &df);
+    let index: HashMap<&str, usize> = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.as_str(), i)).collect();
+    let mut out = Vec::new();
+    for (n, r) in rows.iter().enumerate() {
+        let Some(phases) = &r.phases else { continue };
+        // The row's chunks: the first by id, a multi-hop partner by its gold span.
+        let mut gold: Vec<usize> = Vec::new();
+        for g in &r.golden.gold {
+            if let GoldItem::Span { source, char_start, .. } = g {
+                if let Some(i) = chunks.iter().position(|c| &c.source == source && c.char_start == *char_start) {
+                    gold.push(i);
+                }
+            }
+        }
+        if gold.is_empty() {
+            gold.extend(index.get(r.chunk_id.as_str()));
+        }
+        let refuse = sft::is_refusal(n, cfg.sft.refusal_share, cfg.seed);
+        let answer = r.golden.reference_answer.clone().unwrap_or_default();
+        let mut row = sft::teacher_example(n, &r.golden.question, phases, &answer, &gold, chunks, &sim, &cfg.sft, prompts, refuse, cfg.seed)?;
+        row.id = r.golden.qid.clone();
+        row.split = r.split.clone();
+        out.push(row);
+    }
+    write_jsonl(&run.path("sft.jsonl"), out.iter())?;
+    run.add_output("sft.jsonl", Some(out.len() as u64))?;
+    let n = write_sft_parquet(&run.path("sft.parquet"), &out)?;
+    run.add_output("sft.parquet", Some(n))?;
+    let splits: std::collections::BTreeSet<String> = out.iter().filter_map(|r| r.split.clone()).collect();
+    for name in splits {
+        let file = format!("sft-{name}.jsonl");
+        let part: Vec<&sft::SftRow> = out.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
+        write_jsonl(&run.path(&file), part.iter().copied())?;
+        run.add_output(&file, Some(part.len() as u64))?;
+    }
+    Ok(out.len() as u64)
 }
 
 /// `--mode sft`: examples for the planned samples, near-duplicate questions kept (the
@@ -542,6 +602,7 @@ fn write_sft(chunks: &[ChunkRecord], chunks_path: &Path, prompts: &sft::SftPromp
             .map(|r| SynthRow {
                 golden: GoldenQuestion { qid: r.id.clone(), question: r.question.clone(), gold: vec![gold_of(c_of[r.chunk_id.as_str()])], keywords: Vec::new(), reference_answer: None, category: Some("sft".into()) },
                 thinking: None,
+                phases: None,
                 teacher_model: "sft".into(),
                 prompt_sha256: None,
                 chunk_id: r.chunk_id.clone(),

@@ -192,6 +192,54 @@ pub fn example(index: usize, chunk: usize, chunks: &[ChunkRecord], sim: &Similar
     }))
 }
 
+/// An example from a teacher's row: the context holds `gold` (the row's chunks) and
+/// distractors from other pages in a seeded order, and the reply is the teacher's four phases
+/// with the evidence and the answer citing the gold chunks' page tags (`refuse`: the gold
+/// chunks left out, the refusal reply).
+#[allow(clippy::too_many_arguments)]
+pub fn teacher_example(index: usize, question: &str, phases: &crate::teacher::FourPhases, answer: &str, gold: &[usize], chunks: &[ChunkRecord], sim: &Similarity, cfg: &SftConfig, prompts: &SftPrompts, refuse: bool, seed: u64) -> anyhow::Result<SftRow> {
+    anyhow::ensure!(!gold.is_empty(), "a teacher row without its chunk");
+    let first = &chunks[gold[0]];
+    let mut context: Vec<usize> = sim.distractors(chunks, gold[0], cfg.distractors + usize::from(refuse)).into_iter().filter(|j| !gold.contains(j)).collect();
+    if !refuse {
+        context.extend(gold);
+    }
+    let mut rng = gauge_core::rng::SplitMix64::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for i in (1..context.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        context.swap(i, j);
+    }
+    let passages: Vec<PromptPassage> = context.iter().map(|&j| PromptPassage { source: chunks[j].source.clone(), page_start: chunks[j].page_start, page_end: chunks[j].page_end, text: chunks[j].text.clone() }).collect();
+    let user = render_answer_prompt(&prompts.template, question, &passages)?;
+    let tags: Vec<String> = gold.iter().map(|&g| page_tag(&chunks[g].source, chunks[g].page_start, chunks[g].page_end)).collect();
+    let tags = tags.join(" ");
+    let reply = if refuse {
+        reply(&cfg.template, None, &cfg.refusal)
+    } else if cfg.template == "four_phase" {
+        format!(
+            "1. Contextual audit: {}\n2. Evidence map: {} {tags}\n3. Synthesis: {} {tags}\n4. Verification: {}",
+            phases.contextual_audit.trim(),
+            phases.evidence_mapping.trim(),
+            answer.trim(),
+            phases.verification.trim()
+        )
+    } else {
+        format!("{} {tags}", answer.trim())
+    };
+    Ok(SftRow {
+        id: format!("sft-{index}"),
+        messages: vec![Message::system(prompts.system.trim()), Message::user(user), Message::assistant(reply)],
+        kind: if refuse { "refusal" } else { "grounded" }.into(),
+        question: question.to_string(),
+        chunk_id: first.chunk_id.clone(),
+        source: first.source.clone(),
+        page_start: first.page_start,
+        page_end: first.page_end,
+        context_chunk_ids: context.iter().map(|&j| chunks[j].chunk_id.clone()).collect(),
+        split: None,
+    })
+}
+
 /// Whether sample `index` is a refusal example: a seeded draw at `share`.
 pub fn is_refusal(index: usize, share: f64, seed: u64) -> bool {
     let mut rng = gauge_core::rng::SplitMix64::new(seed.wrapping_add(0xA5A5_5A5A) ^ index as u64);

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use gauge_core::schema::ChunkRecord;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::plan::Style;
 
@@ -80,7 +80,7 @@ pub struct TeacherReply {
 }
 
 /// The four-phase reasoning of the seed studies.
-#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FourPhases {
     /// Contextual Audit: what the passage is about, its scope and conditions.

@@ -1,0 +1,87 @@
+//! Training speed of `train-lora`'s step (forward, head, layer-wise recomputation and backward,
+//! AdamW) on a GGUF base with LoRA r 16 on all seven projections, sequences of `SEQ` tokens,
+//! `BATCH` sequences per step, every position a target; the machine's peak measured the same
+//! way as `bench_generate` (the `bench-train` recipe adds llama.cpp's prefill on the same GGUF
+//! and length as the reference).
+//! Usage: `bench_train MODEL.gguf SEQ BATCH STEPS OUT_JSON`
+use std::time::Instant;
+
+use gauge_decoder::ModelFiles;
+use gauge_lora::model::{LoraShape, Sequence, TrainableLlama};
+use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
+use gauge_lora::BaseStorage;
+
+/// Peak f32 FLOP/s: cores × clock × FLOPs per cycle (two FMA units of 16 lanes with AVX-512,
+/// 8 with AVX2; an FMA is 2 FLOPs) — as `bench_generate` computes it.
+fn peak_flops() -> (f64, String) {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let mhz = info.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(2000.0);
+    let lanes = if info.contains("avx512f") { 16.0 } else { 8.0 };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    (cores * mhz * 1e6 * lanes * 2.0 * 2.0, format!("{cores} cores × {mhz:.0} MHz × {lanes} f32 lanes × 2 FMA units × 2"))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: bench_train MODEL.gguf SEQ BATCH STEPS OUT_JSON";
+    let model_path = args.get(1).expect(usage);
+    let seq: usize = args.get(2).expect(usage).parse()?;
+    let batch: usize = args.get(3).expect(usage).parse()?;
+    let steps: usize = args.get(4).expect(usage).parse()?;
+    let out = args.get(5).expect(usage);
+    let files = ModelFiles::open(model_path, false)?;
+    let c = files.config.clone();
+    let model = TrainableLlama::load(c.clone(), &files.checkpoint, BaseStorage::Auto, &gauge_encoder::device::cpu())?;
+    drop(files);
+    let shape = LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() };
+    let mut params = model.init_lora(shape, 0);
+    // Token ids spread over the vocabulary (content does not change the arithmetic).
+    let seqs: Vec<Sequence> = (0..batch).map(|b| Sequence { ids: (0..seq).map(|i| ((i * 7919 + b * 104_729) % (c.vocab_size - 1)) as u32 + 1).collect(), target: vec![true; seq - 1] }).collect();
+    let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
+    let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
+    let mut adam = AdamWState::new(&lens);
+    let cfg = AdamWConfig::default();
+    let mut times = Vec::new();
+    for step in 0..steps + 1 {
+        let t = Instant::now();
+        let mut grads = params.zeros_like();
+        model.accumulate_gradients(&params, &seqs, 1.0 / n_targets as f64, None, &mut grads)?;
+        clip_global_norm(&mut grads, 1.0);
+        adam.step(&cfg, 1e-4, &mut params.tensors_mut(), &grads);
+        if step > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+        eprintln!("step {step}: {:.2} s", t.elapsed().as_secs_f64());
+    }
+    let secs = times.iter().sum::<f64>() / times.len() as f64;
+    let tokens_per_s = (seq * batch) as f64 / secs;
+    // FLOPs per trained token. Projections: P multiply-adds per token; attention: QKᵀ and AV,
+    // 2·T·(heads·head_dim) multiply-adds per token on average over a causal sequence of T (half
+    // the T² pairs, two products); head: V·h per target. "Useful" = forward + backward through
+    // the activations (2 + 2 FLOPs per multiply-add; the frozen base needs no weight gradients),
+    // plus the LoRA weight gradients; "executed" adds the recomputed forward.
+    let proj: f64 = (0..7).map(|p| { let (i, o) = model.projection_dims(p); (i * o) as f64 }).sum::<f64>() * c.num_hidden_layers as f64;
+    let attn = 2.0 * (seq as f64 / 2.0) * (c.num_attention_heads * c.head_dim()) as f64 * c.num_hidden_layers as f64;
+    let head = (c.vocab_size * c.hidden_size) as f64;
+    let lora: f64 = (0..7).map(|p| { let (i, o) = model.projection_dims(p); (16 * (i + o)) as f64 }).sum::<f64>() * c.num_hidden_layers as f64;
+    let fwd = 2.0 * (proj + attn + lora) + 2.0 * head;
+    let useful = 2.0 * fwd + 2.0 * lora;
+    let executed = useful + 2.0 * (proj + attn + lora);
+    let (peak, peak_how) = peak_flops();
+    let (base_bytes, kinds) = model.base_bytes();
+    let rss = gauge_lora::train::peak_rss_mib();
+    let trainable = params.count() as f64;
+    let result = serde_json::json!({
+        "model": model_path, "sequence_tokens": seq, "sequences_per_step": batch, "steps_timed": times.len(),
+        "threads": rayon::current_num_threads(), "lora": {"r": 16, "alpha": 16, "targets": "all seven projections", "trainable_parameters": trainable},
+        "seconds_per_step": secs, "tokens_per_s": tokens_per_s,
+        "flops_per_token_useful": useful, "flops_per_token_executed": executed,
+        "useful_flops_per_s": tokens_per_s * useful, "share_of_peak_useful": tokens_per_s * useful / peak, "share_of_peak_executed": tokens_per_s * executed / peak,
+        "machine": {"peak_f32_flops": peak, "peak_how": peak_how},
+        "memory": {"peak_rss_mib": rss, "base_bytes_held": base_bytes, "base_storage": kinds, "largest_layer_f32_bytes": model.layer_f32_bytes(),
+                   "adapter_and_adamw_bytes": trainable * 16.0},
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&result)? + "\n")?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
+}
