@@ -125,6 +125,7 @@ mod tests {
                 category: Some("ict".into()),
             },
             thinking: None,
+            phases: None,
             teacher_model: "ict".into(),
             prompt_sha256: None,
             chunk_id: format!("c{i}"),
