@@ -1,5 +1,5 @@
 //! The README documents every Parquet column exactly as the schema module defines it.
-use gauge_core::schema::{markdown_table, ANSWER_COLUMNS, CHUNK_COLUMNS, EMBEDDING_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, METRIC_COLUMNS, PAGE_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS, SFT_COLUMNS};
+use gauge_core::schema::{markdown_table, ANSWER_COLUMNS, CHUNK_COLUMNS, EMBEDDING_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, METRIC_COLUMNS, PAGE_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS, SFT_COLUMNS, LOSS_CURVE_COLUMNS};
 
 #[test]
 fn readme_schema_tables_match_the_code() {
@@ -14,6 +14,7 @@ fn readme_schema_tables_match_the_code() {
         ("runs.parquet", RUN_COLUMNS.to_vec()),
         ("answers.parquet", ANSWER_COLUMNS.to_vec()),
         ("sft.parquet", SFT_COLUMNS.to_vec()),
+        ("loss_curve.parquet", LOSS_CURVE_COLUMNS.to_vec()),
     ] {
         let table = markdown_table(&cols);
         assert!(readme.contains(&table), "README is missing or has a stale schema table for {name}; expected:\n{table}");

@@ -193,6 +193,19 @@ pub const SFT_COLUMNS: &[ColumnDoc] = &[
     col("split", Utf8, "`train`, `dev` or `test` (page-grouped; empty when not split)"),
 ];
 
+/// Columns of `loss_curve.parquet` (`train-lora`): one row per optimiser step (`train`) and
+/// per held-out evaluation (`dev`).
+pub const LOSS_CURVE_COLUMNS: &[ColumnDoc] = &[
+    col("step", Int64, "optimiser steps taken when measured (0: before training)"),
+    col("epoch", Float64, "epochs done"),
+    col("split", Utf8, "`train` (the step's window of sequences) or `dev` (the held-out sample)"),
+    col("loss", Float64, "mean NLL per target (assistant) token, token-weighted over the window"),
+    col("learning_rate", Float64, "learning rate of the step (`train` rows)"),
+    col("grad_norm", Float64, "global gradient norm before clipping (`train` rows; 0 on `dev`)"),
+    col("target_tokens", Int64, "target tokens in the window or the held-out sample"),
+    col("tokens_per_second", Float64, "all tokens of the step run per second, forward and backward (`train` rows)"),
+];
+
 /// Builds the Arrow schema for a column list.
 pub fn arrow_schema(columns: &[ColumnDoc]) -> Arc<Schema> {
     Arc::new(Schema::new(

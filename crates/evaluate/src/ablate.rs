@@ -267,7 +267,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         for d in &answer_deltas {
             let metric = format!("answer/{}", d.metric);
             if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric) {
-                row.delta = Some(d.comparison.clone());
+                row.delta = Some(d.comparison);
             }
         }
     }

@@ -295,7 +295,7 @@ mod tests {
         let answers = vec![
             AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)] },
         ];
-        let m = answer_metrics(&answers, &[q.clone()], false, "The documents do not say.");
+        let m = answer_metrics(&answers, std::slice::from_ref(&q), false, "The documents do not say.");
         let get = |n: &str| m.iter().find(|x| x.0 == n).unwrap().2[0];
         assert_eq!(get("answer_verified_citation"), Some(1.0));
         assert_eq!(get("citation_precision"), Some(0.5));

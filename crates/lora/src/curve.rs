@@ -3,8 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Array, StringArray, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
 use serde::{Deserialize, Serialize};
 
 /// One point of the curve.
@@ -28,33 +27,19 @@ pub struct CurvePoint {
     pub tokens_per_second: f64,
 }
 
-/// The Parquet schema of `loss_curve.parquet`.
-pub fn schema() -> Schema {
-    Schema::new(vec![
-        Field::new("step", DataType::UInt64, false),
-        Field::new("epoch", DataType::Float64, false),
-        Field::new("split", DataType::Utf8, false),
-        Field::new("loss", DataType::Float64, false),
-        Field::new("learning_rate", DataType::Float64, false),
-        Field::new("grad_norm", DataType::Float64, false),
-        Field::new("target_tokens", DataType::UInt64, false),
-        Field::new("tokens_per_second", DataType::Float64, false),
-    ])
-}
-
 /// Writes the curve as Parquet.
 pub fn write_parquet(path: &Path, points: &[CurvePoint]) -> anyhow::Result<u64> {
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(UInt64Array::from_iter_values(points.iter().map(|p| p.step))),
+        Arc::new(Int64Array::from_iter_values(points.iter().map(|p| p.step as i64))),
         Arc::new(Float64Array::from_iter_values(points.iter().map(|p| p.epoch))),
         Arc::new(StringArray::from_iter_values(points.iter().map(|p| p.split.as_str()))),
         Arc::new(Float64Array::from_iter_values(points.iter().map(|p| p.loss))),
         Arc::new(Float64Array::from_iter_values(points.iter().map(|p| p.learning_rate))),
         Arc::new(Float64Array::from_iter_values(points.iter().map(|p| p.grad_norm))),
-        Arc::new(UInt64Array::from_iter_values(points.iter().map(|p| p.target_tokens))),
+        Arc::new(Int64Array::from_iter_values(points.iter().map(|p| p.target_tokens as i64))),
         Arc::new(Float64Array::from_iter_values(points.iter().map(|p| p.tokens_per_second))),
     ];
-    Ok(gauge_core::table::write_parquet(path, Arc::new(schema()), cols)?)
+    Ok(gauge_core::table::write_parquet(path, gauge_core::schema::arrow_schema(gauge_core::schema::LOSS_CURVE_COLUMNS), cols)?)
 }
 
 /// Draws training loss (per step) and held-out loss (points) against the step.
