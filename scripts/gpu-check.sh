@@ -14,11 +14,16 @@
 #   - throughput: gauge CUDA on 20,000 synthetic passages of ~250 word pieces vs
 #     sentence-transformers fp32, fp16 and bf16 on the same GPU, as ratios;
 #   - faiss: Flat and IVF-PQ on 1M random 384-d vectors (around random centres), build and search time on the GPU vs
-#     the CPU, recall@10 against exact search.
+#     the CPU, recall@10 against exact search;
+#   - training: train-lora's step (bench_train, also in the bundle) on a random-weight Llama of
+#     SmolLM2-135M's shape made by transformers, LoRA r 16 on all seven projections, 2 × 512
+#     tokens, gauge CUDA (NF4 base) vs PEFT + PyTorch fp32 and bf16 on the same shapes and token
+#     ids; and PEFT loading gauge's saved adapter: its logits must match gauge's to 1e-3.
 # With --cpu-only (no GPU: this is what runs here and in tests) it does the CPU half: gauge
 # CPU vs the PyTorch fixture vectors of the real all-MiniLM-L6-v2 (when `just models` has run),
 # gauge CPU vs a float64 numpy BERT on a random-weight model (numpy-made when torch is absent),
-# gauge CPU throughput, and faiss CPU on 100k vectors.
+# gauge CPU throughput, faiss CPU on 100k vectors, and gauge's training step on the real SmolLM2
+# GGUF (2 × 128 tokens).
 # Results: OUT_DIR/gpu-check.json (everything), OUT_DIR/gpu-check.md (the tables), logs.
 # Exit status 1 when a parity check fails.
 set -euo pipefail
@@ -163,6 +168,32 @@ log "faiss: Flat and IVF-PQ on $n_faiss × 384 on $devices"
 "$bin" faiss "$n_faiss" 384 "$n_queries" "$devices" "$work/faiss.json" 2>> "$out/gpu_check.log"
 record "faiss" "$("$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$work/faiss.json")"
 
+# --- 5. LoRA training (train-lora's step) --------------------------------------------------------
+train_bin=${GAUGE_TRAIN_BIN:-}
+if [ -z "$train_bin" ] && [ -x "$bundle/bin/bench_train" ]; then train_bin=$bundle/bin/bench_train; fi
+if [ -z "$train_bin" ] && [ $cpu_only -eq 1 ] && command -v cargo >/dev/null 2>&1; then
+  cargo build --release -q -p gauge-lora --example bench_train
+  train_bin=$CARGO_TARGET_DIR/release/examples/bench_train
+fi
+if [ -n "$train_bin" ]; then
+  if [ $cpu_only -eq 1 ]; then
+    if [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+      log "train: gauge CPU, SmolLM2-135M Q4_1, r 16 on all projections, 2 × 128 tokens"
+      "$train_bin" models/SmolLM2-135M-Instruct.Q4_1.gguf 128 2 1 "$work/train-cpu.json" 2>> "$out/gpu_check.log" > /dev/null
+      record "train/gauge-cpu" "$(cat "$work/train-cpu.json")"
+    fi
+  else
+    log "train: random-weight Llama of SmolLM2-135M's shape; gauge CUDA (NF4 base) vs PEFT (fp32, bf16), 2 × 512 tokens"
+    pyc make-llama "$work/llama-random" "$assets"
+    "$train_bin" "$work/llama-random" 512 2 3 "$work/train-cuda.json" --device cuda --check-dir "$work/lora" 2>> "$out/gpu_check.log" > /dev/null
+    record "train/gauge-cuda" "$(cat "$work/train-cuda.json")"
+    for dtype in fp32 bf16; do
+      record "train/peft-$dtype" "$(pyc peft-step "$work/llama-random" 512 2 3 $dtype 2>> "$out/python.log")"
+    done
+    record "train-parity/peft-loads-gauge-adapter" "$(pyc peft-logits "$work/llama-random" "$work/lora/adapter" "$work/lora/logits.json" 2>> "$out/python.log")"
+  fi
+fi
+
 # --- report ----------------------------------------------------------------------------------
 "$py" - "$results" "$out" "$cpu_only" "$bin" "$(( $(date +%s) - started ))" <<'PY'
 import json, os, sys
@@ -170,7 +201,11 @@ results, out, cpu_only, binary, seconds = sys.argv[1], sys.argv[2], sys.argv[3] 
 rows = [json.loads(l) for l in open(results)]
 by = {r["name"]: r["result"] for r in rows}
 parity = {k: v for k, v in by.items() if k.startswith("parity/")}
-ok = all(v["min_cosine"] >= 0.9999 for v in parity.values())
+train = {k.split("/", 1)[1]: v for k, v in by.items() if k.startswith("train/")}
+train_parity = by.get("train-parity/peft-loads-gauge-adapter")
+# PEFT must load gauge's adapter and agree with gauge's logits far inside the adapter's effect.
+train_ok = train_parity is None or (train_parity["max_abs_diff_gauge_vs_peft"] <= 1e-3 and train_parity["argmax_equal"])
+ok = all(v["min_cosine"] >= 0.9999 for v in parity.values()) and train_ok
 tp = {k.split("/", 1)[1]: v for k, v in by.items() if k.startswith("throughput/")}
 ratios = {}
 if "gauge-cuda" in tp:
@@ -179,7 +214,8 @@ if "gauge-cuda" in tp:
             ratios[f"gauge-cuda / {k}"] = tp["gauge-cuda"]["tokens_per_second"] / v["tokens_per_second"]
 report = {"mode": "cpu-only" if cpu_only else "gpu", "pass": ok, "seconds": seconds,
           "binary": {"path": binary, "bytes": os.path.getsize(binary)},
-          "parity": parity, "throughput": tp, "throughput_ratios": ratios, "faiss": by.get("faiss")}
+          "parity": parity, "throughput": tp, "throughput_ratios": ratios, "faiss": by.get("faiss"),
+          "train": train, "train_parity": train_parity}
 json.dump(report, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
 md = [f"# gpu-check ({report['mode']}, {seconds} s) — {'PASS' if ok else 'FAIL'}", "",
       "| parity | rows | min cosine | min centred cosine | max abs diff |", "|---|---:|---:|---:|---:|"]
@@ -192,6 +228,17 @@ if report["faiss"]:
     for r in report["faiss"]["runs"]:
         rec = "—" if r["recall_at_10"] is None else f"{r['recall_at_10']:.3f}"
         md.append(f"| {r['index']} | {r['device']} | {r['vectors']:,} | {r['build_seconds']:.2f} | {r['search_seconds']:.3f} ({r['queries']}) | {rec} |")
+if train:
+    md += ["", "| training step (LoRA r 16, all projections) | device | tokens/step | s/step | tokens/s |", "|---|---|---:|---:|---:|"]
+    for k, v in train.items():
+        md.append(f"| {k} | {v.get('device', 'cuda')} | {v['sequence_tokens'] * v['sequences_per_step']} | {v['seconds_per_step']:.3f} | {v['tokens_per_s']:,.0f} |")
+    if "gauge-cuda" in train:
+        for k, v in train.items():
+            if k.startswith("peft"):
+                md.append(f"| ratio gauge-cuda / {k} | | | | {train['gauge-cuda']['tokens_per_s'] / v['tokens_per_s']:.2f}× |")
+if train_parity:
+    md += ["", f"PEFT loads gauge's adapter: max |Δ logit| gauge vs PEFT {train_parity['max_abs_diff_gauge_vs_peft']:.2e} "
+           f"(the adapter moves logits by up to {train_parity['max_abs_change_by_adapter']:.2e}); argmax equal: {train_parity['argmax_equal']}"]
 open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if ok else 1)

@@ -16,6 +16,16 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
   gpu_check.py compare A_F32 B_F32 DIM          cosine per row (raw and centred), as JSON
   gpu_check.py fixture-vectors FIXTURE_JSONL OUT_F32   the fixture's PyTorch vectors
   gpu_check.py st-throughput MODEL_DIR TEXTS_JSONL DTYPE   sentence-transformers on CUDA
+  gpu_check.py make-llama OUT_DIR ASSETS_DIR
+        a Llama of SmolLM2-135M's shape (30 layers, 576 hidden, 9/3 heads, 1536 FFN, 49152
+        vocabulary, tied head), seeded random weights by transformers, fp32 safetensors (the
+        tokenizer files from ASSETS_DIR: ids are synthetic, only the file is needed)
+  gpu_check.py peft-step MODEL_DIR SEQ BATCH STEPS DTYPE
+        PEFT LoRA (r 16, alpha 16, all seven projections) training steps on CUDA on the same
+        synthetic sequences as gauge's bench_train (AdamW, clipping), tokens/s as JSON
+  gpu_check.py peft-logits MODEL_DIR ADAPTER_DIR LOGITS_JSON
+        PEFT loads gauge's adapter folder onto the fp32 model; its last-position logits vs
+        gauge's (LOGITS_JSON from bench_train --check-dir), and the base's, as JSON
 """
 import json
 import math
@@ -276,6 +286,74 @@ def st_throughput(model_dir, texts_path, dtype):
                       "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}))
 
 
+SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                    rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+
+
+def make_llama(out, assets):
+    import shutil
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**SMOLLM2_135M)).to(torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(assets, f)):
+            shutil.copy(os.path.join(assets, f), os.path.join(out, f))
+
+
+def synthetic_ids(seq, batch, vocab):
+    # The same formula as crates/lora/examples/bench_train.rs.
+    return [[(i * 7919 + b * 104729) % (vocab - 1) + 1 for i in range(seq)] for b in range(batch)]
+
+
+def peft_step(model_dir, seq, batch, steps, dtype):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=dt).cuda()
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    ids = torch.tensor(synthetic_ids(int(seq), int(batch), model.config.vocab_size), device="cuda")
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, eps=1e-8, weight_decay=0.0)
+    times = []
+    for step in range(int(steps) + 1):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step > 0:
+            times.append(time.perf_counter() - t)
+    s = sum(times) / len(times)
+    print(json.dumps({"dtype": dtype, "sequence_tokens": int(seq), "sequences_per_step": int(batch), "seconds_per_step": s,
+                      "tokens_per_s": int(seq) * int(batch) / s, "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+                      "peak_memory_bytes": torch.cuda.max_memory_allocated()}))
+
+
+def peft_logits(model_dir, adapter_dir, logits_json):
+    import torch
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+    ref = json.load(open(logits_json))
+    ids = torch.tensor([ref["input_ids"]])
+    base = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    with torch.no_grad():
+        base_logits = base(input_ids=ids).logits[0, -1].double().numpy()
+    tuned = PeftModel.from_pretrained(base, adapter_dir)
+    with torch.no_grad():
+        peft_logits_ = tuned(input_ids=ids).logits[0, -1].double().numpy()
+    gauge = np.array(ref["last_logits"], dtype=np.float64)
+    print(json.dumps({"max_abs_diff_gauge_vs_peft": float(np.abs(gauge - peft_logits_).max()),
+                      "max_abs_change_by_adapter": float(np.abs(peft_logits_ - base_logits).max()),
+                      "argmax_equal": int(gauge.argmax()) == int(peft_logits_.argmax())}))
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "passages":
@@ -292,6 +370,12 @@ def main(argv):
         compare(args[0], args[1], int(args[2]))
     elif cmd == "st-throughput":
         st_throughput(*args)
+    elif cmd == "make-llama":
+        make_llama(*args)
+    elif cmd == "peft-step":
+        peft_step(*args)
+    elif cmd == "peft-logits":
+        peft_logits(*args)
     else:
         sys.exit(__doc__)
 

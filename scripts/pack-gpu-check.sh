@@ -3,7 +3,7 @@
 # `just build-gpu`): the binary (stripped), the shared libraries it links that a CUDA machine
 # may lack (BLAS/LAPACK for faiss's CPU side, OpenMP, the Fortran runtime, libstdc++; never glibc or
 # CUDA's own), MiniLM's tokenizer files and the fixture texts. scripts/gpu-check.sh unpacks it.
-#   scripts/pack-gpu-check.sh GPU_CHECK_BINARY
+#   scripts/pack-gpu-check.sh GPU_CHECK_BINARY [BENCH_TRAIN_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=${1:?usage: scripts/pack-gpu-check.sh GPU_CHECK_BINARY}
@@ -12,6 +12,7 @@ binary=${1:?usage: scripts/pack-gpu-check.sh GPU_CHECK_BINARY}
 stage=dist/gpu-check.partial
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/assets"
 strip -o "$stage/bin/gpu_check" "$binary"
+if [ -n "${2:-}" ]; then strip -o "$stage/bin/bench_train" "$2"; fi
 ldd "$binary" | awk '/=> \// {print $1, $3}' | while read -r name path; do
   case "$name" in
     libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcudart.so*|libcublas*.so*|libcuda.so*|libnvrtc*.so*) ;;

@@ -3,7 +3,11 @@
 //! `BATCH` sequences per step, every position a target; the machine's peak measured the same
 //! way as `bench_generate` (the `bench-train` recipe adds llama.cpp's prefill on the same GGUF
 //! and length as the reference).
-//! Usage: `bench_train MODEL.gguf SEQ BATCH STEPS OUT_JSON`
+//! Usage: `bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]`
+//! (MODEL: a GGUF file or a Hugging Face folder; `--check-dir`: also save the trained adapter
+//! as DIR/adapter and the last-position logits of the first sequence's first 64 tokens with
+//! base + adapter — the decoder, f32 base, on the CPU — as DIR/logits.json, for
+//! `scripts/gpu-check.sh` to compare with PEFT).
 use std::time::Instant;
 
 use gauge_decoder::ModelFiles;
@@ -23,7 +27,11 @@ fn peak_flops() -> (f64, String) {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: bench_train MODEL.gguf SEQ BATCH STEPS OUT_JSON";
+    let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]";
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let device_name = flag("--device").unwrap_or_else(|| "cpu".into());
+    let device = gauge_encoder::device::parse(&device_name)?;
+    let check_dir = flag("--check-dir").map(std::path::PathBuf::from);
     let model_path = args.get(1).expect(usage);
     let seq: usize = args.get(2).expect(usage).parse()?;
     let batch: usize = args.get(3).expect(usage).parse()?;
@@ -31,7 +39,7 @@ fn main() -> anyhow::Result<()> {
     let out = args.get(5).expect(usage);
     let files = ModelFiles::open(model_path, false)?;
     let c = files.config.clone();
-    let model = TrainableLlama::load(c.clone(), &files.checkpoint, BaseStorage::Auto, &gauge_encoder::device::cpu())?;
+    let model = TrainableLlama::load(c.clone(), &files.checkpoint, BaseStorage::Auto, &device)?;
     drop(files);
     let shape = LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() };
     let mut params = model.init_lora(shape, 0);
@@ -47,7 +55,7 @@ fn main() -> anyhow::Result<()> {
         let mut grads = params.zeros_like();
         model.accumulate_gradients(&params, &seqs, 1.0 / n_targets as f64, None, &mut grads)?;
         clip_global_norm(&mut grads, 1.0);
-        adam.step(&cfg, 1e-4, &mut params.tensors_mut(), &grads);
+        adam.step(&cfg, 1e-3, &mut params.tensors_mut(), &grads);
         if step > 0 {
             times.push(t.elapsed().as_secs_f64());
         }
@@ -71,8 +79,16 @@ fn main() -> anyhow::Result<()> {
     let (base_bytes, kinds) = model.base_bytes();
     let rss = gauge_lora::train::peak_rss_mib();
     let trainable = params.count() as f64;
+    if let Some(dir) = &check_dir {
+        let adapter_dir = dir.join("adapter");
+        params.to_adapter(0.0, Some(model_path.clone())).save(&adapter_dir)?;
+        let lm = gauge_decoder::LanguageModel::load_with(model_path, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { adapter: Some(adapter_dir), ..Default::default() })?;
+        let ids: Vec<u32> = seqs[0].ids.iter().take(64).copied().collect();
+        let logits = lm.model.forward(&ids, &mut lm.model.new_cache())?;
+        std::fs::write(dir.join("logits.json"), serde_json::to_string(&serde_json::json!({"input_ids": ids, "last_logits": logits}))?)?;
+    }
     let result = serde_json::json!({
-        "model": model_path, "sequence_tokens": seq, "sequences_per_step": batch, "steps_timed": times.len(),
+        "model": model_path, "device": device_name, "sequence_tokens": seq, "sequences_per_step": batch, "steps_timed": times.len(),
         "threads": rayon::current_num_threads(), "lora": {"r": 16, "alpha": 16, "targets": "all seven projections", "trainable_parameters": trainable},
         "seconds_per_step": secs, "tokens_per_s": tokens_per_s,
         "flops_per_token_useful": useful, "flops_per_token_executed": executed,
