@@ -95,6 +95,14 @@ fn trains_saves_a_peft_adapter_merges_and_resumes_after_sigkill() {
     let worst = logits(&merged, &ids).iter().zip(&lt).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst < 1e-4, "merged vs base + adapter: {worst}");
 
+    // `answer`'s generator config names the adapter, and its hash joins the fingerprint.
+    let cfg_with = |adapter: &Path| gauge_generator::GeneratorConfig::Local { model: base_path.display().to_string(), adapter: Some(adapter.display().to_string()) };
+    let entries = gauge_generator::model_entry(&cfg_with(&dir_a.join("adapter"))).unwrap();
+    assert_eq!(entries.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["model", "adapter"]);
+    assert_eq!(entries[1].hash, gauge_core::hash::file_hash(&dir_a.join("adapter/adapter_model.safetensors")).unwrap());
+    let err = gauge_generator::model_entry(&cfg_with(&tmp.path().join("no-adapter"))).unwrap_err().to_string();
+    assert!(err.contains("PEFT adapter folder"), "{err}");
+
     // kill -9 once a checkpoint exists, rerun: same adapter as the uninterrupted run.
     let root_b = tmp.path().join("b");
     let mut resumed = false;
