@@ -278,6 +278,9 @@ mod tests {
         assert_eq!(json["task_type"], "CAUSAL_LM");
         assert_eq!(json["peft_type"], "LORA");
         assert_eq!(module_path(3, "down_proj"), "model.layers.3.mlp.down_proj");
+        // rsLoRA scales by alpha / √r instead of alpha / r.
+        let rs = AdapterConfig::new(16, 16.0, 0.0, &["q_proj".into()], true, None);
+        assert_eq!((rs.scale(), AdapterConfig { use_rslora: false, ..rs.clone() }.scale()), (4.0, 1.0));
     }
 
     #[test]
