@@ -169,6 +169,7 @@ log "faiss: Flat and IVF-PQ on $n_faiss × 384 on $devices"
 record "faiss" "$("$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$work/faiss.json")"
 
 # --- 5. LoRA training (train-lora's step) --------------------------------------------------------
+compact() { "$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$1"; }
 train_bin=${GAUGE_TRAIN_BIN:-}
 if [ -z "$train_bin" ] && [ -x "$bundle/bin/bench_train" ]; then train_bin=$bundle/bin/bench_train; fi
 if [ -z "$train_bin" ] && [ $cpu_only -eq 1 ] && command -v cargo >/dev/null 2>&1; then
@@ -180,13 +181,13 @@ if [ -n "$train_bin" ]; then
     if [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
       log "train: gauge CPU, SmolLM2-135M Q4_1, r 16 on all projections, 2 × 128 tokens"
       "$train_bin" models/SmolLM2-135M-Instruct.Q4_1.gguf 128 2 1 "$work/train-cpu.json" 2>> "$out/gpu_check.log" > /dev/null
-      record "train/gauge-cpu" "$(cat "$work/train-cpu.json")"
+      record "train/gauge-cpu" "$(compact "$work/train-cpu.json")"
     fi
   else
     log "train: random-weight Llama of SmolLM2-135M's shape; gauge CUDA (NF4 base) vs PEFT (fp32, bf16), 2 × 512 tokens"
     pyc make-llama "$work/llama-random" "$assets"
     "$train_bin" "$work/llama-random" 512 2 3 "$work/train-cuda.json" --device cuda --check-dir "$work/lora" 2>> "$out/gpu_check.log" > /dev/null
-    record "train/gauge-cuda" "$(cat "$work/train-cuda.json")"
+    record "train/gauge-cuda" "$(compact "$work/train-cuda.json")"
     for dtype in fp32 bf16; do
       record "train/peft-$dtype" "$(pyc peft-step "$work/llama-random" 512 2 3 $dtype 2>> "$out/python.log")"
     done
