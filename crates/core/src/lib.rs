@@ -21,6 +21,7 @@ pub mod config;
 pub mod font;
 pub mod golden;
 pub mod hash;
+pub mod machine;
 pub mod models;
 pub mod progress;
 pub mod rng;

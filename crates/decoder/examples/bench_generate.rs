@@ -35,16 +35,6 @@ fn memory_bandwidth() -> f64 {
     best
 }
 
-/// Peak f32 FLOP/s: cores × clock × FLOPs per cycle (two FMA units of 16 lanes with AVX-512,
-/// 8 with AVX2; an FMA is 2 FLOPs).
-fn peak_flops() -> (f64, String) {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let mhz = info.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(2000.0);
-    let lanes = if info.contains("avx512f") { 16.0 } else { 8.0 };
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    (cores * mhz * 1e6 * lanes * 2.0 * 2.0, format!("{cores} cores × {mhz:.0} MHz × {} f32 lanes × 2 FMA units × 2", lanes))
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON";
@@ -56,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     let bytes = lm.model.weight_bytes() as f64;
     let params = lm.model.matrix_parameters() as f64;
     let bandwidth = memory_bandwidth();
-    let (peak, peak_how) = peak_flops();
+    let (peak, peak_how) = gauge_core::machine::peak_f32_flops();
     let mut prompts = Vec::new();
     for line in std::fs::read_to_string(reference)?.lines().filter(|l| !l.trim().is_empty()) {
         let r: serde_json::Value = serde_json::from_str(line)?;

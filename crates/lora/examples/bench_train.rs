@@ -15,16 +15,6 @@ use gauge_lora::model::{LoraShape, Sequence, TrainableLlama};
 use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
 use gauge_lora::BaseStorage;
 
-/// Peak f32 FLOP/s: cores × clock × FLOPs per cycle (two FMA units of 16 lanes with AVX-512,
-/// 8 with AVX2; an FMA is 2 FLOPs) — as `bench_generate` computes it.
-fn peak_flops() -> (f64, String) {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let mhz = info.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(2000.0);
-    let lanes = if info.contains("avx512f") { 16.0 } else { 8.0 };
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    (cores * mhz * 1e6 * lanes * 2.0 * 2.0, format!("{cores} cores × {mhz:.0} MHz × {lanes} f32 lanes × 2 FMA units × 2"))
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]";
@@ -75,7 +65,7 @@ fn main() -> anyhow::Result<()> {
     let fwd = 2.0 * (proj + attn + lora) + 2.0 * head;
     let useful = 2.0 * fwd + 2.0 * lora;
     let executed = useful + 2.0 * (proj + attn + lora);
-    let (peak, peak_how) = peak_flops();
+    let (peak, peak_how) = gauge_core::machine::peak_f32_flops();
     let (base_bytes, kinds) = model.base_bytes();
     let rss = gauge_lora::train::peak_rss_mib();
     let trainable = params.count() as f64;
