@@ -175,10 +175,15 @@ impl Frozen {
 
     /// The whole matrix as f32, transposed to `[in, out]` (the right-hand side of `x Wᵀ`).
     pub fn dequantize_transposed(&self) -> Vec<f32> {
+        self.dequantize_rows_transposed(0, self.d_out)
+    }
+
+    /// Rows `r0..r1` as f32, transposed to `[in, r1 − r0]`.
+    pub fn dequantize_rows_transposed(&self, r0: usize, r1: usize) -> Vec<f32> {
         use rayon::prelude::*;
-        let (rows, cols) = (self.d_out, self.d_in);
+        let (rows, cols) = (r1 - r0, self.d_in);
         let mut w = vec![0f32; rows * cols];
-        w.par_chunks_mut(cols).enumerate().for_each(|(r, out)| self.row(r, out));
+        w.par_chunks_mut(cols).enumerate().for_each(|(r, out)| self.row(r0 + r, out));
         let mut t = vec![0f32; rows * cols];
         const B: usize = 32;
         // Blocked transpose, threaded over column blocks (disjoint rows of the output).
@@ -223,5 +228,6 @@ mod tests {
     fn f32_storage_is_exact() {
         let f = Frozen::from_f32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3, BaseStorage::F32);
         assert_eq!(f.dequantize_transposed(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        assert_eq!(f.dequantize_rows_transposed(1, 2), vec![4.0, 5.0, 6.0]);
     }
 }

@@ -12,7 +12,7 @@
 //! next token is an assistant token), times a weight the caller sets (one over the target
 //! count of the accumulation window: a token-weighted mean). Only target positions go through
 //! the output head.
-use burn::tensor::activation::{log_softmax, silu, softmax};
+use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Int, TensorData};
 use rayon::prelude::*;
 use gauge_decoder::adapter::{module_path, PROJECTIONS};
@@ -146,6 +146,9 @@ impl Sequence {
 /// One sequence's gradients from one layer: (tensor index, values) per adapter tensor, and the
 /// gradient reaching the layer's input.
 type LayerGrads = (Vec<(usize, Vec<f32>)>, Option<Tensor<2>>);
+
+/// Rows of the output head dequantised to f32 at a time.
+pub const HEAD_SLICE: usize = 8192;
 
 /// Per-module dropout masks of one sequence in one layer (`None`: no dropout).
 type Masks = Vec<Option<Tensor<2>>>;
@@ -451,18 +454,68 @@ impl TrainableLlama {
         s.target.iter().enumerate().filter(|(_, &t)| t).map(|(i, _)| (i as i64, s.ids[i + 1] as i64)).unzip()
     }
 
-    /// The head's summed NLL over target rows of `x` `[T, h]`.
-    fn head_nll(&self, x: Tensor<2>, s: &Sequence, head_t: &Tensor<2>, norm: &Tensor<1>, device: &Device) -> Option<Tensor<1>> {
-        let (rows, next) = Self::targets(s);
+    /// The normalised target rows of `x` `[T, h]` (`rms_norm(x[rows]) · norm`), or `None` when
+    /// the sequence has no target.
+    fn target_rows(&self, x: Tensor<2>, s: &Sequence, norm: &Tensor<1>, device: &Device) -> Option<Tensor<2>> {
+        let (rows, _) = Self::targets(s);
         if rows.is_empty() {
             return None;
         }
         let n = rows.len();
         let idx = Tensor::<1, Int>::from_data(TensorData::new(rows, [n]), device);
-        let sel = self.rms_norm(x.select(0, idx), norm);
-        let logp = log_softmax(sel.matmul(head_t.clone()), 1);
-        let tgt = Tensor::<2, Int>::from_data(TensorData::new(next, [n, 1]), device);
-        Some(logp.gather(1, tgt).sum().neg())
+        Some(self.rms_norm(x.select(0, idx), norm))
+    }
+
+    /// The output head over normalised rows `sel` (`[n, h]` values) predicting `next`: the
+    /// summed NLL and, with `weight`, the gradient of `weight × NLL` with respect to `sel`.
+    /// The vocabulary is taken [`HEAD_SLICE`] rows at a time (log-sum-exp combined across
+    /// slices in f64), so only one slice of the head is ever alive in f32; the softmax
+    /// gradient is `(softmax − onehot) · W`, the second pass recomputing each slice's logits.
+    fn head_loss(&self, sel: Vec<f32>, next: &[u32], weight: Option<f64>) -> (f64, Option<Vec<f32>>) {
+        let head = self.head();
+        let (n, h, v) = (next.len(), head.d_in, head.d_out);
+        let dev = &self.device;
+        let sel_host = sel.clone();
+        let sel = t2(sel, [n, h], dev);
+        let slices: Vec<(usize, usize)> = (0..v).step_by(HEAD_SLICE).map(|a| (a, (a + HEAD_SLICE).min(v))).collect();
+        // Pass 1: each slice's log-sum-exp per row, combined.
+        let mut lse = vec![f64::NEG_INFINITY; n];
+        for &(a, b) in &slices {
+            let w = t2(head.dequantize_rows_transposed(a, b), [h, b - a], dev);
+            let logits = sel.clone().matmul(w);
+            let m = logits.clone().max_dim(1);
+            let se = values((logits - m.clone()).exp().sum_dim(1));
+            for (i, (mi, si)) in values(m).into_iter().zip(se).enumerate() {
+                let part = mi as f64 + (si as f64).ln();
+                let hi = lse[i].max(part);
+                lse[i] = if hi == f64::NEG_INFINITY { hi } else { hi + ((lse[i] - hi).exp() + (part - hi).exp()).ln() };
+            }
+        }
+        // The target logits, from the target tokens' rows of the head.
+        let mut row = vec![0f32; h];
+        let mut nll = 0.0;
+        let mut target_rows = Vec::with_capacity(n);
+        for (i, &t) in next.iter().enumerate() {
+            head.row(t as usize, &mut row);
+            let logit: f64 = row.iter().zip(&sel_host[i * h..(i + 1) * h]).map(|(&w, &x)| w as f64 * x as f64).sum();
+            nll += lse[i] - logit;
+            target_rows.push(row.clone());
+        }
+        let grad = weight.map(|weight| {
+            let lse_t = t2(lse.iter().map(|&x| x as f32).collect(), [n, 1], dev);
+            let mut g = vec![0f32; n * h];
+            for &(a, b) in &slices {
+                let w = t2(head.dequantize_rows_transposed(a, b), [h, b - a], dev);
+                let p = (sel.clone().matmul(w.clone()) - lse_t.clone()).exp();
+                g.iter_mut().zip(values(p.matmul(w.transpose()))).for_each(|(g, x)| *g += x);
+            }
+            for (i, r) in target_rows.iter().enumerate() {
+                g[i * h..(i + 1) * h].iter_mut().zip(r).for_each(|(g, &w)| *g -= w);
+            }
+            g.iter_mut().for_each(|x| *x = (*x as f64 * weight) as f32);
+            g
+        });
+        (nll, grad)
     }
 
     /// Summed NLL over the target positions of `seqs` and their count, without gradients
@@ -470,16 +523,16 @@ impl TrainableLlama {
     pub fn nll(&self, params: &LoraParams, seqs: &[Sequence]) -> Result<(f64, usize), LoraError> {
         self.check(seqs)?;
         let (_, last) = self.forward_saving(params, seqs, None)?;
-        let head = self.head();
-        let head_t = t2(head.dequantize_transposed(), [head.d_in, head.d_out], &self.device);
         let norm = t1(&self.norm, &self.device);
-        let mut total = 0.0;
+        let (mut sel, mut next) = (Vec::new(), Vec::new());
         for (x, s) in last.into_iter().zip(seqs) {
-            if let Some(nll) = self.head_nll(x, s, &head_t, &norm, &self.device) {
-                total += values(nll)[0] as f64;
+            if let Some(rows) = self.target_rows(x, s, &norm, &self.device) {
+                sel.extend(values(rows));
+                next.extend(Self::targets(s).1.into_iter().map(|t| t as u32));
             }
         }
-        Ok((total, seqs.iter().map(Sequence::n_targets).sum()))
+        let total = if next.is_empty() { 0.0 } else { self.head_loss(sel, &next, None).0 };
+        Ok((total, next.len()))
     }
 
     /// Summed NLL of `seqs` (see the module doc) and the gradient of `weight × NLL` with
@@ -490,24 +543,37 @@ impl TrainableLlama {
         let (inputs, last) = self.forward_saving(params, seqs, dropout)?;
         let ad = &self.ad_device;
         let scale = self.scale(params);
-        // The head: loss and the gradient reaching the last hidden states.
-        let head = self.head();
-        let head_t = t2(head.dequantize_transposed(), [head.d_in, head.d_out], ad);
+        // The head: the loss and its gradient at the normalised target rows of every sequence
+        // at once (one pass over the head's slices), then through the final norm to the last
+        // hidden states.
+        let h = self.config.hidden_size;
         let norm = t1(&self.norm, ad);
-        let mut total = 0.0;
-        let mut upstream: Vec<Option<Tensor<2>>> = Vec::with_capacity(seqs.len());
+        let mut leaves = Vec::with_capacity(seqs.len());
+        let (mut sel, mut next) = (Vec::new(), Vec::new());
         for (x, s) in last.into_iter().zip(seqs) {
             let leaf = Tensor::<2>::from_data(x.into_data(), ad).require_grad();
-            match self.head_nll(leaf.clone(), s, &head_t, &norm, ad) {
-                Some(nll) => {
-                    let g = nll.clone().mul_scalar(weight).backward();
-                    total += values(nll.inner())[0] as f64;
-                    upstream.push(leaf.grad(&g));
-                }
-                None => upstream.push(None),
+            let rows = self.target_rows(leaf.clone(), s, &norm, ad);
+            if let Some(r) = &rows {
+                sel.extend(values(r.clone().inner()));
+                next.extend(Self::targets(s).1.into_iter().map(|t| t as u32));
             }
+            leaves.push((leaf, rows));
         }
-        drop(head_t);
+        let (total, grad) = if next.is_empty() { (0.0, Some(Vec::new())) } else { self.head_loss(sel, &next, Some(weight)) };
+        let grad = grad.expect("asked for the gradient");
+        let mut upstream: Vec<Option<Tensor<2>>> = Vec::with_capacity(seqs.len());
+        let mut offset = 0;
+        for (leaf, rows) in leaves {
+            let Some(rows) = rows else {
+                upstream.push(None);
+                continue;
+            };
+            let [n, _] = rows.dims();
+            let g_rows = t2(grad[offset * h..(offset + n) * h].to_vec(), [n, h], ad);
+            offset += n;
+            let g = (rows * g_rows).sum().backward();
+            upstream.push(leaf.grad(&g));
+        }
         let tables: Vec<(Rope, Tensor<3>)> = seqs.iter().map(|s| (self.rope_tables(s.ids.len(), ad), self.causal_mask(s.ids.len(), ad))).collect();
         // The layers, top down: rebuild one layer's graph per sequence and push the gradient through.
         for l in (0..self.layers.len()).rev() {
