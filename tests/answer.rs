@@ -98,6 +98,22 @@ fn api_answers_have_their_citations_checked_and_refusals_skip_the_model() {
     assert!(r.refused && r.passages.as_array().unwrap().is_empty() && r.n == (0, 0, 0));
     assert_eq!(r.answer, "The provided documents do not contain this information.");
     assert_eq!(server.requests().len(), asked);
+    // `--limit` is part of the fingerprint: a limited run and a full run of one golden file are
+    // different artifacts (they once shared one, so a full run returned the limited answers).
+    let golden = tmp.path().join("two.jsonl");
+    std::fs::write(&golden, "{\"qid\": \"a\", \"question\": \"when are gate arms lowered\", \"gold\": [], \"keywords\": [\"gate\"]}\n{\"qid\": \"b\", \"question\": \"how often do the lights flash\", \"gold\": [], \"keywords\": [\"lights\"]}\n").unwrap();
+    let url = format!("generator.base_url={}", server.url);
+    let prompts = repo_root().join("pipelines/prompts");
+    let by_limit = |limit: &str| {
+        let args = [
+            "--golden", golden.to_str().unwrap(), "--limit", limit, "--index", index.as_str(), "--artifacts", art.to_str().unwrap(), "--prompts", prompts.to_str().unwrap(),
+            "--set", "generator.kind=api", "--set", "generator.model=scripted", "--set", "generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", url.as_str(),
+        ];
+        last_line(&ok(run("answer", &args)))
+    };
+    let (one, all) = (by_limit("1"), by_limit("0"));
+    assert_ne!(one, all);
+    assert_eq!((rows(&one).len(), rows(&all).len()), (1, 2));
     // Bad input: neither a question nor a golden set.
     let out = run("answer", &["--index", &index, "--artifacts", art.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));

@@ -170,6 +170,9 @@ impl Stage for Answer {
         if inputs.limit > 0 {
             questions.truncate(inputs.limit);
         }
+        // The questions answered are part of what the output depends on: a `--limit` run and a
+        // full run of the same file must not share an artifact.
+        entries.push(FileEntry { path: "(question count)".into(), name: "question_count".into(), hash: questions.len().to_string(), rows: Some(questions.len() as u64) });
         entries.extend(gauge_generator::model_entry(&config.generator)?);
         let system = read(&options.prompts.join("answer_system.md"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
