@@ -214,7 +214,7 @@ if "gauge-cuda" in tp:
         if k.startswith("sentence-transformers"):
             ratios[f"gauge-cuda / {k}"] = tp["gauge-cuda"]["tokens_per_second"] / v["tokens_per_second"]
 report = {"mode": "cpu-only" if cpu_only else "gpu", "pass": ok, "seconds": seconds,
-          "binary": {"path": binary, "bytes": os.path.getsize(binary)},
+          "binary": {"name": os.path.basename(binary), "bytes": os.path.getsize(binary)},
           "parity": parity, "throughput": tp, "throughput_ratios": ratios, "faiss": by.get("faiss"),
           "train": train, "train_parity": train_parity}
 json.dump(report, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)

@@ -123,24 +123,9 @@ impl Checkpoint {
     /// gauge computes with directly (Q8_0, Q4_0, Q4_1); q/k rows un-permuted like [`Self::get`].
     /// `None` unless the checkpoint was opened to keep quantised blocks.
     pub fn quantized(&self, hf: &str, d_out: usize, d_in: usize) -> Option<crate::quant::QuantMatrix> {
-        let Checkpoint::Gguf { file, permuted_qk, heads, keep_quantized } = self else { return None };
-        if !keep_quantized {
-            return None;
-        }
-        let name = gguf_name(hf)?;
-        let (info, raw) = file.raw(&name)?;
-        if !crate::quant::QuantMatrix::supports(info.ty) || info.dims != [d_in, d_out] {
-            return None;
-        }
-        let is_q = name.ends_with("attn_q.weight");
-        let is_k = name.ends_with("attn_k.weight");
-        let bytes = if *permuted_qk && (is_q || is_k) {
-            let n = if is_q { heads.0 } else { heads.1 };
-            unpermute_rows(raw, n, d_out / n, raw.len() / d_out)
-        } else {
-            raw.to_vec()
-        };
-        Some(crate::quant::QuantMatrix::new(info.ty, bytes, d_out, d_in))
+        let Checkpoint::Gguf { keep_quantized: true, .. } = self else { return None };
+        let (ty, bytes) = self.raw_blocks(hf, d_out, d_in)?;
+        crate::quant::QuantMatrix::supports(ty).then(|| crate::quant::QuantMatrix::new(ty, bytes, d_out, d_in))
     }
 
     /// A `[out, in]` matrix's raw ggml blocks, for any quantised GGUF type (Q8_0, Q4_0, Q4_1,

@@ -29,6 +29,16 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// Rotary position embedding in the rotate-half layout: `x·cos + rotate_half(x)·sin`, with
+/// `x` `[heads, t, head_dim]` and tables broadcastable to it.
+pub fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
+    let [n, t, hd] = x.dims();
+    let first = x.clone().slice([0..n, 0..t, 0..hd / 2]);
+    let second = x.clone().slice([0..n, 0..t, hd / 2..hd]);
+    let rotated = Tensor::cat(vec![second.neg(), first], 2);
+    x * cos.clone() + rotated * sin.clone()
+}
+
 /// A linear layer: f32 (Burn, or gemm on the host), or quantised blocks on the host CPU.
 #[allow(clippy::large_enum_variant)] // a few hundred per model, built once
 enum Linear {
@@ -219,13 +229,6 @@ impl Llama {
         (Tensor::from_data(TensorData::new(cos, [1, t, hd]), &self.device), Tensor::from_data(TensorData::new(sin, [1, t, hd]), &self.device))
     }
 
-    fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
-        let [n, t, hd] = x.dims();
-        let first = x.clone().slice([0..n, 0..t, 0..hd / 2]);
-        let second = x.clone().slice([0..n, 0..t, hd / 2..hd]);
-        let rotated = Tensor::cat(vec![second.neg(), first], 2);
-        x * cos.clone() + rotated * sin.clone()
-    }
 
     /// Runs `ids` (the positions after those in `cache`), appends their keys and values to
     /// the cache, and returns the logits of the last position.
@@ -271,8 +274,8 @@ impl Llama {
             let q = b.q_proj.forward(a.clone()).reshape([t, nh, hd]).swap_dims(0, 1);
             let k = b.k_proj.forward(a.clone()).reshape([t, nkv, hd]).swap_dims(0, 1);
             let v = b.v_proj.forward(a).reshape([t, nkv, hd]).swap_dims(0, 1);
-            let q = Self::rope(q, &cos, &sin);
-            let k = Self::rope(k, &cos, &sin);
+            let q = rope(q, &cos, &sin);
+            let k = rope(k, &cos, &sin);
             let (k, v) = match cache.layers[l].take() {
                 Some((pk, pv)) => (Tensor::cat(vec![pk, k], 1), Tensor::cat(vec![pv, v], 1)),
                 None => (k, v),

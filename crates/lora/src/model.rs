@@ -324,13 +324,6 @@ impl TrainableLlama {
         Rope { q: (tile(&cos, nh), tile(&sin, nh)), k: (tile(&cos, nkv), tile(&sin, nkv)) }
     }
 
-    fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
-        let [n, t, hd] = x.dims();
-        let first = x.clone().slice([0..n, 0..t, 0..hd / 2]);
-        let second = x.clone().slice([0..n, 0..t, hd / 2..hd]);
-        let rotated = Tensor::cat(vec![second.neg(), first], 2);
-        x * cos.clone() + rotated * sin.clone()
-    }
 
     /// The causal mask over the grouped query rows, `[kv_heads, group·t, t]` (full shape, see
     /// [`Self::rope_tables`]).
@@ -368,8 +361,8 @@ impl TrainableLlama {
         let q = Self::project(&a, 0, w, lora, scale, masks).reshape([t, nh, hd]).swap_dims(0, 1);
         let k = Self::project(&a, 1, w, lora, scale, masks).reshape([t, nkv, hd]).swap_dims(0, 1);
         let v = Self::project(&a, 2, w, lora, scale, masks).reshape([t, nkv, hd]).swap_dims(0, 1);
-        let q = Self::rope(q, &rope.q.0, &rope.q.1).reshape([nkv, group * t, hd]);
-        let k = Self::rope(k, &rope.k.0, &rope.k.1);
+        let q = gauge_decoder::llama::rope(q, &rope.q.0, &rope.q.1).reshape([nkv, group * t, hd]);
+        let k = gauge_decoder::llama::rope(k, &rope.k.0, &rope.k.1);
         let scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(1.0 / (hd as f64).sqrt()) + mask.clone();
         let attn = softmax(scores, 2).matmul(v).reshape([nh, t, hd]).swap_dims(0, 1).reshape([t, nh * hd]);
         let x = x + Self::project(&attn, 3, w, lora, scale, masks);

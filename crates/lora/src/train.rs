@@ -168,7 +168,8 @@ fn base_entry(spec: &str) -> anyhow::Result<FileEntry> {
         let index = path.join("model.safetensors.index.json");
         gauge_core::hash::bytes_hash(std::fs::read_to_string(&index).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); a model folder holds model.safetensors or its index", index.display()))?.as_bytes())
     };
-    Ok(FileEntry { path: path.display().to_string(), name: "base".into(), hash, rows: None })
+    // The base as the config names it (a models-directory name stays a name, not this machine's path).
+    Ok(FileEntry { path: spec.to_string(), name: "base".into(), hash, rows: None })
 }
 
 fn data_entry(path: &Path, name: &str) -> anyhow::Result<FileEntry> {
