@@ -54,6 +54,9 @@ pub enum DecoderError {
     /// The model cannot run what was asked.
     #[error("{0}")]
     Model(String),
+    /// An adapter (or other shared encoder-crate file) failed to load.
+    #[error(transparent)]
+    Encoder(#[from] gauge_encoder::EncoderError),
 }
 
 impl DecoderError {

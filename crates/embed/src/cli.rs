@@ -33,6 +33,9 @@ pub struct EmbedArgs {
     /// Maximum tokens per text; default: the model's max_seq_length (`max_length`).
     #[arg(long)]
     pub max_length: Option<usize>,
+    /// A LoRA adapter folder (PEFT, e.g. `train-lora --target embedder`'s `adapter/`) merged into the model (`adapter`).
+    #[arg(long)]
+    pub adapter: Option<String>,
     /// Device: cpu, or cuda[:N] in a build with `--features cuda`.
     #[arg(long, default_value = "cpu")]
     #[serde(skip)]

@@ -36,11 +36,15 @@ pub struct EmbedConfig {
     pub normalize: Option<bool>,
     /// Maximum tokens per text override.
     pub max_length: Option<usize>,
+    /// A LoRA adapter folder (PEFT `FEATURE_EXTRACTION`, e.g. `train-lora --target embedder`'s
+    /// `adapter/`) merged into the model at load; its hash joins the fingerprint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
 }
 
 impl Default for EmbedConfig {
     fn default() -> Self {
-        EmbedConfig { model: DEFAULT_MODEL.into(), query_prefix: None, passage_prefix: None, pooling: None, normalize: None, max_length: None }
+        EmbedConfig { model: DEFAULT_MODEL.into(), query_prefix: None, passage_prefix: None, pooling: None, normalize: None, max_length: None, adapter: None }
     }
 }
 
@@ -72,6 +76,7 @@ pub fn load_embedder(config: &EmbedConfig, runtime: &EmbedOptions) -> anyhow::Re
         passage_prefix: config.passage_prefix.clone(),
         token_budget: Some(runtime.token_budget),
         workers: runtime.workers,
+        adapter: config.adapter.as_ref().map(PathBuf::from),
     };
     Ok(Embedder::load(&source, &options, &device::parse(&runtime.device)?)?)
 }
@@ -105,11 +110,14 @@ impl Stage for Embed {
         entry.rows = Some(chunks.len() as u64);
         let embedder = load_embedder(config, options)?;
         let info = &embedder.info;
-        let inputs = vec![
+        let mut inputs = vec![
             entry,
             FileEntry { path: format!("{}/model.safetensors", config.model), name: "model.safetensors".into(), hash: info.weights_hash.clone(), rows: None },
             FileEntry { path: format!("{}/tokenizer.json", config.model), name: "tokenizer.json".into(), hash: info.tokenizer_hash.clone(), rows: None },
         ];
+        if let (Some(dir), Some(hash)) = (&config.adapter, &info.adapter_hash) {
+            inputs.push(FileEntry { path: dir.clone(), name: "adapter".into(), hash: hash.clone(), rows: None });
+        }
         // The effective settings (after family defaults) are what the output depends on.
         let echo = serde_json::json!({ "config": config, "embedder": info });
         Ok(Plan::new(inputs, (chunks, embedder)).echo(echo))

@@ -31,6 +31,8 @@ pub struct EmbedderOptions {
     pub token_budget: Option<usize>,
     /// Batches encoded at once (default: available cores).
     pub workers: Option<usize>,
+    /// A LoRA adapter folder (PEFT, `FEATURE_EXTRACTION`) merged into the weights at load.
+    pub adapter: Option<std::path::PathBuf>,
 }
 
 /// What an embedder is, for manifests.
@@ -56,6 +58,12 @@ pub struct EmbedderInfo {
     pub query_prefix: String,
     /// Prefix added to passages.
     pub passage_prefix: String,
+    /// The merged LoRA adapter folder, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// BLAKE3 of the merged adapter's `adapter_model.safetensors` and `adapter_config.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_hash: Option<String>,
 }
 
 /// A loaded sentence embedder (weights loaded once; reuse it for every batch).
@@ -127,7 +135,15 @@ impl Embedder {
             .with_truncation(Some(tokenizers::TruncationParams { max_length, ..Default::default() }))
             .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot set truncation ({e})")))?;
         tokenizer.with_padding(None);
-        let weights = Weights::open(&weights_path, &["", "bert.", "roberta."])?;
+        let mut weights = Weights::open(&weights_path, &["", "bert.", "roberta."])?;
+        let adapter_hash = match &options.adapter {
+            Some(dir) => {
+                let adapter = crate::adapter::LoraAdapter::load(dir)?;
+                weights.merge_adapter(&adapter, dir)?;
+                Some(crate::adapter::folder_hash(dir)?)
+            }
+            None => None,
+        };
         let encoder = BertEncoder::load(&config, &weights, device)?;
         let info = EmbedderInfo {
             model: source.id.clone(),
@@ -140,6 +156,8 @@ impl Embedder {
             max_length,
             query_prefix: options.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()),
             passage_prefix: options.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()),
+            adapter: options.adapter.as_ref().map(|d| d.display().to_string()),
+            adapter_hash,
         };
         Ok(Embedder { encoder, tokenizer, device: device.clone(), token_budget: options.token_budget.unwrap_or(2048).max(1), workers: options.workers.unwrap_or_else(default_workers), info })
     }

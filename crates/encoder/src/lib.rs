@@ -4,10 +4,12 @@
 //! - [`config`]: `config.json`, `modules.json`, pooling and `sentence_bert_config.json`.
 //! - [`bert`]: the encoder (embeddings, post-norm layers with padding-masked attention).
 //! - [`embedder`]: tokenization, token-budget batching, pooling, normalisation, prefixes.
+//! - [`adapter`]: LoRA adapters in PEFT's folder format (shared with the decoders).
 //! - [`family`]: defaults of the MiniLM, BGE, E5 and GTE families.
 //! - [`device`]: the backend, tensor type and compute device (burn-flex CPU; CUDA with the
 //!   `cuda` feature), chosen at run time.
 #![deny(missing_docs)]
+pub mod adapter;
 pub mod bert;
 pub mod config;
 pub mod cross_encoder;

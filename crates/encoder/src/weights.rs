@@ -11,6 +11,8 @@ pub struct Weights {
     bytes: Vec<u8>,
     path: PathBuf,
     prefixes: Vec<String>,
+    /// Tensors replaced after loading (a merged LoRA adapter), by their name in the file.
+    overrides: std::collections::HashMap<String, Vec<f32>>,
 }
 
 /// A decoded weight: row-major f32 values and shape.
@@ -26,7 +28,7 @@ impl Weights {
     pub fn open(path: &Path, prefixes: &[&str]) -> Result<Weights, EncoderError> {
         let bytes = std::fs::read(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;
         SafeTensors::deserialize(&bytes).map_err(|e| EncoderError::file(path, format!("not a safetensors file ({e})")))?;
-        Ok(Weights { bytes, path: path.to_path_buf(), prefixes: prefixes.iter().map(|p| p.to_string()).collect() })
+        Ok(Weights { bytes, path: path.to_path_buf(), prefixes: prefixes.iter().map(|p| p.to_string()).collect(), overrides: Default::default() })
     }
 
     /// BLAKE3 hash of the file's bytes (already in memory: no second read).
@@ -69,6 +71,11 @@ impl Weights {
         })?;
         let st = self.tensors();
         let view = st.tensor(&full).expect("resolved name exists");
+        if view.shape() == shape {
+            if let Some(values) = self.overrides.get(&full) {
+                return Ok(WeightArray { values: values.clone(), shape: shape.to_vec() });
+            }
+        }
         if view.shape() != shape {
             return Err(EncoderError::file(
                 &self.path,
@@ -83,6 +90,27 @@ impl Weights {
             other => return Err(EncoderError::file(&self.path, format!("tensor `{full}` has unsupported dtype {other:?}"))),
         };
         Ok(WeightArray { values, shape: shape.to_vec() })
+    }
+}
+
+impl Weights {
+    /// Merges a LoRA adapter into the weights it adapts (`W + s·B A`, PEFT's merge): every
+    /// module of the adapter must name a `[out, in]` weight of this checkpoint
+    /// (`encoder.layer.0.attention.self.query` → `….query.weight`, with or without `bert.`).
+    pub fn merge_adapter(&mut self, adapter: &crate::adapter::LoraAdapter, adapter_dir: &Path) -> Result<(), EncoderError> {
+        let scale = adapter.scale();
+        for (module, pair) in &adapter.modules {
+            let name = format!("{module}.weight");
+            let full = self.resolve(&name).ok_or_else(|| {
+                EncoderError::file(adapter_dir, format!("adapts `{module}`, which {} does not have: the adapter was trained on another base model", self.path.display()))
+            })?;
+            let mut w = self.get(&full, &[pair.d_out, pair.d_in]).map_err(|e| EncoderError::file(adapter_dir, format!("module `{module}` does not fit the base: {e}")))?;
+            for (w, d) in w.values.iter_mut().zip(pair.delta(scale)) {
+                *w += d;
+            }
+            self.overrides.insert(full, w.values);
+        }
+        Ok(())
     }
 }
 

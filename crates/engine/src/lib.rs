@@ -123,6 +123,7 @@ impl Engine {
                 passage_prefix: Some(built.passage_prefix.clone()),
                 token_budget: Some(2048),
                 workers: None,
+                adapter: built.adapter.as_ref().map(std::path::PathBuf::from),
             };
             let load = || -> anyhow::Result<Embedder> {
                 let source = gauge_encoder::resolve_model(&model)?;
@@ -141,13 +142,15 @@ impl Engine {
         let built = &reader.settings.embedder;
         if let Some(e) = &embedder {
             anyhow::ensure!(
-                built.dimension == e.info.dimension && built.weights_hash == e.info.weights_hash,
-                "{}: index built with model `{}` (dimension {}); the query embedder is `{}` (dimension {}); pass --model {} or rebuild the index",
+                built.dimension == e.info.dimension && built.weights_hash == e.info.weights_hash && built.adapter_hash == e.info.adapter_hash,
+                "{}: index built with model `{}` (dimension {}, adapter {}); the query embedder is `{}` (dimension {}, adapter {}); pass --model {} or rebuild the index",
                 reader.dir.display(),
                 built.model,
                 built.dimension,
+                built.adapter.as_deref().unwrap_or("none"),
                 e.info.model,
                 e.info.dimension,
+                e.info.adapter.as_deref().unwrap_or("none"),
                 built.model
             );
         }

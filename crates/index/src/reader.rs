@@ -30,6 +30,12 @@ pub struct BuiltEmbedder {
     pub query_prefix: String,
     /// Prefix added to passages.
     pub passage_prefix: String,
+    /// The LoRA adapter merged into the model (`embed`'s `adapter`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// Its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_hash: Option<String>,
 }
 
 /// The settings an index artifact records in its manifest (`config`).

@@ -15,6 +15,13 @@ pub struct TrainArgs {
     /// The `synth-data --mode sft` artifact directory (train.jsonl, dev.jsonl), or a chat JSONL file.
     #[serde(skip)]
     pub data: PathBuf,
+    /// What to train: generator (decoder adapter), embedder or reranker (`target`).
+    #[arg(long, value_enum)]
+    pub target: Option<crate::retriever::Target>,
+    /// Index artifact of the chunks the questions came from (embedder / reranker: positives and hard negatives).
+    #[arg(long)]
+    #[serde(skip)]
+    pub index: Option<PathBuf>,
     /// Base model: GGUF file, Hugging Face folder or name in the models directory (`base`).
     #[arg(long)]
     pub base: Option<String>,
@@ -65,6 +72,20 @@ pub struct TrainArgs {
     pub stop_after: Option<u64>,
 }
 
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| anyhow::anyhow!("{}: {e}", to.display()))?;
+    for entry in std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))? {
+        let entry = entry?;
+        let dest = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &dest)?;
+        } else {
+            std::fs::copy(entry.path(), &dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
+        }
+    }
+    Ok(())
+}
+
 impl StageCli for TrainLora {
     /// `--copy-to`: the adapter folder copied (through a temporary folder) where pipelines read it.
     fn after(built: &Built<TrainSummary>, options: &TrainOptions) -> anyhow::Result<()> {
@@ -72,9 +93,9 @@ impl StageCli for TrainLora {
         let tmp = dest.with_extension("partial");
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-        for f in ["adapter_config.json", "adapter_model.safetensors"] {
-            std::fs::copy(built.dir.join("adapter").join(f), tmp.join(f)).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.join(f).display()))?;
-        }
+        // The run's deliverable: adapter/ (generator, embedder with LoRA) or model/ (reranker, full tuning).
+        let from = ["adapter", "model"].iter().map(|d| built.dir.join(d)).find(|d| d.is_dir()).ok_or_else(|| anyhow::anyhow!("{}: no adapter/ or model/ to copy", built.dir.display()))?;
+        copy_dir(&from, &tmp)?;
         let _ = std::fs::remove_dir_all(dest);
         std::fs::rename(&tmp, dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
         Ok(())
@@ -86,7 +107,7 @@ impl StageCli for TrainLora {
 
     fn invocation(args: TrainArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: args.data, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
+        Ok(Invocation { inputs: crate::train::TrainInputs { data: args.data, index: args.index }, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
     }
 }
 

@@ -6,6 +6,8 @@
 //!   layer-wise recomputation.
 //! - [`optim`]: PyTorch's AdamW, global-norm clipping, warm-up + cosine/linear schedules.
 //! - [`data`]: chat-format SFT examples → token ids and assistant-token targets.
+//! - [`bert`]: BERT encoders for training (embedder and cross-encoder; LoRA or full).
+//! - [`retriever`]: the `embedder` and `reranker` targets (data, hard negatives, losses).
 //! - [`train`]: the training stage (config, fingerprint, checkpoints and resume, evaluation
 //!   loss, adapter folder, loss curve).
 #![deny(missing_docs)]
@@ -17,10 +19,13 @@ pub mod model;
 pub mod optim;
 pub mod train;
 pub mod merge;
+pub mod bert;
+pub mod retriever;
 
 pub use frozen::BaseStorage;
 pub use model::{LoraParams, LoraShape, Sequence, TrainableLlama};
-pub use train::{TrainConfig, TrainLora};
+pub use retriever::{RetrieverConfig, Target};
+pub use train::{TrainConfig, TrainInputs, TrainLora};
 
 /// Errors of adapter training.
 #[derive(Debug, thiserror::Error)]

@@ -18,10 +18,11 @@ use gauge_decoder::ModelFiles;
 use serde::{Deserialize, Serialize};
 
 use crate::curve::{self, CurvePoint};
-use crate::data::{self, Example, ReadStats};
+use crate::data::{self, ReadStats};
 use crate::frozen::BaseStorage;
 use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
 use crate::optim::{clip_global_norm, learning_rate, AdamWConfig, AdamWState, Decay};
+use crate::retriever::{RetrieverConfig, Target};
 use crate::LoraError;
 
 /// Stage name (folder under the artifact root).
@@ -33,7 +34,11 @@ pub const FORMAT_VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
-    /// The base: a GGUF file, a Hugging Face folder or a name in the models directory.
+    /// What is trained: `generator` (default), `embedder` or `reranker`.
+    #[serde(skip_serializing_if = "Target::is_generator")]
+    pub target: Target,
+    /// The base: a GGUF file, a Hugging Face folder or a name in the models directory (for
+    /// `embedder` / `reranker`: a BERT folder or hub id, e.g. `sentence-transformers/all-MiniLM-L6-v2`).
     pub base: String,
     /// How the frozen base is held: `auto` (GGUF blocks as stored, NF4 for safetensors),
     /// `nf4`, or `f32`.
@@ -83,6 +88,9 @@ pub struct TrainConfig {
     pub checkpoint_every: u64,
     /// Also write `merged/` (base + adapter as f32 safetensors, with config and tokenizer).
     pub merge: bool,
+    /// Settings of the `embedder` and `reranker` targets.
+    #[serde(skip_serializing_if = "RetrieverConfig::is_default")]
+    pub retriever: RetrieverConfig,
 }
 
 impl Default for TrainConfig {
@@ -112,6 +120,8 @@ impl Default for TrainConfig {
             eval_examples: 24,
             checkpoint_every: 10,
             merge: false,
+            target: Target::Generator,
+            retriever: RetrieverConfig::default(),
         }
     }
 }
@@ -153,6 +163,16 @@ pub struct TrainSummary {
 /// The stage.
 pub struct TrainLora;
 
+/// What `train-lora` reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainInputs {
+    /// A `synth-data` artifact directory (or one JSONL file).
+    pub data: PathBuf,
+    /// The index artifact the questions are about (encoder targets: positives and hard
+    /// negatives come from it).
+    pub index: Option<PathBuf>,
+}
+
 /// What the plan found.
 pub struct TrainState {
     train_file: PathBuf,
@@ -180,14 +200,31 @@ impl Stage for TrainLora {
     const NAME: &'static str = STAGE;
     const FORMAT_VERSION: u32 = FORMAT_VERSION;
     type Config = TrainConfig;
-    /// A `synth-data --mode sft` artifact directory, or a chat JSONL file.
-    type Inputs = PathBuf;
+    /// A `synth-data` artifact directory or a JSONL file, and for the encoder targets an index.
+    type Inputs = TrainInputs;
     type Options = TrainOptions;
     type State = TrainState;
     type Summary = TrainSummary;
 
-    fn plan(cfg: &TrainConfig, input: &PathBuf, _: &TrainOptions) -> anyhow::Result<Plan<TrainState>> {
+    fn plan(cfg: &TrainConfig, inputs_in: &TrainInputs, _: &TrainOptions) -> anyhow::Result<Plan<TrainState>> {
         anyhow::ensure!(cfg.r > 0, "r must be at least 1");
+        let input = &inputs_in.data;
+        if !cfg.target.is_generator() {
+            anyhow::ensure!(cfg.lora_dropout == 0.0, "lora_dropout is not supported for the encoder targets (their training is deterministic); set it to 0");
+            crate::bert::module_targets(&cfg.target_modules)?;
+            let index = inputs_in.index.as_ref().ok_or_else(|| anyhow::anyhow!("--target {} needs --index DIR: the index artifact of the chunks the questions came from (positives and hard negatives are drawn from it)", serde_json::to_value(cfg.target).unwrap_or_default().as_str().unwrap_or("")))?;
+            let (train_file, dev_file) = crate::retriever::input_files(input)?;
+            let mut inputs = vec![data_entry(&train_file, "train")?];
+            if let Some(d) = &dev_file {
+                inputs.push(data_entry(d, "dev")?);
+            }
+            let (_, entry) = gauge_core::artifact::input_file(index, "manifest.json", "index")?;
+            inputs.push(FileEntry { name: "index".into(), ..entry });
+            let base = crate::retriever::resolve_base(&cfg.base)?;
+            inputs.push(FileEntry { path: cfg.base.clone(), name: "base".into(), hash: gauge_core::hash::file_hash(&base.join("model.safetensors"))?, rows: None });
+            return Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed));
+        }
+        anyhow::ensure!(cfg.retriever.is_default(), "[retriever] settings are for --target embedder or reranker");
         anyhow::ensure!(cfg.batch_size > 0 && cfg.grad_accum > 0, "batch_size and grad_accum must be at least 1");
         anyhow::ensure!((0.0..1.0).contains(&cfg.lora_dropout), "lora_dropout is a probability below 1, got {}", cfg.lora_dropout);
         anyhow::ensure!(cfg.learning_rate > 0.0 && cfg.epochs > 0, "learning_rate and epochs must be positive");
@@ -202,7 +239,10 @@ impl Stage for TrainLora {
         Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed))
     }
 
-    fn build(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, _: &PathBuf, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+    fn build(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, inputs: &TrainInputs, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+        if let Some(index) = inputs.index.as_ref().filter(|_| !cfg.target.is_generator()) {
+            return crate::retriever::train_encoder(&inputs.data, index, run, cfg, opts);
+        }
         train(state, run, cfg, opts)
     }
 
@@ -216,22 +256,29 @@ impl Stage for TrainLora {
     }
 }
 
-/// The checkpoint: adapter, moments, step, curve.
-struct Checkpoint {
-    step: u64,
-    params: LoraParams,
-    adam: AdamWState,
-    curve: Vec<CurvePoint>,
-    seconds: f64,
-    tokens: u64,
+/// Training progress kept in a checkpoint besides the parameters.
+pub(crate) struct Progress {
+    pub step: u64,
+    pub adam: AdamWState,
+    pub curve: Vec<CurvePoint>,
+    pub seconds: f64,
+    pub tokens: u64,
 }
 
-const CHECKPOINT: &str = "checkpoint.safetensors";
+/// The checkpoint: adapter, moments, step, curve.
+struct Checkpoint {
+    params: LoraParams,
+    progress: Progress,
+}
 
-fn save_checkpoint(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
+pub(crate) const CHECKPOINT: &str = "checkpoint.safetensors";
+
+/// Writes the trained tensors, the AdamW moments and the progress to `dir/checkpoint.safetensors`
+/// (through a temporary file, so a kill leaves the previous checkpoint whole).
+pub(crate) fn save_checkpoint(dir: &Path, tensors: &[&[f32]], c: &Progress) -> anyhow::Result<()> {
     let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let mut blobs: Vec<(String, Vec<u8>, usize)> = Vec::new();
-    for (k, t) in c.params.tensors().iter().enumerate() {
+    for (k, t) in tensors.iter().enumerate() {
         blobs.push((format!("p.{k}"), bytes(t), t.len()));
         blobs.push((format!("m.{k}"), bytes(&c.adam.m[k]), t.len()));
         blobs.push((format!("v.{k}"), bytes(&c.adam.v[k]), t.len()));
@@ -250,7 +297,8 @@ fn save_checkpoint(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn load_checkpoint(dir: &Path, fresh: &LoraParams) -> anyhow::Result<Option<Checkpoint>> {
+/// Reads a checkpoint into `tensors` (which must have the saved sizes); `None` when there is none.
+pub(crate) fn load_checkpoint(dir: &Path, tensors: &mut [&mut Vec<f32>]) -> anyhow::Result<Option<Progress>> {
     let path = dir.join(CHECKPOINT);
     if !path.is_file() {
         return Ok(None);
@@ -259,29 +307,28 @@ fn load_checkpoint(dir: &Path, fresh: &LoraParams) -> anyhow::Result<Option<Chec
     let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)?;
     let meta: serde_json::Value = serde_json::from_str(header.metadata().as_ref().and_then(|m| m.get("state")).ok_or_else(|| anyhow::anyhow!("{}: no training state; delete it to start over", path.display()))?)?;
     let st = safetensors::SafeTensors::deserialize(&bytes)?;
-    let read = |k: String| -> anyhow::Result<Vec<f32>> { Ok(st.tensor(&k).map_err(|e| anyhow::anyhow!("{}: {k}: {e}", path.display()))?.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()) };
-    let mut params = fresh.clone();
-    let n = params.tensors().len();
+    let read = |k: String| -> anyhow::Result<Vec<f32>> { Ok(st.tensor(&k).map_err(|e| anyhow::anyhow!("{}: {k}: {e}; delete it to start over", path.display()))?.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()) };
+    let n = tensors.len();
     let (mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for (k, t) in params.tensors_mut().into_iter().enumerate() {
+    for (k, t) in tensors.iter_mut().enumerate() {
         let p = read(format!("p.{k}"))?;
-        anyhow::ensure!(p.len() == t.len(), "{}: tensor {k} has {} values, the adapter {}; delete it to start over", path.display(), p.len(), t.len());
-        *t = p;
+        anyhow::ensure!(p.len() == t.len(), "{}: tensor {k} has {} values, the model {}; delete it to start over", path.display(), p.len(), t.len());
+        **t = p;
         m.push(read(format!("m.{k}"))?);
         v.push(read(format!("v.{k}"))?);
     }
     let adam = AdamWState { step: meta["adam_step"].as_u64().unwrap_or(0), m, v };
-    Ok(Some(Checkpoint { step: meta["step"].as_u64().unwrap_or(0), params, adam, curve: serde_json::from_value(meta["curve"].clone())?, seconds: meta["seconds"].as_f64().unwrap_or(0.0), tokens: meta["tokens"].as_u64().unwrap_or(0) }))
+    Ok(Some(Progress { step: meta["step"].as_u64().unwrap_or(0), adam, curve: serde_json::from_value(meta["curve"].clone())?, seconds: meta["seconds"].as_f64().unwrap_or(0.0), tokens: meta["tokens"].as_u64().unwrap_or(0) }))
 }
 
 /// Seeded order of epoch `epoch`.
-fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+pub(crate) fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     gauge_core::rng::SplitMix64::new(seed ^ 0x5EED_0000 ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)).shuffle(&mut order);
     order
 }
 
-fn sample(mut examples: Vec<Example>, n: Option<usize>, seed: u64) -> Vec<Example> {
+pub(crate) fn sample<T>(mut examples: Vec<T>, n: Option<usize>, seed: u64) -> Vec<T> {
     if let Some(n) = n.filter(|&n| n < examples.len()) {
         gauge_core::rng::SplitMix64::new(seed ^ 0xDA7A).shuffle(&mut examples);
         examples.truncate(n);
@@ -340,35 +387,36 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     let steps_per_epoch = train.len().div_ceil(window) as u64;
     let total = (steps_per_epoch * cfg.epochs as u64).min(cfg.max_steps.unwrap_or(u64::MAX));
     let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
-    let mut ck = match load_checkpoint(&ckpt_dir, &fresh)? {
-        Some(c) => {
-            tracing::info!("resuming from step {} of {total} ({})", c.step, ckpt_dir.join(CHECKPOINT).display());
-            c
+    let mut params = fresh;
+    let mut ck = match load_checkpoint(&ckpt_dir, &mut params.tensors_mut())? {
+        Some(progress) => {
+            tracing::info!("resuming from step {} of {total} ({})", progress.step, ckpt_dir.join(CHECKPOINT).display());
+            Checkpoint { params, progress }
         }
         None => {
-            let lens: Vec<usize> = fresh.tensors().iter().map(|t| t.len()).collect();
-            Checkpoint { step: 0, adam: AdamWState::new(&lens), params: fresh, curve: Vec::new(), seconds: 0.0, tokens: 0 }
+            let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
+            Checkpoint { params, progress: Progress { step: 0, adam: AdamWState::new(&lens), curve: Vec::new(), seconds: 0.0, tokens: 0 } }
         }
     };
-    let resumed_from = ck.step;
-    if ck.step == 0 {
+    let resumed_from = ck.progress.step;
+    if ck.progress.step == 0 {
         if let Some((loss, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
-            ck.curve.push(CurvePoint { step: 0, epoch: 0.0, split: "dev".into(), loss, learning_rate: 0.0, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
+            ck.progress.curve.push(CurvePoint { step: 0, epoch: 0.0, split: "dev".into(), loss, learning_rate: 0.0, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
             tracing::info!("held-out loss before training: {loss:.4}");
         }
     }
     let pb = gauge_core::progress::bar(total, "steps");
     pb.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps {msg} (eta {eta})").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    pb.set_position(ck.step);
+    pb.set_position(ck.progress.step);
     let mut order_epoch = u64::MAX;
     let mut order = Vec::new();
     let mut ran_here = 0u64;
-    while ck.step < total {
+    while ck.progress.step < total {
         if opts.stop_after.is_some_and(|n| ran_here >= n) {
             pb.abandon();
-            anyhow::bail!("stopped after {ran_here} steps as asked (--stop-after); rerun to resume from step {}", ck.step);
+            anyhow::bail!("stopped after {ran_here} steps as asked (--stop-after); rerun to resume from step {}", ck.progress.step);
         }
-        let step = ck.step;
+        let step = ck.progress.step;
         let epoch = step / steps_per_epoch;
         if epoch != order_epoch {
             order = epoch_order(train.len(), cfg.seed, epoch);
@@ -390,30 +438,30 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
         }
         let grad_norm = clip_global_norm(&mut grads, cfg.max_grad_norm);
         let lr = learning_rate(cfg.learning_rate, step, total, cfg.warmup_steps, cfg.decay);
-        ck.adam.step(&cfg.adamw, lr, &mut ck.params.tensors_mut(), &grads);
+        ck.progress.adam.step(&cfg.adamw, lr, &mut ck.params.tensors_mut(), &grads);
         let secs = started.elapsed().as_secs_f64();
-        ck.seconds += secs;
-        ck.tokens += tokens as u64;
-        ck.step += 1;
+        ck.progress.seconds += secs;
+        ck.progress.tokens += tokens as u64;
+        ck.progress.step += 1;
         ran_here += 1;
         let loss = if n_targets > 0 { nll / n_targets as f64 } else { f64::NAN };
         let tps = tokens as f64 / secs.max(1e-9);
-        let epoch_f = ck.step as f64 / steps_per_epoch as f64;
-        ck.curve.push(CurvePoint { step: ck.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: n_targets as u64, tokens_per_second: tps });
+        let epoch_f = ck.progress.step as f64 / steps_per_epoch as f64;
+        ck.progress.curve.push(CurvePoint { step: ck.progress.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: n_targets as u64, tokens_per_second: tps });
         pb.set_message(format!("loss {loss:.3}, {tps:.0} tok/s"));
         if pb.is_hidden() {
-            tracing::info!("step {}/{total}: loss {loss:.4}, lr {lr:.2e}, grad norm {grad_norm:.3}, {tps:.0} tokens/s", ck.step);
+            tracing::info!("step {}/{total}: loss {loss:.4}, lr {lr:.2e}, grad norm {grad_norm:.3}, {tps:.0} tokens/s", ck.progress.step);
         }
-        pb.set_position(ck.step);
-        let last = ck.step == total;
-        if last || (cfg.eval_every > 0 && ck.step % cfg.eval_every == 0) {
+        pb.set_position(ck.progress.step);
+        let last = ck.progress.step == total;
+        if last || (cfg.eval_every > 0 && ck.progress.step % cfg.eval_every == 0) {
             if let Some((dl, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
-                ck.curve.push(CurvePoint { step: ck.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
-                tracing::info!("step {}/{total}: held-out loss {dl:.4}", ck.step);
+                ck.progress.curve.push(CurvePoint { step: ck.progress.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
+                tracing::info!("step {}/{total}: held-out loss {dl:.4}", ck.progress.step);
             }
         }
-        if !last && cfg.checkpoint_every > 0 && ck.step % cfg.checkpoint_every == 0 {
-            save_checkpoint(&ckpt_dir, &ck)?;
+        if !last && cfg.checkpoint_every > 0 && ck.progress.step % cfg.checkpoint_every == 0 {
+            save_checkpoint(&ckpt_dir, &ck.params.tensors(), &ck.progress)?;
         }
     }
     pb.finish_and_clear();
@@ -423,23 +471,23 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     adapter.save(&run.path("adapter"))?;
     run.add_output("adapter/adapter_config.json", None)?;
     run.add_output("adapter/adapter_model.safetensors", None)?;
-    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &ck.curve)?;
+    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &ck.progress.curve)?;
     run.add_output("loss_curve.parquet", Some(rows))?;
     let title = format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total);
-    curve::write_png(&run.path("loss_curve.png"), &ck.curve, &title)?;
+    curve::write_png(&run.path("loss_curve.png"), &ck.progress.curve, &title)?;
     run.add_output("loss_curve.png", None)?;
     if cfg.merge {
         crate::merge::write_merged(&cfg.base, &adapter, &template, &run.path("merged"))?;
         run.add_output("merged/model.safetensors", None)?;
     }
-    let dev_points: Vec<f64> = ck.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
+    let dev_points: Vec<f64> = ck.progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
     let (base_bytes, kinds) = model.base_bytes();
     let summary = TrainSummary {
         steps: total,
         train_examples: train.len(),
         dev_loss_start: dev_points.first().copied(),
         dev_loss_end: if dev_points.len() > 1 { dev_points.last().copied() } else { None },
-        tokens_per_second: ck.tokens as f64 / ck.seconds.max(1e-9),
+        tokens_per_second: ck.progress.tokens as f64 / ck.progress.seconds.max(1e-9),
         resumed_from_step: resumed_from,
     };
     run.set_stats(&summary);
@@ -450,8 +498,8 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     run.set_stat("train_examples_too_long", train_stats.too_long as u64);
     run.set_stat("dev_examples", dev.len() as u64);
     run.set_stat("dev_examples_too_long", dev_stats.too_long as u64);
-    run.set_stat("training_seconds", ck.seconds);
-    run.set_stat("training_tokens", ck.tokens);
+    run.set_stat("training_seconds", ck.progress.seconds);
+    run.set_stat("training_tokens", ck.progress.tokens);
     if let Some(p) = peak_rss_mib() {
         run.set_stat("peak_rss_mib", p);
     }

@@ -1,0 +1,460 @@
+//! BERT-family encoders for training: the sentence embedder (pooled, normalised vectors) and
+//! the cross-encoder (`BertForSequenceClassification`, one logit per pair), with LoRA on the
+//! six linear modules of every layer or every weight trainable (full fine-tuning), gradients
+//! by Burn autodiff over the same dispatch backend the inference encoder runs on.
+//!
+//! Parameters live on the host as named, row-major f32 arrays with the checkpoint's names
+//! (`encoder.layer.0.attention.self.query.weight`, `[out, in]`) plus LoRA's
+//! (`….query.lora_A.weight` `[r, in]`, `….lora_B.weight` `[out, r]`) and the classifier's;
+//! each step builds the graph from them, so the optimiser, checkpoints and savers see plain
+//! arrays. The forward pass is Hugging Face's `BertModel` (post-norm, exact GELU, padded keys
+//! masked) written with differentiable Burn ops; it is checked against the inference encoder
+//! and the fixtures in the tests. Dropout is off (deterministic training).
+use std::collections::HashMap;
+use std::path::Path;
+
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::module::embedding;
+use burn::tensor::{Int, TensorData};
+use gauge_encoder::device::{Device, Tensor};
+use gauge_encoder::weights::Weights;
+use gauge_encoder::{BertConfig, Pooling};
+
+use crate::LoraError;
+
+/// The six linear modules of a BERT layer, by their path inside `encoder.layer.N.`.
+pub const BERT_MODULES: [&str; 6] = ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", "intermediate.dense", "output.dense"];
+
+/// PEFT `target_modules` names of [`BERT_MODULES`] (`dense` covers the last three, as in PEFT).
+pub fn module_targets(names: &[String]) -> Result<Vec<usize>, LoraError> {
+    let mut out = Vec::new();
+    for n in names {
+        let idx: Vec<usize> = match n.as_str() {
+            "all" | "all-linear" => (0..6).collect(),
+            "query" => vec![0],
+            "key" => vec![1],
+            "value" => vec![2],
+            "dense" => vec![3, 4, 5],
+            other => return Err(LoraError::Config(format!("unknown encoder target module `{other}` (expected query, key, value, dense or all)"))),
+        };
+        out.extend(idx);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// The PEFT `target_modules` list of module indices.
+pub fn target_names(targets: &[usize]) -> Vec<String> {
+    let mut names: Vec<String> = targets.iter().map(|&t| if t < 3 { BERT_MODULES[t].rsplit('.').next().unwrap_or("").to_string() } else { "dense".to_string() }).collect();
+    names.dedup();
+    names
+}
+
+/// What the encoder is trained as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncoderTask {
+    /// Sentence vectors: pooled last hidden states, optionally L2-normalised.
+    Embedder {
+        /// Pooling.
+        pooling: Pooling,
+        /// L2 normalisation.
+        normalize: bool,
+    },
+    /// One relevance logit per (query, passage) pair: pooler `tanh(W h_cls)` then `classifier`.
+    CrossEncoder,
+}
+
+/// How the encoder is tuned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tuning {
+    /// LoRA adapters (and, for a cross-encoder, the pooler and classifier).
+    Lora {
+        /// Rank.
+        r: usize,
+        /// Scale numerator.
+        alpha: f64,
+        /// rsLoRA (`alpha / √r`).
+        rslora: bool,
+        /// Adapted modules (indices into [`BERT_MODULES`]).
+        targets: Vec<usize>,
+    },
+    /// Every weight trainable.
+    Full,
+}
+
+/// Named parameters: the checkpoint's tensors, the LoRA matrices and the head, with which of
+/// them train.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncoderParams {
+    /// Names (checkpoint names without a `bert.` prefix; LoRA as `<module>.lora_A.weight`).
+    pub names: Vec<String>,
+    /// Shapes.
+    pub shapes: Vec<Vec<usize>>,
+    /// Row-major values.
+    pub values: Vec<Vec<f32>>,
+    /// Whether each trains.
+    pub trainable: Vec<bool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl EncoderParams {
+    fn push(&mut self, name: String, shape: Vec<usize>, values: Vec<f32>, trainable: bool) {
+        debug_assert_eq!(shape.iter().product::<usize>(), values.len(), "{name}");
+        self.by_name.insert(name.clone(), self.names.len());
+        self.names.push(name);
+        self.shapes.push(shape);
+        self.values.push(values);
+        self.trainable.push(trainable);
+    }
+
+    /// Index of a parameter.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Values of a parameter.
+    pub fn get(&self, name: &str) -> Option<&[f32]> {
+        self.index(name).map(|i| self.values[i].as_slice())
+    }
+
+    /// Indices of the trainable parameters, in order.
+    pub fn trainable_indices(&self) -> Vec<usize> {
+        (0..self.names.len()).filter(|&i| self.trainable[i]).collect()
+    }
+
+    /// The trainable tensors, mutable, in [`Self::trainable_indices`] order.
+    pub fn trainable_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        let flags = self.trainable.clone();
+        self.values.iter_mut().zip(flags).filter(|(_, t)| *t).map(|(v, _)| v).collect()
+    }
+
+    /// The trainable tensors, in [`Self::trainable_indices`] order.
+    pub fn trainable_values(&self) -> Vec<&[f32]> {
+        self.trainable_indices().into_iter().map(|i| self.values[i].as_slice()).collect()
+    }
+
+    /// Number of trainable values.
+    pub fn trainable_count(&self) -> usize {
+        self.trainable_indices().iter().map(|&i| self.values[i].len()).sum()
+    }
+}
+
+/// A batch of encoded texts (or pairs), unpadded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    /// Token ids with special tokens.
+    pub ids: Vec<u32>,
+    /// Token type ids (0 for single texts; 0/1 for pairs).
+    pub types: Vec<u32>,
+}
+
+/// The trainable encoder.
+pub struct TrainableBert {
+    /// Architecture.
+    pub config: BertConfig,
+    /// Embedder or cross-encoder.
+    pub task: EncoderTask,
+    /// LoRA or full.
+    pub tuning: Tuning,
+    device: Device,
+    ad_device: Device,
+}
+
+fn linear_names(l: usize, m: usize) -> String {
+    format!("encoder.layer.{l}.{}", BERT_MODULES[m])
+}
+
+/// Seeded normal(0, std) values (Box–Muller).
+fn normal(n: usize, std: f64, rng: &mut gauge_core::rng::SplitMix64) -> Vec<f32> {
+    let mut u = || ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    (0..n).map(|_| ((-2.0 * u().ln()).sqrt() * (2.0 * std::f64::consts::PI * u()).cos() * std) as f32).collect()
+}
+
+impl TrainableBert {
+    /// Loads a BERT checkpoint folder (config.json + model.safetensors) as `task`, tuned as
+    /// `tuning`. LoRA A matrices start Kaiming-uniform (PEFT), B at zero; a cross-encoder
+    /// without a one-logit `classifier` gets a new one (normal(0, 0.02), bias 0, as
+    /// `BertForSequenceClassification` initialises it) and, without a pooler, a new pooler.
+    pub fn load(dir: &Path, task: EncoderTask, tuning: Tuning, seed: u64, device: &Device) -> Result<(TrainableBert, EncoderParams), LoraError> {
+        let model = |e: gauge_encoder::EncoderError| LoraError::Model(e.to_string());
+        let config = BertConfig::from_file(&dir.join("config.json")).map_err(model)?;
+        if config.is_roberta() {
+            return Err(LoraError::Config(format!("{}: train-lora's encoder targets train BERT checkpoints; this is {}", dir.display(), config.model_type)));
+        }
+        let weights = Weights::open(&dir.join("model.safetensors"), &["", "bert."]).map_err(model)?;
+        let (h, i) = (config.hidden_size, config.intermediate_size);
+        let full = matches!(tuning, Tuning::Full);
+        let mut p = EncoderParams { names: vec![], shapes: vec![], values: vec![], trainable: vec![], by_name: HashMap::new() };
+        let take = |p: &mut EncoderParams, name: &str, shape: Vec<usize>, trainable: bool| -> Result<(), LoraError> {
+            let w = weights.get(name, &shape).map_err(model)?;
+            p.push(name.to_string(), shape, w.values, trainable);
+            Ok(())
+        };
+        take(&mut p, "embeddings.word_embeddings.weight", vec![config.vocab_size, h], full)?;
+        take(&mut p, "embeddings.position_embeddings.weight", vec![config.max_position_embeddings, h], full)?;
+        take(&mut p, "embeddings.token_type_embeddings.weight", vec![config.type_vocab_size, h], full)?;
+        take(&mut p, "embeddings.LayerNorm.weight", vec![h], full)?;
+        take(&mut p, "embeddings.LayerNorm.bias", vec![h], full)?;
+        let dims = [(h, h), (h, h), (h, h), (h, h), (h, i), (i, h)];
+        for l in 0..config.num_hidden_layers {
+            for (m, &(d_in, d_out)) in dims.iter().enumerate() {
+                let name = linear_names(l, m);
+                take(&mut p, &format!("{name}.weight"), vec![d_out, d_in], full)?;
+                take(&mut p, &format!("{name}.bias"), vec![d_out], full)?;
+            }
+            for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                take(&mut p, &format!("encoder.layer.{l}.{norm}.weight"), vec![h], full)?;
+                take(&mut p, &format!("encoder.layer.{l}.{norm}.bias"), vec![h], full)?;
+            }
+        }
+        let mut rng = gauge_core::rng::SplitMix64::new(seed ^ 0xB127);
+        if task == EncoderTask::CrossEncoder {
+            if weights.contains("pooler.dense.weight") {
+                take(&mut p, "pooler.dense.weight", vec![h, h], true)?;
+                take(&mut p, "pooler.dense.bias", vec![h], true)?;
+            } else {
+                p.push("pooler.dense.weight".into(), vec![h, h], normal(h * h, 0.02, &mut rng), true);
+                p.push("pooler.dense.bias".into(), vec![h], vec![0.0; h], true);
+            }
+            let has_head = weights.contains("classifier.weight") && config.num_labels() == 1;
+            if has_head {
+                take(&mut p, "classifier.weight", vec![1, h], true)?;
+                take(&mut p, "classifier.bias", vec![1], true)?;
+            } else {
+                p.push("classifier.weight".into(), vec![1, h], normal(h, 0.02, &mut rng), true);
+                p.push("classifier.bias".into(), vec![1], vec![0.0], true);
+            }
+        }
+        if let Tuning::Lora { r, targets, .. } = &tuning {
+            for l in 0..config.num_hidden_layers {
+                for &m in targets {
+                    let (d_in, d_out) = dims[m];
+                    let bound = 1.0 / (d_in as f64).sqrt();
+                    let a = (0..r * d_in).map(|_| (((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * bound) as f32).collect();
+                    let name = linear_names(l, m);
+                    p.push(format!("{name}.lora_A.weight"), vec![*r, d_in], a, true);
+                    p.push(format!("{name}.lora_B.weight"), vec![d_out, *r], vec![0.0; d_out * r], true);
+                }
+            }
+        }
+        let ad_device = burn::DispatchDevice::autodiff(device.clone());
+        Ok((TrainableBert { config, task, tuning, device: device.clone(), ad_device }, p))
+    }
+
+    /// The LoRA scale (0 for full tuning).
+    pub fn lora_scale(&self) -> f64 {
+        match &self.tuning {
+            Tuning::Lora { r, alpha, rslora: true, .. } => alpha / (*r as f64).sqrt(),
+            Tuning::Lora { r, alpha, .. } => alpha / *r as f64,
+            Tuning::Full => 0.0,
+        }
+    }
+
+    /// Multiply-adds per token of the encoder's matrices (for FLOP accounting).
+    pub fn matrix_parameters(&self) -> usize {
+        let (h, i) = (self.config.hidden_size, self.config.intermediate_size);
+        self.config.num_hidden_layers * (4 * h * h + 2 * h * i)
+    }
+
+    /// Every parameter as a tensor on `device` (1-D ones as `[1, n]`); with `track`, the
+    /// trainable ones are autodiff leaves.
+    fn tensors(&self, p: &EncoderParams, device: &Device, track: bool) -> Vec<Tensor<2>> {
+        p.values
+            .iter()
+            .zip(&p.shapes)
+            .zip(&p.trainable)
+            .map(|((v, s), &t)| {
+                let shape = if s.len() == 1 { [1, s[0]] } else { [s[0], s[1]] };
+                let x = Tensor::<2>::from_data(TensorData::new(v.clone(), shape), device);
+                if track && t { x.require_grad() } else { x }
+            })
+            .collect()
+    }
+
+    fn layer_norm(x: Tensor<2>, g: &Tensor<2>, b: &Tensor<2>, eps: f64) -> Tensor<2> {
+        let mean = x.clone().mean_dim(1);
+        let xc = x - mean;
+        let var = (xc.clone() * xc.clone()).mean_dim(1);
+        xc / var.add_scalar(eps).sqrt() * g.clone() + b.clone()
+    }
+
+    fn linear(&self, x: Tensor<2>, p: &EncoderParams, t: &[Tensor<2>], name: &str) -> Tensor<2> {
+        let w = &t[p.index(&format!("{name}.weight")).expect("weight loaded")];
+        let b = &t[p.index(&format!("{name}.bias")).expect("bias loaded")];
+        let mut y = x.clone().matmul(w.clone().transpose()) + b.clone();
+        if let (Some(a), Some(bb)) = (p.index(&format!("{name}.lora_A.weight")), p.index(&format!("{name}.lora_B.weight"))) {
+            y = y + x.matmul(t[a].clone().transpose()).matmul(t[bb].clone().transpose()).mul_scalar(self.lora_scale());
+        }
+        y
+    }
+
+    /// Last hidden states `[B·L, H]` of a padded batch (rows of sequence b at `b·L..`), and L.
+    fn hidden(&self, p: &EncoderParams, t: &[Tensor<2>], batch: &[&Encoded], device: &Device) -> Result<(Tensor<2>, usize), LoraError> {
+        let c = &self.config;
+        let (h, heads) = (c.hidden_size, c.num_attention_heads);
+        let hd = h / heads;
+        let b = batch.len();
+        let l = batch.iter().map(|e| e.ids.len()).max().unwrap_or(1).max(1);
+        if l > c.max_position_embeddings {
+            return Err(LoraError::Model(format!("a sequence of {l} tokens is longer than the model's {} positions", c.max_position_embeddings)));
+        }
+        let (mut ids, mut types, mut pos, mut mask) = (vec![c.pad_token_id as i64; b * l], vec![0i64; b * l], vec![0i64; b * l], vec![0f32; b * l]);
+        for (r, e) in batch.iter().enumerate() {
+            for (k, (&id, &ty)) in e.ids.iter().zip(&e.types).enumerate() {
+                if id as usize >= c.vocab_size || ty as usize >= c.type_vocab_size {
+                    return Err(LoraError::Model(format!("token id {id} (type {ty}) is outside the vocabulary ({}, {} types)", c.vocab_size, c.type_vocab_size)));
+                }
+                ids[r * l + k] = id as i64;
+                types[r * l + k] = ty as i64;
+            }
+            for k in 0..l {
+                pos[r * l + k] = k as i64;
+                mask[r * l + k] = if k < e.ids.len() { 0.0 } else { -1e9 };
+            }
+        }
+        let int = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [b, l]), device);
+        let get = |name: &str| t[p.index(name).unwrap_or_else(|| panic!("{name} loaded"))].clone();
+        let x = embedding(get("embeddings.word_embeddings.weight"), int(ids)) + embedding(get("embeddings.position_embeddings.weight"), int(pos)) + embedding(get("embeddings.token_type_embeddings.weight"), int(types));
+        let eps = c.layer_norm_eps;
+        let mut x = Self::layer_norm(x.reshape([b * l, h]), &get("embeddings.LayerNorm.weight"), &get("embeddings.LayerNorm.bias"), eps);
+        // Additive key mask at full shape [B, heads, L, L].
+        let full_mask: Vec<f32> = (0..b).flat_map(|r| { let row = &mask[r * l..(r + 1) * l]; std::iter::repeat_n(row, heads * l).flatten().copied().collect::<Vec<_>>() }).collect();
+        let key_mask = Tensor::<4>::from_data(TensorData::new(full_mask, [b, heads, l, l]), device);
+        let scale = 1.0 / (hd as f64).sqrt();
+        for layer in 0..c.num_hidden_layers {
+            let split = |y: Tensor<2>| y.reshape([b, l, heads, hd]).swap_dims(1, 2);
+            let q = split(self.linear(x.clone(), p, t, &linear_names(layer, 0)));
+            let k = split(self.linear(x.clone(), p, t, &linear_names(layer, 1)));
+            let v = split(self.linear(x.clone(), p, t, &linear_names(layer, 2)));
+            let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + key_mask.clone();
+            let ctx = softmax(scores, 3).matmul(v).swap_dims(1, 2).reshape([b * l, h]);
+            let attn = self.linear(ctx, p, t, &linear_names(layer, 3)) + x;
+            x = Self::layer_norm(attn, &get(&format!("encoder.layer.{layer}.attention.output.LayerNorm.weight")), &get(&format!("encoder.layer.{layer}.attention.output.LayerNorm.bias")), eps);
+            let ff = self.linear(gelu(self.linear(x.clone(), p, t, &linear_names(layer, 4))), p, t, &linear_names(layer, 5)) + x;
+            x = Self::layer_norm(ff, &get(&format!("encoder.layer.{layer}.output.LayerNorm.weight")), &get(&format!("encoder.layer.{layer}.output.LayerNorm.bias")), eps);
+        }
+        Ok((x, l))
+    }
+
+    /// The task's output for a batch: `[B, H]` sentence vectors (embedder) or `[B, 1]` logits
+    /// (cross-encoder).
+    fn output(&self, p: &EncoderParams, t: &[Tensor<2>], batch: &[&Encoded], device: &Device) -> Result<Tensor<2>, LoraError> {
+        let (x, l) = self.hidden(p, t, batch, device)?;
+        let (b, h) = (batch.len(), self.config.hidden_size);
+        match self.task {
+            EncoderTask::Embedder { pooling, normalize } => {
+                let pooled = match pooling {
+                    Pooling::Cls => x.reshape([b, l, h]).narrow(1, 0, 1).reshape([b, h]),
+                    _ => {
+                        // Mean over real tokens: a [B, B·L] averaging matrix times the rows.
+                        let mut avg = vec![0f32; b * b * l];
+                        for (r, e) in batch.iter().enumerate() {
+                            let n = e.ids.len().max(1);
+                            for k in 0..e.ids.len() {
+                                avg[r * b * l + r * l + k] = 1.0 / n as f32;
+                            }
+                        }
+                        Tensor::<2>::from_data(TensorData::new(avg, [b, b * l]), device).matmul(x)
+                    }
+                };
+                Ok(if normalize {
+                    let norm = (pooled.clone() * pooled.clone()).sum_dim(1).sqrt().clamp_min(1e-12);
+                    pooled / norm
+                } else {
+                    pooled
+                })
+            }
+            EncoderTask::CrossEncoder => {
+                let cls = x.reshape([b, l, h]).narrow(1, 0, 1).reshape([b, h]);
+                let pooled = self.linear(cls, p, t, "pooler.dense").tanh();
+                Ok(self.linear(pooled, p, t, "classifier"))
+            }
+        }
+    }
+
+    /// Outputs without gradients (evaluation, mining, checks), as host rows.
+    pub fn infer(&self, p: &EncoderParams, batch: &[&Encoded]) -> Result<Vec<Vec<f32>>, LoraError> {
+        let t = self.tensors(p, &self.device, false);
+        let out = self.output(p, &t, batch, &self.device)?;
+        let [_, d] = out.dims();
+        Ok(crate::model::values(out).chunks_exact(d).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Runs `loss_fn` on the task's outputs of every batch in `batches` (one graph), back-
+    /// propagates, and returns the loss and the gradient of every trainable parameter (in
+    /// [`EncoderParams::trainable_indices`] order; zeros where none reached).
+    pub fn loss_and_gradients(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<(f64, Vec<Vec<f32>>), LoraError> {
+        let t = self.tensors(p, &self.ad_device, true);
+        let mut outs = Vec::with_capacity(batches.len());
+        for batch in batches {
+            outs.push(self.output(p, &t, batch, &self.ad_device)?);
+        }
+        let loss = loss_fn(outs);
+        let value = crate::model::values(loss.clone().inner())[0] as f64;
+        let grads = loss.backward();
+        let out = p
+            .trainable_indices()
+            .into_iter()
+            .map(|i| match t[i].grad(&grads) {
+                Some(g) => crate::model::values(g),
+                None => vec![0.0; p.values[i].len()],
+            })
+            .collect();
+        Ok((value, out))
+    }
+
+    /// The loss alone (same `loss_fn`), without a graph.
+    pub fn loss(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<f64, LoraError> {
+        let t = self.tensors(p, &self.device, false);
+        let mut outs = Vec::with_capacity(batches.len());
+        for batch in batches {
+            outs.push(self.output(p, &t, batch, &self.device)?);
+        }
+        Ok(crate::model::values(loss_fn(outs))[0] as f64)
+    }
+
+    /// The device losses are built on (for constants such as masks and labels): the autodiff
+    /// device when `train`, else the plain one.
+    pub fn device(&self, train: bool) -> &Device {
+        if train { &self.ad_device } else { &self.device }
+    }
+
+    /// The LoRA adapter (PEFT, `FEATURE_EXTRACTION`, BERT module names) of LoRA parameters.
+    pub fn adapter(&self, p: &EncoderParams, base: Option<String>) -> Option<gauge_encoder::adapter::LoraAdapter> {
+        let Tuning::Lora { r, alpha, rslora, targets } = &self.tuning else { return None };
+        let config = gauge_encoder::adapter::AdapterConfig::new(*r, *alpha, 0.0, &target_names(targets), *rslora, base).with_task_type("FEATURE_EXTRACTION");
+        let mut modules = std::collections::BTreeMap::new();
+        for (i, name) in p.names.iter().enumerate() {
+            if let Some(module) = name.strip_suffix(".lora_A.weight") {
+                let bi = p.index(&format!("{module}.lora_B.weight")).expect("B follows A");
+                let (d_in, d_out) = (p.shapes[i][1], p.shapes[bi][0]);
+                modules.insert(module.to_string(), gauge_encoder::adapter::LoraPair { a: p.values[i].clone(), b: p.values[bi].clone(), d_in, d_out });
+            }
+        }
+        Some(gauge_encoder::adapter::LoraAdapter { config, modules })
+    }
+
+    /// The checkpoint's tensors with LoRA merged in (`W + s·B A`), under Hugging Face names:
+    /// `prefix` before the encoder's (`bert.` for `BertForSequenceClassification`), the
+    /// classifier's as they are.
+    pub fn merged_tensors(&self, p: &EncoderParams, prefix: &str) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        let adapter = self.adapter(p, None);
+        let scale = self.lora_scale();
+        let mut out = Vec::new();
+        for (i, name) in p.names.iter().enumerate() {
+            if name.contains(".lora_") {
+                continue;
+            }
+            let mut values = p.values[i].clone();
+            if let (Some(module), Some(ad)) = (name.strip_suffix(".weight"), &adapter) {
+                if let Some(pair) = ad.modules.get(module) {
+                    values.iter_mut().zip(pair.delta(scale)).for_each(|(w, d)| *w += d);
+                }
+            }
+            let full = if name.starts_with("classifier.") { name.clone() } else { format!("{prefix}{name}") };
+            out.push((full, p.shapes[i].clone(), values));
+        }
+        out
+    }
+}

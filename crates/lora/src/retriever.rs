@@ -1,0 +1,693 @@
+//! `train-lora --target embedder | reranker`: the retrievers trained on the corpus itself.
+//!
+//! **Data.** A `synth-data` artifact (`train.jsonl` / `dev.jsonl`: the inverse-cloze set, or a
+//! teacher's questions, split by page groups) and the index artifact the questions are about.
+//! Each question's positive is the chunk it was written from (for inverse-cloze rows the
+//! question sentence is cut from it, as in ICT, with probability 0.9); its hard negatives are
+//! the best BM25 and dense hits of the index (interleaved) that are **not relevant by page**
+//! (a chunk overlapping a gold page is never a negative, whichever chunk of the page it is).
+//!
+//! **Embedder.** InfoNCE over the step's questions: each query against every positive and hard
+//! negative of the step, `softmax(q·p / temperature)`, target its own positive; in-batch
+//! passages relevant to the query by page are masked out rather than counted as negatives.
+//! Queries and passages get the model family's prefixes. Output: a PEFT adapter folder
+//! (`FEATURE_EXTRACTION`, BERT module names), or with `tuning = "full"` a whole model folder.
+//!
+//! **Reranker.** A `BertForSequenceClassification` from the base's encoder (its pooler; a new
+//! one-logit classifier): per question the positive pair and its hard-negative pairs, scored
+//! with listwise softmax (target: the positive) or binary cross-entropy. Output: a Hugging
+//! Face folder with full (merged) weights that gauge's cross-encoder loads.
+//!
+//! Every page whose text was a positive goes into the manifest (`trained_pages`) and into
+//! `training_pages.json` beside the weights, so `evaluate` can keep to questions whose gold
+//! pages the model never saw as relevant.
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::TensorData;
+use gauge_core::artifact::StageRun;
+use gauge_core::golden::{GoldItem, GoldenQuestion};
+use gauge_core::schema::ChunkRecord;
+use gauge_encoder::device::Tensor;
+use serde::{Deserialize, Serialize};
+use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
+
+use crate::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
+use crate::curve::{self, CurvePoint};
+use crate::optim::{clip_global_norm, learning_rate, AdamWState};
+use crate::train::{epoch_order, load_checkpoint, peak_rss_mib, sample, save_checkpoint, Progress, TrainConfig, TrainOptions, TrainSummary, CHECKPOINT};
+use crate::LoraError;
+
+/// What `train-lora` trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// A Llama-family decoder on chat SFT examples (PEFT `CAUSAL_LM` adapter).
+    #[default]
+    Generator,
+    /// A BERT sentence embedder, contrastive (PEFT `FEATURE_EXTRACTION` adapter or full model).
+    Embedder,
+    /// A BERT cross-encoder (`BertForSequenceClassification` folder).
+    Reranker,
+}
+
+impl Target {
+    /// Whether this is the default (kept out of serialised configs, so generator fingerprints
+    /// stay as they were).
+    pub fn is_generator(&self) -> bool {
+        *self == Target::Generator
+    }
+}
+
+/// LoRA or every weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TuningKind {
+    /// LoRA adapters (rank `r`, `lora_alpha`, `target_modules`).
+    #[default]
+    Lora,
+    /// Full fine-tuning.
+    Full,
+}
+
+/// The reranker's loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RerankLoss {
+    /// Softmax over the positive and its negatives, target the positive.
+    #[default]
+    Listwise,
+    /// Binary cross-entropy per pair (positive 1, negatives 0).
+    Bce,
+}
+
+/// Settings of the encoder targets (`[retriever]`; ignored by the generator target).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrieverConfig {
+    /// LoRA or full fine-tuning.
+    pub tuning: TuningKind,
+    /// InfoNCE temperature (embedder).
+    pub temperature: f64,
+    /// Hard negatives per question.
+    pub hard_negatives: usize,
+    /// Hits of each retriever searched for hard negatives.
+    pub mine_depth: usize,
+    /// Reranker loss.
+    pub loss: RerankLoss,
+    /// Longest query in tokens (embedder).
+    pub max_query_tokens: usize,
+    /// Longest passage in tokens (embedder), or query + passage pair (reranker).
+    pub max_passage_tokens: usize,
+    /// Query prefix (default: the model family's).
+    pub query_prefix: Option<String>,
+    /// Passage prefix (default: the model family's).
+    pub passage_prefix: Option<String>,
+    /// Probability that an inverse-cloze question's sentence is cut from its positive.
+    pub ict_remove_sentence: f64,
+}
+
+impl Default for RetrieverConfig {
+    fn default() -> Self {
+        RetrieverConfig { tuning: TuningKind::Lora, temperature: 0.05, hard_negatives: 2, mine_depth: 30, loss: RerankLoss::Listwise, max_query_tokens: 64, max_passage_tokens: 256, query_prefix: None, passage_prefix: None, ict_remove_sentence: 0.9 }
+    }
+}
+
+impl RetrieverConfig {
+    /// Whether every field is the default (kept out of serialised generator configs).
+    pub fn is_default(&self) -> bool {
+        *self == RetrieverConfig::default()
+    }
+}
+
+/// One training question with its positive and mined negatives.
+#[derive(Debug, Clone)]
+pub struct RetrievalExample {
+    /// The question.
+    pub question: String,
+    /// Positive passage text.
+    pub positive: String,
+    /// Hard negative passage texts.
+    pub negatives: Vec<String>,
+    /// `(source, page)` of the gold pages and the positive chunk.
+    pub pages: Vec<(String, i32)>,
+}
+
+/// The gold pages of a question, expanded.
+pub fn gold_pages(q: &GoldenQuestion) -> Vec<(String, i32)> {
+    q.gold.iter().filter_map(|g| g.pages().map(|(a, b)| (g.source().to_string(), a, b))).flat_map(|(s, a, b)| (a..=b).map(move |p| (s.clone(), p))).collect()
+}
+
+/// Whether a chunk is relevant to a question by page (evaluate's page rule: same source, page
+/// ranges overlap; spans without pages by character overlap).
+pub fn relevant_by_page(q: &GoldenQuestion, c: &ChunkRecord) -> bool {
+    q.gold.iter().any(|g| match g {
+        GoldItem::Page { source, page } => *source == c.source && c.page_start <= *page && *page <= c.page_end,
+        GoldItem::Span { source, page_start: Some(a), page_end: Some(b), .. } => *source == c.source && c.page_start <= *b && *a <= c.page_end,
+        GoldItem::Span { source, char_start, char_end, .. } => *source == c.source && c.char_start < *char_end && *char_start < c.char_end,
+    })
+}
+
+/// A golden-set row with the chunk it was made from (synth-data rows carry `chunk_id`).
+#[derive(Debug, Clone)]
+pub struct SourcedQuestion {
+    /// The question.
+    pub question: GoldenQuestion,
+    /// The chunk it came from.
+    pub chunk_id: Option<String>,
+    /// `ict` rows had their question cut from the chunk.
+    pub ict: bool,
+}
+
+/// Reads golden rows (JSONL) with their `chunk_id` and `teacher_model`.
+pub fn read_questions(path: &Path) -> Result<Vec<SourcedQuestion>, LoraError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoraError::Data { path: path.to_path_buf(), message: format!("cannot read ({e})") })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |m: String| LoraError::Data { path: path.to_path_buf(), message: format!("line {}: {m} (pass a synth-data artifact: golden rows with `question` and `gold`)", i + 1) };
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let question: GoldenQuestion = serde_json::from_value(v.clone()).map_err(|e| bad(format!("not a golden row ({e})")))?;
+        if question.gold.is_empty() {
+            return Err(bad("no `gold` pages".into()));
+        }
+        out.push(SourcedQuestion { question, chunk_id: v["chunk_id"].as_str().map(str::to_string), ict: v["teacher_model"].as_str() == Some("ict") });
+    }
+    Ok(out)
+}
+
+/// The training and held-out files of a synth-data artifact (or one JSONL file).
+pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError> {
+    if input.is_file() {
+        return Ok((input.to_path_buf(), None));
+    }
+    let train = input.join("train.jsonl");
+    if train.is_file() {
+        let dev = input.join("dev.jsonl");
+        return Ok((train, dev.is_file().then_some(dev)));
+    }
+    Err(LoraError::Data { path: input.to_path_buf(), message: "holds no train.jsonl (run `synth-data --split …` and pass the directory it prints, or pass a golden JSONL file)".into() })
+}
+
+/// Builds examples: positives from the index's chunks, hard negatives mined with its BM25 and
+/// dense retrievers. Returns the examples and how many questions had no positive.
+pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], cfg: &RetrieverConfig, seed: u64) -> anyhow::Result<(Vec<RetrievalExample>, usize)> {
+    let retrieval = gauge_engine::RetrievalConfig { candidates: cfg.mine_depth, k: cfg.mine_depth, ..Default::default() };
+    let mut out = Vec::with_capacity(rows.len());
+    let mut missing = 0;
+    let bar = gauge_core::progress::bar(rows.len() as u64, "questions mined");
+    for (i, row) in rows.iter().enumerate() {
+        bar.inc(1);
+        let q = &row.question;
+        let positive = row.chunk_id.as_deref().and_then(|id| engine.chunk(id)).filter(|c| relevant_by_page(q, c)).or_else(|| engine.chunks().chunks.iter().find(|c| relevant_by_page(q, c)));
+        let Some(positive) = positive else {
+            missing += 1;
+            continue;
+        };
+        let mut text = positive.embed_text.clone().unwrap_or_else(|| positive.text.clone());
+        if row.ict {
+            let mut rng = gauge_core::rng::SplitMix64::new(seed ^ 0x1C7 ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            if ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < cfg.ict_remove_sentence && text.contains(q.question.trim()) {
+                text = text.replacen(q.question.trim(), " ", 1);
+            }
+        }
+        let dense = engine.retrieve("dense", &q.question, &retrieval)?;
+        let bm25 = engine.retrieve("bm25", &q.question, &retrieval)?;
+        let mut seen = HashSet::new();
+        let mut negatives = Vec::new();
+        let interleaved = bm25.hits.iter().zip(dense.hits.iter()).flat_map(|(a, b)| [a, b]).chain(bm25.hits.iter().skip(dense.hits.len())).chain(dense.hits.iter().skip(bm25.hits.len()));
+        for (id, _) in interleaved {
+            if negatives.len() >= cfg.hard_negatives {
+                break;
+            }
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let Some(c) = engine.chunk(id) else { continue };
+            if relevant_by_page(q, c) || c.chunk_id == positive.chunk_id {
+                continue;
+            }
+            negatives.push(c.embed_text.clone().unwrap_or_else(|| c.text.clone()));
+        }
+        let mut pages = gold_pages(q);
+        pages.extend((positive.page_start..=positive.page_end).map(|p| (positive.source.clone(), p)));
+        pages.sort();
+        pages.dedup();
+        out.push(RetrievalExample { question: q.question.clone(), positive: text, negatives, pages });
+    }
+    bar.finish_and_clear();
+    Ok((out, missing))
+}
+
+/// Tokenizers of the encoder targets: single texts and (query, passage) pairs.
+pub struct EncoderTokenizer {
+    single: Tokenizer,
+    pair: Tokenizer,
+    query_len: usize,
+    one_type: bool,
+}
+
+impl EncoderTokenizer {
+    /// From a model folder's `tokenizer.json`.
+    pub fn load(dir: &Path, query_len: usize, passage_len: usize, one_type: bool) -> Result<EncoderTokenizer, LoraError> {
+        let path = dir.join("tokenizer.json");
+        let base = Tokenizer::from_file(&path).map_err(|e| LoraError::Data { path: path.clone(), message: format!("cannot load the tokenizer ({e})") })?;
+        let with = |strategy, max_length| -> Result<Tokenizer, LoraError> {
+            let mut t = base.clone();
+            t.with_padding(None);
+            t.with_truncation(Some(TruncationParams { max_length, strategy, ..Default::default() })).map_err(|e| LoraError::Data { path: path.clone(), message: format!("cannot set truncation ({e})") })?;
+            Ok(t)
+        };
+        Ok(EncoderTokenizer { single: with(TruncationStrategy::LongestFirst, passage_len)?, pair: with(TruncationStrategy::LongestFirst, passage_len)?, query_len, one_type })
+    }
+
+    /// A single text, truncated to `max` tokens (with the special tokens).
+    pub fn text(&self, text: &str, max: usize) -> Result<Encoded, LoraError> {
+        let enc = self.single.encode(text, true).map_err(|e| LoraError::Model(format!("tokenization failed: {e}")))?;
+        let mut ids = enc.get_ids().to_vec();
+        if ids.len() > max && max >= 2 {
+            let last = *ids.last().expect("non-empty");
+            ids.truncate(max - 1);
+            ids.push(last);
+        }
+        let n = ids.len();
+        Ok(Encoded { ids, types: vec![0; n] })
+    }
+
+    /// A query (its own length limit).
+    pub fn query(&self, text: &str) -> Result<Encoded, LoraError> {
+        self.text(text, self.query_len)
+    }
+
+    /// A `[CLS] query [SEP] passage [SEP]` pair, as the cross-encoder encodes it.
+    pub fn pair(&self, query: &str, passage: &str) -> Result<Encoded, LoraError> {
+        let enc = self.pair.encode(EncodeInput::Dual(query.into(), passage.into()), true).map_err(|e| LoraError::Model(format!("tokenization failed: {e}")))?;
+        let types = if self.one_type { vec![0; enc.get_ids().len()] } else { enc.get_type_ids().to_vec() };
+        Ok(Encoded { ids: enc.get_ids().to_vec(), types })
+    }
+}
+
+/// One step's inputs, tokenized.
+pub enum StepBatch {
+    /// Queries, then passages (the positives in query order, then every negative), and per
+    /// query the passages masked out of its softmax (relevant by page, not its positive).
+    Contrastive {
+        /// Queries.
+        queries: Vec<Encoded>,
+        /// Positives (query order), then negatives.
+        passages: Vec<Encoded>,
+        /// Per query, passage indices left out of its softmax.
+        masked: Vec<Vec<usize>>,
+    },
+    /// Pairs in groups of `group` (positive first).
+    Pairs {
+        /// `[CLS] q [SEP] p [SEP]` encodings, group by group.
+        pairs: Vec<Encoded>,
+        /// Pairs per question (1 + negatives).
+        group: usize,
+    },
+}
+
+impl StepBatch {
+    /// Tokens in the step.
+    pub fn tokens(&self) -> usize {
+        match self {
+            StepBatch::Contrastive { queries, passages, .. } => queries.iter().chain(passages).map(|e| e.ids.len()).sum(),
+            StepBatch::Pairs { pairs, .. } => pairs.iter().map(|e| e.ids.len()).sum(),
+        }
+    }
+}
+
+/// Tokenizes a step's examples for the target.
+pub fn step_batch(examples: &[&RetrievalExample], task: EncoderTask, tok: &EncoderTokenizer, cfg: &RetrieverConfig, prefixes: (&str, &str)) -> Result<StepBatch, LoraError> {
+    match task {
+        EncoderTask::Embedder { .. } => {
+            let queries = examples.iter().map(|e| tok.query(&format!("{}{}", prefixes.0, e.question))).collect::<Result<Vec<_>, _>>()?;
+            // Passage texts with the pages they cover (for in-batch masking).
+            let mut passages: Vec<(&str, usize)> = examples.iter().enumerate().map(|(i, e)| (e.positive.as_str(), i)).collect();
+            for (i, e) in examples.iter().enumerate() {
+                passages.extend(e.negatives.iter().take(cfg.hard_negatives).map(|n| (n.as_str(), usize::MAX - i)));
+            }
+            // A passage is masked for query i when it is another question's positive sharing a
+            // page with question i (the same text is relevant to both).
+            let masked = examples
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let pages: HashSet<&(String, i32)> = e.pages.iter().collect();
+                    passages.iter().enumerate().filter(|(_, (_, owner))| *owner != i && *owner < examples.len() && examples[*owner].pages.iter().any(|p| pages.contains(p))).map(|(j, _)| j).collect()
+                })
+                .collect();
+            let passages = passages.iter().map(|(t, _)| tok.text(&format!("{}{}", prefixes.1, t), cfg.max_passage_tokens)).collect::<Result<Vec<_>, _>>()?;
+            Ok(StepBatch::Contrastive { queries, passages, masked })
+        }
+        EncoderTask::CrossEncoder => {
+            let group = 1 + examples.iter().map(|e| e.negatives.len().min(cfg.hard_negatives)).min().unwrap_or(0);
+            let mut pairs = Vec::with_capacity(examples.len() * group);
+            for e in examples {
+                pairs.push(tok.pair(&format!("{}{}", prefixes.0, e.question), &format!("{}{}", prefixes.1, e.positive))?);
+                for n in e.negatives.iter().take(group - 1) {
+                    pairs.push(tok.pair(&format!("{}{}", prefixes.0, e.question), &format!("{}{}", prefixes.1, n))?);
+                }
+            }
+            Ok(StepBatch::Pairs { pairs, group })
+        }
+    }
+}
+
+/// Sequences per forward batch (bounds the padded attention tensors).
+const FORWARD_BATCH: usize = 16;
+
+/// Groups encodings into forward batches of similar length (sorted, so padding stays small),
+/// returning the batches and, per batch, the original indices.
+fn forward_batches(items: &[Encoded]) -> (Vec<Vec<&Encoded>>, Vec<Vec<usize>>) {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| items[i].ids.len());
+    let idx: Vec<Vec<usize>> = order.chunks(FORWARD_BATCH).map(<[usize]>::to_vec).collect();
+    (idx.iter().map(|b| b.iter().map(|&i| &items[i]).collect()).collect(), idx)
+}
+
+/// Reassembles per-batch outputs `[b_k, d]` into one `[n, d]` tensor in original order.
+fn gather(outs: Vec<Tensor<2>>, idx: &[Vec<usize>], device: &burn::DispatchDevice) -> Tensor<2> {
+    let all = Tensor::cat(outs, 0);
+    let order: Vec<usize> = idx.iter().flatten().copied().collect();
+    let mut inverse = vec![0i64; order.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        inverse[i] = pos as i64;
+    }
+    let n = inverse.len();
+    all.select(0, Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(inverse, [n]), device))
+}
+
+/// The step's loss (and, with `train`, gradients of every trainable parameter).
+pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: &RetrieverConfig, train: bool) -> Result<(f64, Option<Vec<Vec<f32>>>), LoraError> {
+    let device = model.device(train).clone();
+    match batch {
+        StepBatch::Contrastive { queries, passages, masked } => {
+            let (qb, qi) = forward_batches(queries);
+            let (pb, pi) = forward_batches(passages);
+            let nq = qb.len();
+            let (n, m) = (queries.len(), passages.len());
+            let mut mask = vec![0f32; n * m];
+            let mut target = vec![0f32; n * m];
+            for i in 0..n {
+                target[i * m + i] = 1.0;
+                for &j in &masked[i] {
+                    mask[i * m + j] = -1e9;
+                }
+            }
+            let temperature = cfg.temperature;
+            let loss_fn = |outs: Vec<Tensor<2>>| -> Tensor<1> {
+                let mut outs = outs;
+                let ps = outs.split_off(nq);
+                let q = gather(outs, &qi, &device);
+                let p = gather(ps, &pi, &device);
+                let sims = q.matmul(p.transpose()).div_scalar(temperature) + Tensor::<2>::from_data(TensorData::new(mask.clone(), [n, m]), &device);
+                let lp = log_softmax(sims, 1) * Tensor::<2>::from_data(TensorData::new(target.clone(), [n, m]), &device);
+                lp.sum().neg().div_scalar(n as f64)
+            };
+            let batches: Vec<Vec<&Encoded>> = qb.into_iter().chain(pb).collect();
+            run(model, params, &batches, loss_fn, train)
+        }
+        StepBatch::Pairs { pairs, group } => {
+            let (b, idx) = forward_batches(pairs);
+            let (g, n) = (*group, pairs.len() / *group);
+            let loss = cfg.loss;
+            let loss_fn = |outs: Vec<Tensor<2>>| -> Tensor<1> {
+                let logits = gather(outs, &idx, &device).reshape([n, g]);
+                match loss {
+                    RerankLoss::Listwise => log_softmax(logits, 1).narrow(1, 0, 1).sum().neg().div_scalar(n as f64),
+                    RerankLoss::Bce => {
+                        // softplus(−y·x) with y = +1 for the positive column, −1 for the rest.
+                        let sign: Vec<f32> = (0..n * g).map(|k| if k % g == 0 { -1.0 } else { 1.0 }).collect();
+                        let z = logits * Tensor::<2>::from_data(TensorData::new(sign, [n, g]), &device);
+                        let softplus = z.clone().clamp_min(0.0) + z.abs().neg().exp().add_scalar(1.0).log();
+                        softplus.sum().div_scalar((n * g) as f64)
+                    }
+                }
+            };
+            run(model, params, &b, loss_fn, train)
+        }
+    }
+}
+
+fn run(model: &TrainableBert, params: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>, train: bool) -> Result<(f64, Option<Vec<Vec<f32>>>), LoraError> {
+    if train {
+        let (loss, grads) = model.loss_and_gradients(params, batches, loss_fn)?;
+        Ok((loss, Some(grads)))
+    } else {
+        Ok((model.loss(params, batches, loss_fn)?, None))
+    }
+}
+
+/// The base model folder of an encoder target.
+pub fn resolve_base(spec: &str) -> anyhow::Result<PathBuf> {
+    let source = gauge_encoder::resolve_model(spec)?;
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        anyhow::ensure!(source.dir.join(f).is_file(), "{}: missing {f}; an encoder target's base is a BERT model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)", source.dir.display());
+    }
+    Ok(source.dir)
+}
+
+fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<()> {
+    let blobs: Vec<(String, Vec<usize>, Vec<u8>)> = tensors.iter().map(|(n, s, v)| (n.clone(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blobs.iter().map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("sizes match"))).collect();
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(views, Some(meta), path)?;
+    Ok(())
+}
+
+/// Copies a model folder's files except its weights (config, tokenizer, sentence-transformers
+/// modules and pooling), recursively.
+fn copy_model_files(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let n = name.to_string_lossy();
+        if n.ends_with(".safetensors") || n.ends_with(".bin") || n.ends_with(".onnx") || n.starts_with('.') || n == "onnx" || n == "openvino" || n == "README.md" {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            copy_model_files(&entry.path(), &to.join(&name))?;
+        } else {
+            std::fs::copy(entry.path(), to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// The pages list written beside the weights (`training_pages.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainingPages {
+    /// `embedder` or `reranker`.
+    pub target: String,
+    /// The base model as named.
+    pub base: String,
+    /// Training questions.
+    pub questions: usize,
+    /// `source#page` of every page that was a positive.
+    pub pages: Vec<String>,
+}
+
+/// File name of [`TrainingPages`] in adapter and model folders.
+pub const TRAINING_PAGES: &str = "training_pages.json";
+
+/// Mean held-out loss over the dev examples in steps of `window`.
+fn eval_loss(model: &TrainableBert, params: &EncoderParams, dev: &[StepBatch], cfg: &RetrieverConfig) -> Result<Option<f64>, LoraError> {
+    if dev.is_empty() {
+        return Ok(None);
+    }
+    let mut total = 0.0;
+    for b in dev {
+        total += step_loss(model, params, b, cfg, false)?.0;
+    }
+    Ok(Some(total / dev.len() as f64))
+}
+
+/// Trains an encoder target (called by the stage's build).
+pub fn train_encoder(data: &Path, index: &Path, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+    let rc = &cfg.retriever;
+    anyhow::ensure!(rc.temperature > 0.0, "retriever.temperature must be positive, got {}", rc.temperature);
+    let device = gauge_encoder::device::parse(&opts.device)?;
+    let base = resolve_base(&cfg.base)?;
+    let family = gauge_encoder::Family::detect(&format!("{} {}", cfg.base, base.display()));
+    let prefixes = (rc.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()), rc.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()));
+    let task = match cfg.target {
+        crate::retriever::Target::Reranker => EncoderTask::CrossEncoder,
+        _ => {
+            let sentence = gauge_encoder::config::SentenceConfig::from_dir(&base)?;
+            EncoderTask::Embedder { pooling: sentence.pooling.unwrap_or(family.default_pooling()), normalize: if sentence.declared { sentence.normalize } else { true } }
+        }
+    };
+    let tuning = match rc.tuning {
+        TuningKind::Full => Tuning::Full,
+        TuningKind::Lora => Tuning::Lora { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: module_targets(&cfg.target_modules)? },
+    };
+    let (train_file, dev_file) = input_files(data)?;
+    let train_rows = sample(read_questions(&train_file)?, cfg.max_train_examples, cfg.seed);
+    let dev_rows = match &dev_file {
+        Some(d) => sample(read_questions(d)?, Some(cfg.eval_examples), cfg.seed),
+        None => Vec::new(),
+    };
+    let engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { device: opts.device.clone(), ..Default::default() })?;
+    let (train, missing) = build_examples(&engine, &train_rows, rc, cfg.seed)?;
+    let (dev, dev_missing) = build_examples(&engine, &dev_rows, rc, cfg.seed ^ 1)?;
+    drop(engine);
+    anyhow::ensure!(!train.is_empty(), "{}: no training question has a positive chunk in {} (is it the index of the chunks synth-data read?)", train_file.display(), index.display());
+    let (model, mut params) = TrainableBert::load(&base, task, tuning, cfg.seed, &device)?;
+    let tok = EncoderTokenizer::load(&base, rc.max_query_tokens, rc.max_passage_tokens, model.config.type_vocab_size <= 1)?;
+    let window = cfg.batch_size * cfg.grad_accum;
+    anyhow::ensure!(task == EncoderTask::CrossEncoder || window >= 2, "the embedder's contrastive step needs at least 2 questions (batch_size × grad_accum)");
+    let pre = (prefixes.0.as_str(), prefixes.1.as_str());
+    let dev_batches: Vec<StepBatch> = dev.chunks(window).map(|c| step_batch(&c.iter().collect::<Vec<_>>(), task, &tok, rc, pre)).collect::<Result<_, _>>()?;
+
+    let steps_per_epoch = train.len().div_ceil(window) as u64;
+    let total = (steps_per_epoch * cfg.epochs as u64).min(cfg.max_steps.unwrap_or(u64::MAX));
+    let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
+    let lens: Vec<usize> = params.trainable_values().iter().map(|t| t.len()).collect();
+    let mut progress = match load_checkpoint(&ckpt_dir, &mut params.trainable_mut())? {
+        Some(p) => {
+            tracing::info!("resuming from step {} of {total} ({})", p.step, ckpt_dir.join(CHECKPOINT).display());
+            p
+        }
+        None => Progress { step: 0, adam: AdamWState::new(&lens), curve: Vec::new(), seconds: 0.0, tokens: 0 },
+    };
+    let resumed_from = progress.step;
+    if progress.step == 0 {
+        if let Some(loss) = eval_loss(&model, &params, &dev_batches, rc)? {
+            progress.curve.push(CurvePoint { step: 0, epoch: 0.0, split: "dev".into(), loss, learning_rate: 0.0, grad_norm: 0.0, target_tokens: dev.len() as u64, tokens_per_second: 0.0 });
+            tracing::info!("held-out loss before training: {loss:.4}");
+        }
+    }
+    let pb = gauge_core::progress::bar(total, "steps");
+    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps {msg} (eta {eta})").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    pb.set_position(progress.step);
+    let (mut order_epoch, mut order, mut ran_here) = (u64::MAX, Vec::new(), 0u64);
+    while progress.step < total {
+        if opts.stop_after.is_some_and(|n| ran_here >= n) {
+            pb.abandon();
+            anyhow::bail!("stopped after {ran_here} steps as asked (--stop-after); rerun to resume from step {}", progress.step);
+        }
+        let step = progress.step;
+        let epoch = step / steps_per_epoch;
+        if epoch != order_epoch {
+            order = epoch_order(train.len(), cfg.seed, epoch);
+            order_epoch = epoch;
+        }
+        let k = (step % steps_per_epoch) as usize;
+        let examples: Vec<&RetrievalExample> = order[k * window..((k + 1) * window).min(train.len())].iter().map(|&i| &train[i]).collect();
+        let batch = step_batch(&examples, task, &tok, rc, pre)?;
+        let tokens = batch.tokens();
+        let started = Instant::now();
+        let (loss, grads) = step_loss(&model, &params, &batch, rc, true)?;
+        let mut grads = grads.expect("training step returns gradients");
+        let grad_norm = clip_global_norm(&mut grads, cfg.max_grad_norm);
+        let lr = learning_rate(cfg.learning_rate, step, total, cfg.warmup_steps, cfg.decay);
+        progress.adam.step(&cfg.adamw, lr, &mut params.trainable_mut(), &grads);
+        let secs = started.elapsed().as_secs_f64();
+        progress.seconds += secs;
+        progress.tokens += tokens as u64;
+        progress.step += 1;
+        ran_here += 1;
+        let tps = tokens as f64 / secs.max(1e-9);
+        let epoch_f = progress.step as f64 / steps_per_epoch as f64;
+        progress.curve.push(CurvePoint { step: progress.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: examples.len() as u64, tokens_per_second: tps });
+        pb.set_message(format!("loss {loss:.3}, {tps:.0} tok/s"));
+        if pb.is_hidden() {
+            tracing::info!("step {}/{total}: loss {loss:.4}, lr {lr:.2e}, grad norm {grad_norm:.3}, {tps:.0} tokens/s", progress.step);
+        }
+        pb.set_position(progress.step);
+        let last = progress.step == total;
+        if last || (cfg.eval_every > 0 && progress.step % cfg.eval_every == 0) {
+            if let Some(dl) = eval_loss(&model, &params, &dev_batches, rc)? {
+                progress.curve.push(CurvePoint { step: progress.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: dev.len() as u64, tokens_per_second: 0.0 });
+                tracing::info!("step {}/{total}: held-out loss {dl:.4}", progress.step);
+            }
+        }
+        if !last && cfg.checkpoint_every > 0 && progress.step % cfg.checkpoint_every == 0 {
+            save_checkpoint(&ckpt_dir, &params.trainable_values(), &progress)?;
+        }
+    }
+    pb.finish_and_clear();
+
+    // Outputs.
+    let pages: BTreeSet<String> = train.iter().flat_map(|e| e.pages.iter().map(|(s, p)| format!("{s}#{p}"))).collect();
+    let target_name = if task == EncoderTask::CrossEncoder { "reranker" } else { "embedder" };
+    let record = TrainingPages { target: target_name.into(), base: cfg.base.clone(), questions: train.len(), pages: pages.iter().cloned().collect() };
+    let record_json = serde_json::to_string_pretty(&record)?;
+    let deliverable = match (task, model.adapter(&params, Some(cfg.base.clone()))) {
+        (EncoderTask::Embedder { .. }, Some(adapter)) => {
+            adapter.save(&run.path("adapter"))?;
+            "adapter"
+        }
+        _ => {
+            let dir = run.path("model");
+            copy_model_files(&base, &dir)?;
+            let prefix = if task == EncoderTask::CrossEncoder { "bert." } else { "" };
+            write_safetensors(&dir.join("model.safetensors"), &model.merged_tensors(&params, prefix))?;
+            if task == EncoderTask::CrossEncoder {
+                let path = dir.join("config.json");
+                let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+                config["architectures"] = serde_json::json!(["BertForSequenceClassification"]);
+                config["id2label"] = serde_json::json!({"0": "LABEL_0"});
+                config["label2id"] = serde_json::json!({"LABEL_0": 0});
+                std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+                // A cross-encoder is not a sentence-transformers embedder: drop its modules.
+                for f in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
+                    let _ = std::fs::remove_file(dir.join(f));
+                }
+                let _ = std::fs::remove_dir_all(dir.join("1_Pooling"));
+                let _ = std::fs::remove_dir_all(dir.join("2_Normalize"));
+            }
+            "model"
+        }
+    };
+    std::fs::write(run.path(deliverable).join(TRAINING_PAGES), &record_json)?;
+    for entry in std::fs::read_dir(run.path(deliverable))? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            run.add_output(&format!("{deliverable}/{}", entry.file_name().to_string_lossy()), None)?;
+        }
+    }
+    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &progress.curve)?;
+    run.add_output("loss_curve.parquet", Some(rows))?;
+    let title = format!("train-lora --target {target_name}: {} on {} questions, {} steps", if matches!(model.tuning, Tuning::Full) { "full".to_string() } else { format!("LoRA r {}", cfg.r) }, train.len(), total);
+    curve::write_png(&run.path("loss_curve.png"), &progress.curve, &title)?;
+    run.add_output("loss_curve.png", None)?;
+    let dev_points: Vec<f64> = progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
+    let summary = TrainSummary {
+        steps: total,
+        train_examples: train.len(),
+        dev_loss_start: dev_points.first().copied(),
+        dev_loss_end: if dev_points.len() > 1 { dev_points.last().copied() } else { None },
+        tokens_per_second: progress.tokens as f64 / progress.seconds.max(1e-9),
+        resumed_from_step: resumed_from,
+    };
+    run.set_stats(&summary);
+    run.set_stat("target", target_name);
+    run.set_stat("deliverable", deliverable);
+    run.set_stat("trainable_parameters", params.trainable_count() as u64);
+    run.set_stat("questions_without_positive", (missing + dev_missing) as u64);
+    run.set_stat("dev_examples", dev.len() as u64);
+    run.set_stat("trained_pages_count", pages.len() as u64);
+    run.set_stat("trained_pages", pages.into_iter().collect::<Vec<_>>());
+    run.set_stat("training_seconds", progress.seconds);
+    run.set_stat("training_tokens", progress.tokens);
+    // Forward + backward of the matrices ≈ 6 FLOPs per weight per token for full tuning
+    // (weight and input gradients), 4 for LoRA (input gradients only; the adapters are small).
+    let flops_per_token = (if matches!(model.tuning, Tuning::Full) { 6 } else { 4 }) as f64 * model.matrix_parameters() as f64;
+    let achieved = flops_per_token * summary.tokens_per_second;
+    run.set_stat("matrix_flops_per_token", flops_per_token);
+    run.set_stat("achieved_gflops", achieved / 1e9);
+    let (peak, peak_basis) = gauge_core::machine::peak_f32_flops();
+    if peak > 0.0 {
+        run.set_stat("share_of_peak_f32", achieved / peak);
+        run.set_stat("peak_f32_basis", peak_basis);
+    }
+    if let Some(p) = peak_rss_mib() {
+        run.set_stat("peak_rss_mib", p);
+    }
+    Ok(summary)
+}

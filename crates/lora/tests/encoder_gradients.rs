@@ -1,0 +1,171 @@
+//! The encoder trainer against `../shared/fixtures/tiny-bert-cross-encoder` (random weights of
+//! a real `BertForSequenceClassification`, PyTorch reference logits):
+//! - the training forward reproduces the reference logits (and gauge's inference encoder);
+//! - finite differences agree with Burn's backward pass for LoRA A and B, the pooler and the
+//!   classifier (listwise and BCE reranker losses), and for the embedder's InfoNCE loss, and
+//!   for a full-tuning weight and the word embeddings;
+//! - an embedder adapter saved as a PEFT folder and merged by `gauge_encoder::Embedder` gives
+//!   the trained network's vectors.
+use std::path::PathBuf;
+
+use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
+use gauge_lora::bert::{EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
+use gauge_lora::retriever::{step_loss, RerankLoss, RetrieverConfig, StepBatch};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-bert-cross-encoder")
+}
+
+fn reference() -> Vec<(Encoded, f32)> {
+    let text = std::fs::read_to_string(fixture().join("reference.jsonl")).unwrap();
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let ids = v["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            let types = v["token_type_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            (Encoded { ids, types }, v["logit"].as_f64().unwrap() as f32)
+        })
+        .collect()
+}
+
+fn lora(r: usize) -> Tuning {
+    Tuning::Lora { r, alpha: 2.0 * r as f64, rslora: false, targets: (0..6).collect() }
+}
+
+/// Gives every LoRA B small seeded values (a fresh adapter has B = 0, so A gets no gradient).
+fn perturb_b(p: &mut EncoderParams) {
+    let mut rng = gauge_core::rng::SplitMix64::new(7);
+    for (name, v) in p.names.clone().iter().zip(p.values.iter_mut()) {
+        if name.ends_with("lora_B.weight") {
+            for x in v.iter_mut() {
+                *x = ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 0.2 - 0.1) as f32;
+            }
+        }
+    }
+}
+
+/// Central differences on `coords` (parameter name, flat index) against the analytic gradient.
+fn check(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: &RetrieverConfig, coords: &[(&str, usize)]) {
+    let (_, grads) = step_loss(model, params, batch, cfg, true).unwrap();
+    let grads = grads.unwrap();
+    let trainable = params.trainable_indices();
+    for &(name, k) in coords {
+        let i = params.index(name).unwrap_or_else(|| panic!("no parameter {name}"));
+        let g = trainable.iter().position(|&t| t == i).unwrap_or_else(|| panic!("{name} is not trainable"));
+        let analytic = grads[g][k] as f64;
+        let eps = 1e-2f32;
+        let mut p = params.clone();
+        p.values[i][k] += eps;
+        let up = step_loss(model, &p, batch, cfg, false).unwrap().0;
+        p.values[i][k] -= 2.0 * eps;
+        let down = step_loss(model, &p, batch, cfg, false).unwrap().0;
+        let numeric = (up - down) / (2.0 * eps as f64);
+        assert!((numeric - analytic).abs() <= 1e-3 + 3e-2 * analytic.abs(), "{name}[{k}]: finite difference {numeric:.6e}, backward {analytic:.6e}");
+        assert!(analytic.abs() > 1e-6 || numeric.abs() < 1e-5, "{name}[{k}]: zero backward gradient but finite difference {numeric:.3e}");
+    }
+}
+
+#[test]
+fn training_forward_matches_the_reference_logits() {
+    let device = gauge_encoder::device::cpu();
+    let (model, params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(4), 0, &device).unwrap();
+    let refs = reference();
+    let batch: Vec<&Encoded> = refs.iter().map(|(e, _)| e).collect();
+    let logits = model.infer(&params, &batch).unwrap();
+    for ((_, want), got) in refs.iter().zip(&logits) {
+        assert!((got[0] - want).abs() <= 1e-4, "logit {} vs reference {want}", got[0]);
+    }
+}
+
+#[test]
+fn reranker_gradients_match_finite_differences() {
+    let device = gauge_encoder::device::cpu();
+    let (model, mut params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(2), 3, &device).unwrap();
+    perturb_b(&mut params);
+    let refs = reference();
+    // Two groups of three pairs (positive first).
+    let pairs: Vec<Encoded> = refs.iter().take(6).map(|(e, _)| e.clone()).collect();
+    assert_eq!(pairs.len(), 6, "the fixture has at least six pairs");
+    let batch = StepBatch::Pairs { pairs, group: 3 };
+    let coords = [
+        ("encoder.layer.0.attention.self.query.lora_A.weight", 5),
+        ("encoder.layer.0.attention.self.value.lora_B.weight", 3),
+        ("encoder.layer.1.intermediate.dense.lora_A.weight", 17),
+        ("encoder.layer.1.output.dense.lora_B.weight", 9),
+        ("encoder.layer.1.attention.output.dense.lora_A.weight", 30),
+        ("pooler.dense.weight", 40),
+        ("pooler.dense.bias", 2),
+        ("classifier.weight", 7),
+        ("classifier.bias", 0),
+    ];
+    for loss in [RerankLoss::Listwise, RerankLoss::Bce] {
+        let cfg = RetrieverConfig { loss, ..Default::default() };
+        check(&model, &params, &batch, &cfg, &coords);
+    }
+    // The frozen base gets no gradient slot.
+    assert!(!params.trainable[params.index("encoder.layer.0.attention.self.query.weight").unwrap()]);
+}
+
+#[test]
+fn embedder_contrastive_gradients_match_finite_differences_lora_and_full() {
+    let device = gauge_encoder::device::cpu();
+    let refs = reference();
+    let queries: Vec<Encoded> = refs.iter().take(3).map(|(e, _)| Encoded { ids: e.ids[..e.ids.len().min(10)].to_vec(), types: vec![0; e.ids.len().min(10)] }).collect();
+    let passages: Vec<Encoded> = refs.iter().skip(1).take(5).map(|(e, _)| Encoded { ids: e.ids.clone(), types: vec![0; e.ids.len()] }).collect();
+    // Query 0 must not count passage 2 (say, a positive sharing its page) as a negative.
+    let batch = StepBatch::Contrastive { queries, passages, masked: vec![vec![2], vec![], vec![]] };
+    let cfg = RetrieverConfig { temperature: 0.1, ..Default::default() };
+    let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
+    let (model, mut params) = TrainableBert::load(&fixture(), task, lora(2), 5, &device).unwrap();
+    perturb_b(&mut params);
+    check(&model, &params, &batch, &cfg, &[("encoder.layer.0.attention.self.key.lora_A.weight", 11), ("encoder.layer.1.attention.self.query.lora_B.weight", 4), ("encoder.layer.0.output.dense.lora_A.weight", 50)]);
+    let (full, params) = TrainableBert::load(&fixture(), task, Tuning::Full, 5, &device).unwrap();
+    let word = params.index("embeddings.word_embeddings.weight").unwrap();
+    let id = reference()[0].0.ids[3] as usize;
+    let h = full.config.hidden_size;
+    check(&full, &params, &batch, &cfg, &[("encoder.layer.1.attention.self.value.weight", 12), ("encoder.layer.0.output.LayerNorm.weight", 3), ("embeddings.word_embeddings.weight", id * h + 1)]);
+    assert!(params.trainable[word]);
+}
+
+#[test]
+fn embedder_adapter_round_trip_gives_the_trained_vectors() {
+    let device = gauge_encoder::device::cpu();
+    let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
+    let (model, mut params) = TrainableBert::load(&fixture(), task, lora(4), 1, &device).unwrap();
+    perturb_b(&mut params);
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = model.adapter(&params, Some("tiny".into())).unwrap();
+    adapter.save(dir.path()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(json["task_type"], "FEATURE_EXTRACTION");
+    assert_eq!(json["target_modules"], serde_json::json!(["query", "key", "value", "dense"]));
+    let back = gauge_encoder::adapter::LoraAdapter::load(dir.path()).unwrap();
+    assert_eq!(back, adapter);
+    assert!(back.modules.contains_key("encoder.layer.1.attention.output.dense"));
+
+    let source = ModelSource { id: "tiny".into(), dir: fixture() };
+    let options = EmbedderOptions { pooling: Some(Pooling::Mean), normalize: Some(true), adapter: Some(dir.path().to_path_buf()), ..Default::default() };
+    let embedder = Embedder::load(&source, &options, &device).unwrap();
+    assert!(embedder.info.adapter_hash.is_some());
+    let plain = Embedder::load(&source, &EmbedderOptions { pooling: Some(Pooling::Mean), normalize: Some(true), ..Default::default() }, &device).unwrap();
+    let texts = ["Crossing gate arms must be fully lowered.", "A leaking tank car may be moved to the nearest repair point."];
+    let got = embedder.embed_texts(&texts).unwrap();
+    let without = plain.embed_texts(&texts).unwrap();
+    let ids = embedder.tokenize(&texts).unwrap();
+    let enc: Vec<Encoded> = ids.iter().map(|i| Encoded { ids: i.clone(), types: vec![0; i.len()] }).collect();
+    let want = model.infer(&params, &enc.iter().collect::<Vec<_>>()).unwrap();
+    for ((g, w), base) in got.iter().zip(&want).zip(&without) {
+        let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-5, "merged-adapter vector differs from the trained network's by {worst}");
+        let moved = g.iter().zip(base).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved > 1e-3, "the adapter did not change the vector ({moved})");
+    }
+    // An adapter for another base is refused with the module named.
+    let mut wrong = adapter.clone();
+    let pair = wrong.modules.remove("encoder.layer.0.attention.self.query").unwrap();
+    wrong.modules.insert("encoder.layer.7.attention.self.query".into(), pair);
+    let other = tempfile::tempdir().unwrap();
+    wrong.save(other.path()).unwrap();
+    let err = Embedder::load(&source, &EmbedderOptions { adapter: Some(other.path().to_path_buf()), ..Default::default() }, &device).err().unwrap().to_string();
+    assert!(err.contains("encoder.layer.7.attention.self.query") && err.contains("another base"), "{err}");
+}
