@@ -57,6 +57,8 @@ pub struct EvaluatePlan {
     mode: RelevanceMode,
     upstream: Vec<Upstream>,
     skipped: Vec<(String, String)>,
+    /// Notes for the report (restricted golden set, reranker fallbacks).
+    notes: Vec<String>,
     /// Answer artifacts: (config, directory).
     answers: Vec<crate::answers::AnswerRun>,
     /// Upstream artifacts built by this run.
@@ -164,6 +166,36 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         pipeline.relevance = m;
     }
     let golden = load_golden(&pipeline.golden)?;
+    let mut notes = Vec::new();
+    let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.exclude_trained_pages, &mut notes)?;
+    anyhow::ensure!(!golden.is_empty(), "{}: no question is left once the training pages of {:?} are taken out", pipeline.golden.display(), pipeline.exclude_trained_pages);
+    // Configs whose embedder adapter is not there yet are skipped (like a missing reranker).
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    let mut i = 1;
+    while i < pipeline.variants.len() {
+        match pipeline.variants[i].stages.embed.adapter.clone().filter(|a| !Path::new(a).join("adapter_config.json").is_file()) {
+            Some(a) => {
+                let v = pipeline.variants.remove(i);
+                skipped.push((v.name, format!("embedder adapter `{a}` not found (run `just train-retrievers`)")));
+            }
+            None => i += 1,
+        }
+    }
+    // Reranker fallbacks: a config whose model does not resolve uses its `fallback`, said in the report.
+    for v in pipeline.variants.iter_mut() {
+        if let Some(rc) = v.stages.retrieval.rerank.as_mut() {
+            if let (Err(reason), Some(fallback)) = (gauge_rerank::reranker_identity(rc), rc.fallback.clone()) {
+                if gauge_rerank::reranker_identity(&gauge_rank::RerankConfig { model: fallback.clone(), ..rc.clone() }).is_ok() {
+                    notes.push(format!("**{}** reranks with `{fallback}` (its `fallback`): `{}` is not available ({})", v.name, rc.model, reason.lines().next().unwrap_or("")));
+                    rc.model = fallback;
+                    rc.fallback = None;
+                }
+            }
+        }
+    }
+    for n in &notes {
+        eprintln!("evaluate: {n}");
+    }
     let mode = pipeline.relevance.resolve(&golden).map_err(|e| anyhow::anyhow!("{}: {e}", pipeline.golden.display()))?;
     anyhow::ensure!(pipeline.corpus.exists(), "{}: corpus not found (set `corpus` in {})", pipeline.corpus.display(), pipeline_path.display());
     let store = ArtifactStore::new(&options.artifacts);
@@ -175,7 +207,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     }
     check_gold_sources(&golden, &pipeline, &ups[0])?;
     let mut inputs = vec![FileEntry { path: pipeline.golden.display().to_string(), name: "golden".into(), hash: hash::file_hash(&pipeline.golden)?, rows: Some(golden.len() as u64) }];
-    let mut skipped: Vec<(String, String)> = Vec::new();
+    inputs.extend(exclusion_inputs);
     // Each reranker model's weights are read (hashed) once, however many configs use it.
     let mut identities: HashMap<String, Result<String, String>> = HashMap::new();
     for (i, (v, u)) in pipeline.variants.iter().zip(&ups).enumerate() {
@@ -225,7 +257,41 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     }
     let seed = pipeline.seed;
     let built = dag.built.clone();
-    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, answers, built }).echo(echo).seed(seed))
+    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, notes, answers, built }).echo(echo).seed(seed))
+}
+
+/// Keeps the questions none of whose gold pages a listed trained model was trained on (its
+/// `training_pages.json`, written by `train-lora --target embedder|reranker`). A listed model
+/// not trained yet restricts nothing (the configs using it are skipped). Returns the kept
+/// questions and the records as fingerprint inputs; says how many questions remain.
+fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], notes: &mut Vec<String>) -> anyhow::Result<(Vec<GoldenQuestion>, Vec<FileEntry>)> {
+    let mut pages: BTreeSet<String> = BTreeSet::new();
+    let mut inputs = Vec::new();
+    let mut used = Vec::new();
+    for m in models {
+        let file = if m.is_file() { m.clone() } else { m.join("training_pages.json") };
+        if !file.is_file() {
+            eprintln!("evaluate: {}: not trained yet, so it restricts no question (configs using it are skipped)", m.display());
+            continue;
+        }
+        let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file)?).map_err(|e| anyhow::anyhow!("{}: not a training_pages.json ({e})", file.display()))?;
+        let list = record["pages"].as_array().ok_or_else(|| anyhow::anyhow!("{}: no `pages` list", file.display()))?;
+        pages.extend(list.iter().filter_map(|p| p.as_str().map(str::to_string)));
+        inputs.push(FileEntry { path: file.display().to_string(), name: format!("trained_pages:{}", inputs.len()), hash: hash::file_hash(&file)?, rows: Some(list.len() as u64) });
+        used.push(format!("`{}`", m.display()));
+    }
+    if used.is_empty() {
+        return Ok((golden, inputs));
+    }
+    let total = golden.len();
+    let kept: Vec<GoldenQuestion> = golden
+        .into_iter()
+        .filter(|q| !q.gold.iter().any(|g| g.pages().is_some_and(|(a, b)| (a..=b).any(|p| pages.contains(&format!("{}#{p}", g.source()))))))
+        .collect();
+    let note = format!("Golden set restricted to questions whose gold pages are outside the training pages of {}: **{} of {total} questions remain**.", used.join(", "), kept.len());
+    println!("evaluate: {} of {total} questions have no gold page among the {} training pages of {}", kept.len(), pages.len(), used.join(", "));
+    notes.push(note);
+    Ok((kept, inputs))
 }
 
 /// Refuses a golden set naming sources the corpus does not hold (a typo would score 0
@@ -243,7 +309,7 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
 
 /// Evaluates every config and writes the tables into the run.
 fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOptions) -> anyhow::Result<(usize, usize)> {
-    let EvaluatePlan { pipeline, golden, mode, upstream, skipped, answers, .. } = plan;
+    let EvaluatePlan { pipeline, golden, mode, upstream, skipped, notes, answers, .. } = plan;
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
     let (query_rows, run_rows, qrels) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device)?;
@@ -288,7 +354,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         run.add_output(&format!("trec/{slug}.qrels"), Some(q.len() as u64))?;
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
-    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, registry: &metric_registry };
+    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, registry: &metric_registry };
     std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;

@@ -74,6 +74,9 @@ pub struct Pipeline {
     pub answer: Option<crate::answers::AnswerSection>,
     /// Folder of the prompt templates (`prompts/` beside the pipeline file).
     pub prompts: PathBuf,
+    /// Trained-model folders (or their `training_pages.json`) whose training pages are taken
+    /// out of the golden set: only questions with no gold page among them are evaluated.
+    pub exclude_trained_pages: Vec<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +96,8 @@ struct PipelineFile {
     #[serde(default)]
     variants: Vec<toml::Table>,
     answer: Option<toml::Table>,
+    #[serde(default)]
+    exclude_trained_pages: Vec<PathBuf>,
 }
 
 fn default_seed() -> u64 {
@@ -199,7 +204,7 @@ impl Pipeline {
             }
         };
         let prompts = here.join("prompts");
-        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, prompts })
+        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect() })
     }
 }
 

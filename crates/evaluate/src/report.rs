@@ -126,6 +126,8 @@ pub struct ReportContext<'a> {
     pub metrics: &'a [MetricRow],
     /// Configs not evaluated, with the reason.
     pub skipped: &'a [(String, String)],
+    /// Notes printed under the header (golden-set restrictions, reranker fallbacks).
+    pub notes: &'a [String],
     /// The metrics and where they are printed.
     pub registry: &'a [Metric],
 }
@@ -182,6 +184,12 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         base,
         cx.evaluated().len().saturating_sub(1)
     ));
+    for note in cx.notes {
+        s.push_str(&format!("- {note}\n"));
+    }
+    if !cx.notes.is_empty() {
+        s.push('\n');
+    }
     let set: std::collections::BTreeSet<&str> = cx.metrics.iter().map(|m| m.category.as_str()).filter(|c| *c != "all").collect();
     // One category is the whole set again: no separate table.
     let cats: Vec<&str> = std::iter::once("all").chain(if set.len() >= 2 { set } else { Default::default() }).collect();

@@ -381,36 +381,71 @@ impl TrainableBert {
         Ok(crate::model::values(out).chunks_exact(d).map(<[f32]>::to_vec).collect())
     }
 
-    /// Runs `loss_fn` on the task's outputs of every batch in `batches` (one graph), back-
-    /// propagates, and returns the loss and the gradient of every trainable parameter (in
+    /// Runs `loss_fn` on the task's outputs of every batch in `batches`, back-propagates, and
+    /// returns the loss and the gradient of every trainable parameter (in
     /// [`EncoderParams::trainable_indices`] order; zeros where none reached).
+    ///
+    /// The batches are split into one shard per thread; each shard builds its own graph (its
+    /// own parameter leaves) and runs its forward passes in parallel with the others. The
+    /// loss is then computed on detached copies of all outputs (it couples every sequence of
+    /// the step: in-batch negatives), its gradient with respect to each output is sent back
+    /// into the shard that produced it (`backward` of `Σ ⟨output, ∂loss/∂output⟩`), and the
+    /// shards' parameter gradients are summed. Exactly the gradient of one big graph, with
+    /// both cores busy (burn-flex's element-wise kernels are single-threaded).
     pub fn loss_and_gradients(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<(f64, Vec<Vec<f32>>), LoraError> {
-        let t = self.tensors(p, &self.ad_device, true);
-        let mut outs = Vec::with_capacity(batches.len());
-        for batch in batches {
-            outs.push(self.output(p, &t, batch, &self.ad_device)?);
-        }
-        let loss = loss_fn(outs);
-        let value = crate::model::values(loss.clone().inner())[0] as f64;
-        let grads = loss.backward();
-        let out = p
-            .trainable_indices()
-            .into_iter()
-            .map(|i| match t[i].grad(&grads) {
-                Some(g) => crate::model::values(g),
-                None => vec![0.0; p.values[i].len()],
+        use rayon::prelude::*;
+        let threads = rayon::current_num_threads().max(1).min(batches.len().max(1));
+        let per = batches.len().div_ceil(threads).max(1);
+        let shards: Vec<&[Vec<&Encoded>]> = batches.chunks(per).collect();
+        // Phase 1: forward with graphs, one shard per thread.
+        type Shard = (Vec<Tensor<2>>, Vec<Tensor<2>>);
+        let forwards: Vec<Result<Shard, LoraError>> = shards
+            .par_iter()
+            .map(|shard| {
+                let t = self.tensors(p, &self.ad_device, true);
+                let outs = shard.iter().map(|b| self.output(p, &t, b, &self.ad_device)).collect::<Result<Vec<_>, _>>()?;
+                Ok((t, outs))
             })
             .collect();
-        Ok((value, out))
+        let forwards: Vec<Shard> = forwards.into_iter().collect::<Result<_, _>>()?;
+        // Phase 2: the loss on detached outputs, and its gradient with respect to each.
+        let leaves: Vec<Tensor<2>> = forwards.iter().flat_map(|(_, outs)| outs.iter().map(|o| Tensor::<2>::from_data(o.clone().inner().into_data(), &self.ad_device).require_grad())).collect();
+        let loss = loss_fn(leaves.clone());
+        let value = crate::model::values(loss.clone().inner())[0] as f64;
+        let g = loss.backward();
+        let upstream: Vec<Tensor<2>> = leaves.iter().map(|l| l.grad(&g).map(|x| Tensor::<2>::from_data(x.into_data(), &self.ad_device)).unwrap_or_else(|| l.clone().detach().zeros_like())).collect();
+        // Phase 3: each shard back-propagates its outputs' gradients.
+        let mut offsets = Vec::with_capacity(forwards.len());
+        let mut k = 0;
+        for (_, outs) in &forwards {
+            offsets.push(k);
+            k += outs.len();
+        }
+        let trainable = p.trainable_indices();
+        let parts: Vec<Vec<Vec<f32>>> = forwards
+            .into_par_iter()
+            .zip(offsets)
+            .map(|((t, outs), off)| {
+                let surrogate = outs.into_iter().enumerate().map(|(j, o)| (o * upstream[off + j].clone()).sum()).reduce(|a, b| a + b).expect("a shard has outputs");
+                let grads = surrogate.backward();
+                trainable.iter().map(|&i| t[i].grad(&grads).map(crate::model::values).unwrap_or_else(|| vec![0.0; p.values[i].len()])).collect()
+            })
+            .collect();
+        let mut total = parts[0].clone();
+        for part in &parts[1..] {
+            for (acc, g) in total.iter_mut().zip(part) {
+                acc.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+            }
+        }
+        Ok((value, total))
     }
 
-    /// The loss alone (same `loss_fn`), without a graph.
+    /// The loss alone (same `loss_fn`), without a graph; batches run in parallel.
     pub fn loss(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<f64, LoraError> {
+        use rayon::prelude::*;
         let t = self.tensors(p, &self.device, false);
-        let mut outs = Vec::with_capacity(batches.len());
-        for batch in batches {
-            outs.push(self.output(p, &t, batch, &self.device)?);
-        }
+        let outs: Vec<Vec<f32>> = batches.par_iter().map(|b| self.output(p, &t, b, &self.device).map(crate::model::values)).collect::<Result<_, _>>()?;
+        let outs: Vec<Tensor<2>> = outs.into_iter().zip(batches).map(|(v, b)| { let d = v.len() / b.len(); Tensor::<2>::from_data(TensorData::new(v, [b.len(), d]), &self.device) }).collect();
         Ok(crate::model::values(loss_fn(outs))[0] as f64)
     }
 

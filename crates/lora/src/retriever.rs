@@ -447,6 +447,8 @@ pub fn resolve_base(spec: &str) -> anyhow::Result<PathBuf> {
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
         anyhow::ensure!(source.dir.join(f).is_file(), "{}: missing {f}; an encoder target's base is a BERT model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)", source.dir.display());
     }
+    let config = gauge_encoder::BertConfig::from_file(&source.dir.join("config.json")).map_err(|e| anyhow::anyhow!("{e}; an encoder target's base is a BERT model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)"))?;
+    anyhow::ensure!(!config.is_roberta(), "{}: train-lora's encoder targets train BERT checkpoints; this is {}", source.dir.display(), config.model_type);
     Ok(source.dir)
 }
 
@@ -507,7 +509,7 @@ fn eval_loss(model: &TrainableBert, params: &EncoderParams, dev: &[StepBatch], c
 }
 
 /// Trains an encoder target (called by the stage's build).
-pub fn train_encoder(data: &Path, index: &Path, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     let rc = &cfg.retriever;
     anyhow::ensure!(rc.temperature > 0.0, "retriever.temperature must be positive, got {}", rc.temperature);
     let device = gauge_encoder::device::parse(&opts.device)?;
@@ -526,13 +528,31 @@ pub fn train_encoder(data: &Path, index: &Path, run: &mut StageRun, cfg: &TrainC
         TuningKind::Lora => Tuning::Lora { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: module_targets(&cfg.target_modules)? },
     };
     let (train_file, dev_file) = input_files(data)?;
-    let train_rows = sample(read_questions(&train_file)?, cfg.max_train_examples, cfg.seed);
+    // Pages of the held-out golden sets: no training question may touch them.
+    let mut held: HashSet<(String, i32)> = HashSet::new();
+    for h in hold_out {
+        for q in gauge_core::golden::load_golden(h)? {
+            held.extend(gold_pages(&q));
+        }
+    }
+    let all_rows = read_questions(&train_file)?;
+    let before = all_rows.len();
+    let kept: Vec<SourcedQuestion> = all_rows.into_iter().filter(|r| !gold_pages(&r.question).iter().any(|p| held.contains(p))).collect();
+    let dropped_for_hold_out = before - kept.len();
+    if dropped_for_hold_out > 0 {
+        tracing::info!("{dropped_for_hold_out} of {before} training questions dropped: they share a page with a held-out golden set");
+    }
+    let train_rows = sample(kept, cfg.max_train_examples, cfg.seed);
     let dev_rows = match &dev_file {
         Some(d) => sample(read_questions(d)?, Some(cfg.eval_examples), cfg.seed),
         None => Vec::new(),
     };
     let engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { device: opts.device.clone(), ..Default::default() })?;
-    let (train, missing) = build_examples(&engine, &train_rows, rc, cfg.seed)?;
+    let (mut train, missing) = build_examples(&engine, &train_rows, rc, cfg.seed)?;
+    // A positive chunk may reach onto a held-out page (chunks span pages): drop those too.
+    let before_pages = train.len();
+    train.retain(|e| !e.pages.iter().any(|p| held.contains(p)));
+    let dropped_for_hold_out = dropped_for_hold_out + before_pages - train.len();
     let (dev, dev_missing) = build_examples(&engine, &dev_rows, rc, cfg.seed ^ 1)?;
     drop(engine);
     anyhow::ensure!(!train.is_empty(), "{}: no training question has a positive chunk in {} (is it the index of the chunks synth-data read?)", train_file.display(), index.display());
@@ -671,6 +691,8 @@ pub fn train_encoder(data: &Path, index: &Path, run: &mut StageRun, cfg: &TrainC
     run.set_stat("trainable_parameters", params.trainable_count() as u64);
     run.set_stat("questions_without_positive", (missing + dev_missing) as u64);
     run.set_stat("dev_examples", dev.len() as u64);
+    run.set_stat("dropped_for_hold_out", dropped_for_hold_out as u64);
+    run.set_stat("held_out_pages", held.len() as u64);
     run.set_stat("trained_pages_count", pages.len() as u64);
     run.set_stat("trained_pages", pages.into_iter().collect::<Vec<_>>());
     run.set_stat("training_seconds", progress.seconds);

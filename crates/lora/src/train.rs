@@ -171,6 +171,9 @@ pub struct TrainInputs {
     /// The index artifact the questions are about (encoder targets: positives and hard
     /// negatives come from it).
     pub index: Option<PathBuf>,
+    /// Golden sets whose gold pages are never trained on (encoder targets): a training
+    /// question sharing a page with them is dropped, so they stay fully evaluable.
+    pub hold_out: Vec<PathBuf>,
 }
 
 /// What the plan found.
@@ -220,6 +223,10 @@ impl Stage for TrainLora {
             }
             let (_, entry) = gauge_core::artifact::input_file(index, "manifest.json", "index")?;
             inputs.push(FileEntry { name: "index".into(), ..entry });
+            for (k, h) in inputs_in.hold_out.iter().enumerate() {
+                gauge_core::golden::load_golden(h)?;
+                inputs.push(FileEntry { path: h.display().to_string(), name: format!("hold_out:{k}"), hash: gauge_core::hash::file_hash(h)?, rows: None });
+            }
             let base = crate::retriever::resolve_base(&cfg.base)?;
             inputs.push(FileEntry { path: cfg.base.clone(), name: "base".into(), hash: gauge_core::hash::file_hash(&base.join("model.safetensors"))?, rows: None });
             return Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed));
@@ -241,7 +248,7 @@ impl Stage for TrainLora {
 
     fn build(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, inputs: &TrainInputs, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         if let Some(index) = inputs.index.as_ref().filter(|_| !cfg.target.is_generator()) {
-            return crate::retriever::train_encoder(&inputs.data, index, run, cfg, opts);
+            return crate::retriever::train_encoder(&inputs.data, index, &inputs.hold_out, run, cfg, opts);
         }
         train(state, run, cfg, opts)
     }

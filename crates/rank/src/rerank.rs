@@ -48,6 +48,11 @@ pub struct RerankConfig {
     pub sigmoid: bool,
     /// Maximum tokens per pair (default: the model's, at most 512).
     pub max_length: Option<usize>,
+    /// A model used instead when `model` does not resolve (e.g. the cross-encoder `just
+    /// train-retrievers` trains, where no published one can be downloaded); `evaluate` says
+    /// which one each config used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 impl Default for RerankConfig {
@@ -62,6 +67,7 @@ impl Default for RerankConfig {
             instruction: String::new(),
             sigmoid: false,
             max_length: None,
+            fallback: None,
         }
     }
 }

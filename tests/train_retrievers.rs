@@ -1,0 +1,182 @@
+//! `train-lora --target embedder | reranker` end to end on the tiny BERT fixture, over a real
+//! (small) pipeline: Markdown corpus → extract → chunk → embed → index, and `synth-data`'s
+//! inverse-cloze questions. The loss falls; the embedder adapter is a PEFT folder that `embed
+//! --adapter` and the query engine use (and that changes the fingerprint and the vectors); a
+//! run stopped after a checkpoint resumes to the same adapter bytes as an uninterrupted run;
+//! the reranker is a `BertForSequenceClassification` folder the cross-encoder and `query
+//! --rerank` load; `evaluate` restricts a golden set to questions outside the training pages
+//! and says how many remain; bad input is refused before anything is written.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use gauge::{complete_dirs, last_line, ok, run, shared};
+use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
+
+const DOCS: [(&str, &str); 8] = [
+    ("gates", "Crossing gate arms must be fully lowered before the train reaches the crossing. The inspector records the gate descent time on the form. A gate arm that is broken must be reported to the railroad at once. Temporary flaggers protect the crossing until the arm is repaired."),
+    ("lights", "Flashing lights at a highway crossing must be visible from the roadway approach. The lights flash between thirty five and sixty five times per minute. Each lamp is aimed along the road toward approaching drivers. A dark lamp is a failure of the warning system."),
+    ("tank", "A leaking tank car of hazardous materials may be moved only to the nearest place of repair. The shipper must keep the shipping papers with the car. Placards on each side of the car name the class of the material. The inspector checks every valve and fitting for leaks."),
+    ("bells", "Crossing bells sound while the warning system is active. The bell may stop once the gate arms are down. A bell that does not ring is written up as a defect. The signal maintainer tests the bell every month."),
+    ("track", "Roadway workers need on track safety before fouling a track. A job briefing names the form of protection used. The watchman warns the workers of approaching trains. Workers must clear the track fifteen seconds before a train arrives."),
+    ("fall", "A lanyard connects a body harness to an anchorage. A lifeline hangs from the anchorage and other fall arrest parts attach to it. Workers on bridges use fall protection above twelve feet. The harness is inspected before each use."),
+    ("brakes", "Air brakes are tested before a train departs the yard. The car inspector walks the train and checks each brake shoe. A car with a cut out brake must be set out at the next terminal. The brake pipe pressure is recorded on the test form."),
+    ("signals", "A red signal means stop before the signal. A yellow signal means approach and be prepared to stop. The engineer calls each signal aloud to the crew. A missing signal aspect is treated as the most restrictive one."),
+];
+
+fn fixture() -> PathBuf {
+    shared().join("fixtures/tiny-bert-cross-encoder")
+}
+
+struct Built {
+    chunks: String,
+    index: String,
+    synth: PathBuf,
+}
+
+/// Corpus, index (embedded with the tiny fixture) and an inverse-cloze set.
+fn build(root: &Path) -> Built {
+    let corpus = root.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for (name, text) in DOCS {
+        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
+    }
+    let a = root.join("artifacts");
+    let a = a.to_str().unwrap();
+    let f = fixture();
+    let pages = last_line(&ok(run("extract", &[corpus.to_str().unwrap(), "--artifacts", a])));
+    let chunks = last_line(&ok(run("chunk", &[&pages, "--artifacts", a, "--strategy", "recursive", "--size", "160", "--overlap", "0", "--min-chars", "0"])));
+    let emb = last_line(&ok(run("embed", &[&chunks, "--model", f.to_str().unwrap(), "--artifacts", a])));
+    let index = last_line(&ok(run("index", &["--chunks", &chunks, "--embeddings", &emb, "--artifacts", a])));
+    let synth = PathBuf::from(last_line(&ok(run("synth-data", &[&chunks, "--mode", "ict", "--n", "24", "--split", "50:50:0", "--min-chars", "60", "--artifacts", a]))));
+    Built { chunks, index, synth }
+}
+
+/// A data folder whose held-out file is the training file itself, so that the "held-out"
+/// loss measures whether training lowered the loss it optimises.
+fn same_split_data(synth: &Path, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let train = std::fs::read_to_string(synth.join("train.jsonl")).unwrap();
+    assert!(train.lines().count() >= 6, "synth-data made too few training questions:\n{train}");
+    std::fs::write(dir.join("train.jsonl"), &train).unwrap();
+    std::fs::write(dir.join("dev.jsonl"), &train).unwrap();
+    dir.to_path_buf()
+}
+
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+fn train(data: &Path, index: &str, artifacts: &Path, target: &str, extra: &[&str]) -> std::process::Output {
+    let f = fixture();
+    let mut args = vec![
+        data.to_str().unwrap(), "--target", target, "--index", index, "--base", f.to_str().unwrap(), "--artifacts", artifacts.to_str().unwrap(),
+        "--max-steps", "12", "--epochs", "50", "--grad-accum", "1", "--learning-rate", "1e-2", "--r", "4", "--lora-alpha", "8",
+        "--set", "batch_size=4", "--set", "warmup_steps=1", "--set", "eval_every=0", "--set", "checkpoint_every=2", "--set", "eval_examples=64",
+    ];
+    args.extend_from_slice(extra);
+    run("train-lora", &args)
+}
+
+#[test]
+fn embedder_and_reranker_train_resume_and_load_in_the_pipeline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = build(tmp.path());
+    let data = same_split_data(&b.synth, &tmp.path().join("data"));
+
+    // Embedder: the loss falls, a PEFT folder with the training pages beside it.
+    let run_a = PathBuf::from(last_line(&ok(train(&data, &b.index, &tmp.path().join("a"), "embedder", &[]))));
+    let m = manifest(&run_a);
+    let (start, end) = (m["stats"]["dev_loss_start"].as_f64().unwrap(), m["stats"]["dev_loss_end"].as_f64().unwrap());
+    assert!(end < start - 0.05, "embedder loss {start} → {end}");
+    assert_eq!(m["config"]["target"], "embedder");
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_a.join("adapter/adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["task_type"], "FEATURE_EXTRACTION");
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run_a.join("adapter/training_pages.json")).unwrap()).unwrap();
+    let pages: BTreeSet<String> = record["pages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+    let listed: BTreeSet<String> = m["stats"]["trained_pages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+    assert_eq!(pages, listed);
+    // Exactly the pages of the training questions (one page per Markdown file here).
+    let train_rows = std::fs::read_to_string(data.join("train.jsonl")).unwrap();
+    let want: BTreeSet<String> = train_rows.lines().map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let g = &v["gold"][0];
+        format!("{}#{}", g["source"].as_str().unwrap(), g["page_start"].as_i64().or(g["page"].as_i64()).unwrap())
+    }).collect();
+    assert_eq!(pages, want);
+
+    // Resume: stopped after 3 steps (checkpoint at 2), rerun → the same adapter bytes.
+    let b_root = tmp.path().join("b");
+    let stopped = train(&data, &b.index, &b_root, "embedder", &["--stop-after", "3"]);
+    assert!(!stopped.status.success(), "--stop-after must stop the run");
+    assert!(complete_dirs(&b_root, "train-lora").is_empty(), "a stopped run left a complete artifact");
+    let resumed = ok(train(&data, &b.index, &b_root, "embedder", &[]));
+    let run_b = PathBuf::from(last_line(&resumed));
+    assert_eq!(manifest(&run_b)["stats"]["resumed_from_step"], 2);
+    assert_eq!(std::fs::read(run_a.join("adapter/adapter_model.safetensors")).unwrap(), std::fs::read(run_b.join("adapter/adapter_model.safetensors")).unwrap(), "resumed adapter differs");
+
+    // embed --adapter: another fingerprint, other vectors, the adapter hash among the inputs;
+    // the index built from it answers queries with the adapted query encoder.
+    let art = tmp.path().join("artifacts");
+    let a = art.to_str().unwrap();
+    let f = fixture();
+    let adapter = run_a.join("adapter");
+    let plain = PathBuf::from(last_line(&ok(run("embed", &[&b.chunks, "--model", f.to_str().unwrap(), "--artifacts", a]))));
+    let tuned = PathBuf::from(last_line(&ok(run("embed", &[&b.chunks, "--model", f.to_str().unwrap(), "--adapter", adapter.to_str().unwrap(), "--artifacts", a]))));
+    assert_ne!(plain, tuned);
+    let tm = manifest(&tuned);
+    assert!(tm["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "adapter"), "{tm:#}");
+    assert_ne!(std::fs::read(plain.join("embeddings.parquet")).unwrap(), std::fs::read(tuned.join("embeddings.parquet")).unwrap());
+    let tuned_index = last_line(&ok(run("index", &["--chunks", &b.chunks, "--embeddings", tuned.to_str().unwrap(), "--artifacts", a])));
+    let q = ok(run("query", &["--index", &tuned_index, "--json", "when must gate arms be lowered", "-k", "3"]));
+    let r: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    assert_eq!(r["passages"].as_array().unwrap().len(), 3);
+
+    // Reranker: a Hugging Face cross-encoder folder the Burn cross-encoder and `query` load.
+    let run_r = PathBuf::from(last_line(&ok(train(&data, &b.index, &tmp.path().join("r"), "reranker", &["--set", "retriever.hard_negatives=2"]))));
+    let rm = manifest(&run_r);
+    let (rs, re) = (rm["stats"]["dev_loss_start"].as_f64().unwrap(), rm["stats"]["dev_loss_end"].as_f64().unwrap());
+    assert!(re < rs, "reranker loss {rs} → {re}");
+    let model_dir = run_r.join("model");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(model_dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "BertForSequenceClassification");
+    assert!(model_dir.join("training_pages.json").is_file());
+    let ce = CrossEncoder::load(&ModelSource { id: "trained".into(), dir: model_dir.clone() }, &CrossEncoderOptions::default(), &gauge_encoder::device::cpu()).unwrap();
+    let scores = ce.score("when must gate arms be lowered", &[DOCS[0].1, DOCS[5].1]).unwrap();
+    assert!(scores.iter().all(|s| s.is_finite()));
+    let q = ok(run("query", &["--index", &b.index, "--json", "when must gate arms be lowered", "--rerank", model_dir.to_str().unwrap(), "--n-initial", "4", "-k", "2"]));
+    let r: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    assert_eq!(r["passages"].as_array().unwrap().len(), 2);
+
+    // evaluate keeps only questions whose gold pages were not trained on, and says how many.
+    let golden = b.synth.join("golden.jsonl");
+    let all: Vec<serde_json::Value> = std::fs::read_to_string(&golden).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let outside = all.iter().filter(|v| !v["gold"].as_array().unwrap().iter().any(|g| pages.contains(&format!("{}#{}", g["source"].as_str().unwrap(), g["page_start"].as_i64().unwrap())))).count();
+    assert!(outside > 0 && outside < all.len(), "{outside} of {}", all.len());
+    let pipeline = tmp.path().join("p.toml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name = \"restricted\"\ncorpus = {:?}\ngolden = {:?}\nexclude_trained_pages = [{:?}]\nresamples = 1000\n[baseline]\nname = \"BM25\"\nchunk = {{ strategy = \"recursive\", size = 160, overlap = 0, filters = {{ min_chars = 0 }} }}\nembed = {{ model = {:?} }}\nretrieval = {{ dense = false, bm25 = true }}\n",
+            tmp.path().join("corpus").display().to_string(),
+            golden.display().to_string(),
+            adapter.display().to_string(),
+            f.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", a, "--eval-dir", tmp.path().join("eval").to_str().unwrap()]));
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains(&format!("{outside} of {} questions", all.len())), "{text}");
+
+    // Bad input: an encoder target without --index, or a GGUF base, is refused before writing.
+    let bad_root = tmp.path().join("bad");
+    let out = run("train-lora", &[data.to_str().unwrap(), "--target", "embedder", "--base", f.to_str().unwrap(), "--artifacts", bad_root.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--index"), "{err}");
+    assert!(complete_dirs(&bad_root, "train-lora").is_empty());
+    let out = run("train-lora", &[data.to_str().unwrap(), "--target", "reranker", "--index", &b.index, "--base", shared().join("fixtures/tiny-llama").to_str().unwrap(), "--artifacts", bad_root.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unsupported architecture `llama`") && err.contains("BERT model folder"), "{err}");
+}
