@@ -124,6 +124,13 @@ bench-train: setup models
 train *flags="": setup models
     {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
 
+# The retrievers trained on the corpus, then the FRA ablation with their rows: an inverse-cloze set (synth-data, 800 questions, 85:15 page-grouped; every page of the FRA dev set held out of training) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), 1 epoch) → data/adapters/fra-embedder → train-lora --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 1 epoch) → data/models/fra-reranker → `just ablate`.
+train-retrievers *flags="": setup models
+    data=$({{just}} synth --mode ict --n 800 --split 85:15:0 | tail -n1); idx=$({{just}} index | tail -n1); \
+    {{bin}}/train-lora "$data" --target embedder --index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --artifacts {{artifacts}} --grad-accum 1 --learning-rate 3e-4 --set batch_size=16 --set eval_examples=64 --set eval_every=10 --copy-to data/adapters/fra-embedder {{flags}} | tail -n1; \
+    {{bin}}/train-lora "$data" --target reranker --index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --artifacts {{artifacts}} --grad-accum 1 --learning-rate 2e-3 --set batch_size=8 --set eval_examples=64 --set eval_every=10 --copy-to data/models/fra-reranker {{flags}} | tail -n1
+    {{just}} ablate
+
 # SmolLM2 with and without the `just train` adapter on the same retrieved contexts for every FRA dev question (paired answer metrics) → eval/fra-adapter/.
 ablate-adapter: train
     {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}

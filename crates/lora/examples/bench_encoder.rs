@@ -1,0 +1,105 @@
+//! Training speed of `train-lora --target embedder` on a BERT model (all-MiniLM-L6-v2 in the
+//! `bench-train-encoder` recipe): one contrastive step of 16 queries against their positives
+//! and two hard negatives each (48 passages of real chunk text, ≤ 256 tokens), with LoRA r 16
+//! on every linear module and with full fine-tuning (AdamW included), against the reference
+//! in the same run: gauge's inference encoder (the `embed` stage's kernels) over the same 64
+//! texts. FLOPs are counted per token: matrices `2·P` forward, `2·P` more for the input
+//! gradients, `2·P` more for the weight gradients (full tuning only); attention `4·L·H` per
+//! layer forward, three times that with its backward.
+//! Usage: `bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS]`.
+use std::time::Instant;
+
+use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
+use gauge_lora::bert::{EncoderTask, Encoded, TrainableBert, Tuning};
+use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
+use gauge_lora::retriever::{step_loss, RetrieverConfig, StepBatch};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS]";
+    let dir = std::path::PathBuf::from(args.get(1).expect(usage));
+    let chunks = gauge_core::schema::read_chunks(std::path::Path::new(args.get(2).expect(usage)))?;
+    let out = args.get(3).expect(usage);
+    let steps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(3);
+    let device = gauge_encoder::device::cpu();
+    let embedder = Embedder::load(&ModelSource { id: dir.display().to_string(), dir: dir.clone() }, &EmbedderOptions::default(), &device)?;
+    // 16 queries (a chunk's first sentence) and 48 passages (distinct chunks), spread over the corpus.
+    let stride = (chunks.len() / 64).max(1);
+    let picked: Vec<&str> = (0..64).map(|i| chunks[(i * stride) % chunks.len()].text.as_str()).collect();
+    let queries: Vec<String> = picked[..16].iter().map(|t| t.split(['.', '?', '!']).next().unwrap_or(t).chars().take(300).collect()).collect();
+    let tok = |texts: &[&str], max: usize| -> anyhow::Result<Vec<Encoded>> {
+        Ok(embedder.tokenize(texts)?.into_iter().map(|mut ids| {
+            if ids.len() > max {
+                let last = *ids.last().unwrap();
+                ids.truncate(max - 1);
+                ids.push(last);
+            }
+            let n = ids.len();
+            Encoded { ids, types: vec![0; n] }
+        }).collect())
+    };
+    let q = tok(&queries.iter().map(String::as_str).collect::<Vec<_>>(), 64)?;
+    let p = tok(&picked[16..], 256)?;
+    let p: Vec<Encoded> = p.into_iter().chain(tok(&picked[..16], 256)?).collect::<Vec<_>>()[..48].to_vec();
+    let tokens: usize = q.iter().chain(&p).map(|e| e.ids.len()).sum();
+    let mean_len = |v: &[Encoded]| v.iter().map(|e| e.ids.len() as f64).sum::<f64>() / v.len() as f64;
+    let (lq, lp) = (mean_len(&q), mean_len(&p));
+
+    // Reference: inference over the same 64 texts (ids as tokenized above), best of 3.
+    let ids: Vec<Vec<u32>> = q.iter().chain(&p).map(|e| e.ids.clone()).collect();
+    let mut inference_secs = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        embedder.embed_ids(&ids, |_| {});
+        inference_secs = inference_secs.min(t.elapsed().as_secs_f64());
+    }
+    let batch = StepBatch::Contrastive { queries: q, passages: p, masked: vec![Vec::new(); 16] };
+    let cfg = RetrieverConfig::default();
+    let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
+    let (peak, basis) = gauge_core::machine::peak_f32_flops();
+    let mut report = serde_json::json!({
+        "model": dir.file_name().map(|n| n.to_string_lossy().to_string()),
+        "step": {"queries": 16, "passages": 48, "tokens": tokens, "mean_query_tokens": lq, "mean_passage_tokens": lp},
+        "machine": {"peak_f32_flops": peak, "basis": basis, "threads": rayon::current_num_threads()},
+    });
+    let config = gauge_encoder::BertConfig::from_file(&dir.join("config.json"))?;
+    let (h, layers) = (config.hidden_size, config.num_hidden_layers);
+    let matrix_params = layers * (4 * h * h + 2 * h * config.intermediate_size);
+    // Attention multiply-adds per token (QKᵀ and AV over the sequence's own length).
+    let attn_fwd = |len: f64| 4.0 * len * h as f64 * layers as f64;
+    let attn_tokens = 16.0 * lq * attn_fwd(lq) + 48.0 * lp * attn_fwd(lp);
+    let fwd_flops = 2.0 * matrix_params as f64 * tokens as f64 + attn_tokens;
+    report["reference_inference"] = serde_json::json!({"seconds": inference_secs, "tokens_per_s": tokens as f64 / inference_secs, "flops_per_s": fwd_flops / inference_secs, "share_of_peak": fwd_flops / inference_secs / peak});
+    for (name, tuning) in [("lora_r16", Tuning::Lora { r: 16, alpha: 16.0, rslora: false, targets: (0..6).collect() }), ("full", Tuning::Full)] {
+        let (model, mut params) = TrainableBert::load(&dir, task, tuning, 0, &device)?;
+        let lens: Vec<usize> = params.trainable_values().iter().map(|t| t.len()).collect();
+        let mut adam = AdamWState::new(&lens);
+        let mut times = Vec::new();
+        for step in 0..=steps {
+            let t = Instant::now();
+            let (_, grads) = step_loss(&model, &params, &batch, &cfg, true)?;
+            let mut grads = grads.expect("gradients");
+            clip_global_norm(&mut grads, 1.0);
+            adam.step(&AdamWConfig::default(), 1e-4, &mut params.trainable_mut(), &grads);
+            if step > 0 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+            eprintln!("{name} step {step}: {:.2} s", t.elapsed().as_secs_f64());
+        }
+        let secs = times.iter().sum::<f64>() / times.len() as f64;
+        let full = name == "full";
+        let flops = (if full { 6.0 } else { 4.0 }) * matrix_params as f64 * tokens as f64 + 3.0 * attn_tokens;
+        report[name] = serde_json::json!({
+            "trainable_parameters": params.trainable_count(),
+            "seconds_per_step": secs,
+            "tokens_per_s": tokens as f64 / secs,
+            "useful_flops_per_s": flops / secs,
+            "share_of_peak": flops / secs / peak,
+            "ratio_tokens_vs_inference": (tokens as f64 / secs) / (tokens as f64 / inference_secs),
+            "ratio_flops_vs_inference": (flops / secs) / (fwd_flops / inference_secs),
+        });
+    }
+    std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
