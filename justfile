@@ -124,6 +124,12 @@ bench-train: setup models
 train *flags="": setup models
     {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
 
+# train-lora --target embedder's speed on all-MiniLM-L6-v2 (one contrastive step: 16 queries, 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against gauge's inference encoder on the same texts, same run → bench/train-encoder.json.
+bench-train-encoder: setup models
+    cargo build --release -q --example bench_encoder -p gauge-lora
+    chunks=$({{just}} chunk | tail -n1); \
+    {{bin}}/examples/bench_encoder models/all-MiniLM-L6-v2 "$chunks/chunks.parquet" bench/train-encoder.json 3
+
 # The retrievers trained on the corpus, then the FRA ablation with their rows: an inverse-cloze set (synth-data, 800 questions, 85:15 page-grouped; every page of the FRA dev set held out of training) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), 1 epoch) → data/adapters/fra-embedder → train-lora --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 1 epoch) → data/models/fra-reranker → `just ablate`.
 train-retrievers *flags="": setup models
     data=$({{just}} synth --mode ict --n 800 --split 85:15:0 | tail -n1); idx=$({{just}} index | tail -n1); \
