@@ -186,7 +186,8 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         if let Some(rc) = v.stages.retrieval.rerank.as_mut() {
             if let (Err(reason), Some(fallback)) = (gauge_rerank::reranker_identity(rc), rc.fallback.clone()) {
                 if gauge_rerank::reranker_identity(&gauge_rank::RerankConfig { model: fallback.clone(), ..rc.clone() }).is_ok() {
-                    notes.push(format!("**{}** reranks with `{fallback}` (its `fallback`): `{}` is not available ({})", v.name, rc.model, reason.lines().next().unwrap_or("")));
+                    let why = reason.lines().next().unwrap_or("").split(" (looked in").next().unwrap_or("").to_string();
+                    notes.push(format!("**{}** reranks with `{fallback}` (its `fallback`): `{}` is not available ({why})", v.name, rc.model));
                     rc.model = fallback;
                     rc.fallback = None;
                 }
@@ -294,6 +295,30 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], 
     Ok((kept, inputs))
 }
 
+/// Paired differences of each config with a `compare_to` against that config, for the main
+/// metrics that get a Δ column: (config, other, metric label, comparison). Both must have run.
+fn named_comparisons(rows: &[QueryRow], pipeline: &Pipeline, evaluated: &[String], metrics: &[Metric], resamples: usize, seed: u64) -> Vec<(String, String, String, crate::stats::PairedComparison)> {
+    let sel = |name: &str| -> Vec<&QueryRow> {
+        let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == name).collect();
+        v.sort_by(|a, b| a.qid.cmp(&b.qid));
+        v
+    };
+    let mut out = Vec::new();
+    for v in &pipeline.variants {
+        let Some(other) = v.compare_to.as_ref().filter(|o| evaluated.contains(o) && evaluated.contains(&v.name)) else { continue };
+        let (mine, theirs) = (sel(&v.name), sel(other));
+        if mine.len() != theirs.len() {
+            continue;
+        }
+        for (mi, metric) in metrics.iter().enumerate().filter(|(_, m)| m.delta_column) {
+            let a: Vec<f64> = mine.iter().map(|r| metric.value(r)).collect();
+            let b: Vec<f64> = theirs.iter().map(|r| metric.value(r)).collect();
+            out.push((v.name.clone(), other.clone(), metric.label.clone(), paired_comparison(&a, &b, resamples, seed.wrapping_add(mi as u64))));
+        }
+    }
+    out
+}
+
 /// Refuses a golden set naming sources the corpus does not hold (a typo would score 0
 /// silently), naming the closest existing ones.
 fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstream) -> anyhow::Result<()> {
@@ -317,6 +342,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let has_keywords = golden.iter().any(|q| !q.keywords.is_empty());
     let metric_registry = registry(pipeline.k, has_keywords);
     let mut metrics = summarize(&query_rows, &names, &names[0], &metric_registry, pipeline.resamples, pipeline.seed);
+    let named = named_comparisons(&query_rows, pipeline, &names, &metric_registry, pipeline.resamples, pipeline.seed);
     let mut answer_tables = Vec::new();
     let mut answer_deltas = Vec::new();
     if let Some(section) = &pipeline.answer {
@@ -354,7 +380,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         run.add_output(&format!("trec/{slug}.qrels"), Some(q.len() as u64))?;
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
-    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, registry: &metric_registry };
+    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry };
     std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;

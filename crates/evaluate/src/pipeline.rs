@@ -48,6 +48,10 @@ pub struct Variant {
     pub oracle_source_filter: bool,
     /// Every stage's settings.
     pub stages: StageConfigs,
+    /// Another config this one is also compared with, question by question (e.g. a tuned
+    /// model's row against the untuned row it changes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compare_to: Option<String>,
 }
 
 /// A parsed pipeline with its variants resolved (the baseline first).
@@ -108,7 +112,7 @@ fn default_resamples() -> usize {
 }
 
 const STAGE_KEYS: [&str; 5] = ["extract", "chunk", "embed", "index", "retrieval"];
-const ROW_KEYS: [&str; 4] = ["name", "base", "description", "oracle_source_filter"];
+const ROW_KEYS: [&str; 5] = ["name", "base", "description", "oracle_source_filter", "compare_to"];
 
 
 impl Pipeline {
@@ -157,7 +161,7 @@ impl Pipeline {
                     .ok_or_else(|| err(format!("`{name}` is based on `{base}`, which is not defined above it")))?
             };
             let mut over = row.clone();
-            for k in ["name", "base", "description"] {
+            for k in ["name", "base", "description", "compare_to"] {
                 over.remove(k);
             }
             // The one merge path of every config (see gauge_core::config).
@@ -184,8 +188,16 @@ impl Pipeline {
                 }
             }
             let description = row.get("description").and_then(|d| d.as_str()).unwrap_or_default().to_string();
-            variants.push(Variant { name: name.clone(), description, oracle_source_filter: oracle, stages });
+            let compare_to = match row.get("compare_to") {
+                None => None,
+                Some(toml::Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(err(format!("`compare_to` of `{name}` must be a config name"))),
+            };
+            variants.push(Variant { name: name.clone(), description, oracle_source_filter: oracle, stages, compare_to });
             resolved.push((name, table));
+        }
+        if let Some((v, other)) = variants.iter().find_map(|v: &Variant| v.compare_to.as_ref().filter(|c| !variants.iter().any(|w| &w.name == *c)).map(|c| (v.name.clone(), c.clone()))) {
+            return Err(err(format!("`{v}` is compared to `{other}`, which is not defined")));
         }
         let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "pipeline".into()));
         let k = variants[0].stages.retrieval.k;
@@ -287,6 +299,7 @@ chunk = {{ size = 500 }}
             ("resamples = 10\n[baseline]\n", "at least 1000"),
             ("[baseline]\nretrievl = {}\n", "unknown key `retrievl`"),
             ("[baseline]\n[[variants]]\nname = \"short\"\nretrieval = { k = 3 }\n", "same `retrieval.k`"),
+            ("[baseline]\n[[variants]]\nname = \"a\"\ncompare_to = \"nowhere\"\n", "compared to `nowhere`"),
         ];
         for (text, want) in cases {
             let e = load(&format!("{HEAD}{text}")).unwrap_err().to_string();

@@ -128,6 +128,8 @@ pub struct ReportContext<'a> {
     pub skipped: &'a [(String, String)],
     /// Notes printed under the header (golden-set restrictions, reranker fallbacks).
     pub notes: &'a [String],
+    /// Paired differences of configs against their `compare_to` config.
+    pub named: &'a [(String, String, String, crate::stats::PairedComparison)],
     /// The metrics and where they are printed.
     pub registry: &'a [Metric],
 }
@@ -205,6 +207,12 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
             let name = if v.name == *base { format!("{} (baseline)", v.name) } else { v.name.clone() };
             let cells: Vec<String> = main.iter().map(|m| cell(cx.get(&v.name, cat, &m.name))).chain(deltas.iter().map(|m| delta_cell(cx.get(&v.name, cat, &m.name)))).collect();
             s.push_str(&format!("| {} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
+        }
+    }
+    if !cx.named.is_empty() {
+        s.push_str("\n## Paired differences against the compared config (`compare_to`)\n\n| Config | vs | Metric | Δ [95 % CI] | p |\n|---|---|---|---|---|\n");
+        for (config, other, metric, d) in cx.named {
+            s.push_str(&format!("| {} | {} | {metric} | {:+.3} [{:+.2}, {:+.2}]{} | {:.3} |\n", config.replace('|', "\\|"), other.replace('|', "\\|"), d.delta, d.ci_low, d.ci_high, if d.p_value < 0.05 { " *" } else { "" }, d.p_value));
         }
     }
     let coverage: Vec<&Metric> = cx.registry.iter().filter(|m| m.placement == Placement::Coverage).collect();

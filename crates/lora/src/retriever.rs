@@ -480,6 +480,31 @@ fn copy_model_files(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a whole model folder: the base folder's files (config, tokenizer, and for an
+/// embedder its sentence-transformers modules) with `model.safetensors` holding the trained
+/// weights (LoRA merged in). A cross-encoder becomes a `BertForSequenceClassification` folder
+/// (`bert.`-prefixed encoder, one-label config, no sentence-transformers modules).
+pub fn save_model(model: &TrainableBert, params: &EncoderParams, base: &Path, dir: &Path) -> anyhow::Result<()> {
+    let cross = model.task == EncoderTask::CrossEncoder;
+    copy_model_files(base, dir)?;
+    write_safetensors(&dir.join("model.safetensors"), &model.merged_tensors(params, if cross { "bert." } else { "" }))?;
+    if cross {
+        let path = dir.join("config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        config["architectures"] = serde_json::json!(["BertForSequenceClassification"]);
+        config["id2label"] = serde_json::json!({"0": "LABEL_0"});
+        config["label2id"] = serde_json::json!({"LABEL_0": 0});
+        std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+        // A cross-encoder is not a sentence-transformers embedder: drop its modules.
+        for f in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let _ = std::fs::remove_dir_all(dir.join("1_Pooling"));
+        let _ = std::fs::remove_dir_all(dir.join("2_Normalize"));
+    }
+    Ok(())
+}
+
 /// The pages list written beside the weights (`training_pages.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainingPages {
@@ -643,24 +668,7 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
             "adapter"
         }
         _ => {
-            let dir = run.path("model");
-            copy_model_files(&base, &dir)?;
-            let prefix = if task == EncoderTask::CrossEncoder { "bert." } else { "" };
-            write_safetensors(&dir.join("model.safetensors"), &model.merged_tensors(&params, prefix))?;
-            if task == EncoderTask::CrossEncoder {
-                let path = dir.join("config.json");
-                let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-                config["architectures"] = serde_json::json!(["BertForSequenceClassification"]);
-                config["id2label"] = serde_json::json!({"0": "LABEL_0"});
-                config["label2id"] = serde_json::json!({"LABEL_0": 0});
-                std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
-                // A cross-encoder is not a sentence-transformers embedder: drop its modules.
-                for f in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
-                    let _ = std::fs::remove_file(dir.join(f));
-                }
-                let _ = std::fs::remove_dir_all(dir.join("1_Pooling"));
-                let _ = std::fs::remove_dir_all(dir.join("2_Normalize"));
-            }
+            save_model(&model, &params, &base, &run.path("model"))?;
             "model"
         }
     };

@@ -169,3 +169,39 @@ fn embedder_adapter_round_trip_gives_the_trained_vectors() {
     let err = Embedder::load(&source, &EmbedderOptions { adapter: Some(other.path().to_path_buf()), ..Default::default() }, &device).err().unwrap().to_string();
     assert!(err.contains("encoder.layer.7.attention.self.query") && err.contains("another base"), "{err}");
 }
+
+#[test]
+fn saved_cross_encoder_and_full_embedder_give_the_trained_outputs() {
+    let device = gauge_encoder::device::cpu();
+    let refs = reference();
+    let pairs: Vec<&Encoded> = refs.iter().map(|(e, _)| e).collect();
+    // A reranker with LoRA moved away from zero and a changed head, saved as a model folder.
+    let (model, mut params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(4), 2, &device).unwrap();
+    perturb_b(&mut params);
+    let c = params.index("classifier.weight").unwrap();
+    params.values[c].iter_mut().enumerate().for_each(|(i, w)| *w += 0.05 * (i as f32).sin());
+    let want = model.infer(&params, &pairs).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    gauge_lora::retriever::save_model(&model, &params, &fixture(), dir.path()).unwrap();
+    let ce = gauge_encoder::CrossEncoder::load(&ModelSource { id: "saved".into(), dir: dir.path().to_path_buf() }, &gauge_encoder::CrossEncoderOptions::default(), &device).unwrap();
+    let got = ce.logits(&refs.iter().map(|(e, _)| gauge_encoder::PairEncoding { ids: e.ids.clone(), types: e.types.clone() }).collect::<Vec<_>>());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w[0]).abs() < 1e-4, "saved cross-encoder logit {g} vs trained {}", w[0]);
+    }
+    assert!(got.iter().zip(&refs).any(|(g, (_, r))| (g - r).abs() > 1e-3), "the saved model did not change");
+    // A fully tuned embedder saved as a model folder embeds like the trained network.
+    let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
+    let (full, mut fp) = TrainableBert::load(&fixture(), task, Tuning::Full, 2, &device).unwrap();
+    let w = fp.index("encoder.layer.0.attention.self.query.weight").unwrap();
+    fp.values[w].iter_mut().enumerate().for_each(|(i, x)| *x += 0.02 * (i as f32).cos());
+    let dir = tempfile::tempdir().unwrap();
+    gauge_lora::retriever::save_model(&full, &fp, &fixture(), dir.path()).unwrap();
+    let embedder = Embedder::load(&ModelSource { id: "saved".into(), dir: dir.path().to_path_buf() }, &EmbedderOptions { pooling: Some(Pooling::Mean), normalize: Some(true), ..Default::default() }, &device).unwrap();
+    let texts = ["Crossing gate arms must be fully lowered."];
+    let ids = embedder.tokenize(&texts).unwrap();
+    let enc = Encoded { ids: ids[0].clone(), types: vec![0; ids[0].len()] };
+    let want = full.infer(&fp, &[&enc]).unwrap();
+    let got = embedder.embed_texts(&texts).unwrap();
+    let worst = got[0].iter().zip(&want[0]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-5, "saved full embedder differs by {worst}");
+}
