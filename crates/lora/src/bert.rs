@@ -284,7 +284,8 @@ impl TrainableBert {
         let b = &t[p.index(&format!("{name}.bias")).expect("bias loaded")];
         let mut y = x.clone().matmul(w.clone().transpose()) + b.clone();
         if let (Some(a), Some(bb)) = (p.index(&format!("{name}.lora_A.weight")), p.index(&format!("{name}.lora_B.weight"))) {
-            y = y + x.matmul(t[a].clone().transpose()).matmul(t[bb].clone().transpose()).mul_scalar(self.lora_scale());
+            // The scale goes on B (r × out values), not on the N × out product.
+            y = y + x.matmul(t[a].clone().transpose()).matmul(t[bb].clone().mul_scalar(self.lora_scale()).transpose());
         }
         y
     }
