@@ -380,8 +380,11 @@ fn gather(outs: Vec<Tensor<2>>, idx: &[Vec<usize>], device: &burn::DispatchDevic
     all.select(0, Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(inverse, [n]), device))
 }
 
+/// A step's loss and, when training, the gradient of every trainable parameter.
+pub type StepLoss = (f64, Option<Vec<Vec<f32>>>);
+
 /// The step's loss (and, with `train`, gradients of every trainable parameter).
-pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: &RetrieverConfig, train: bool) -> Result<(f64, Option<Vec<Vec<f32>>>), LoraError> {
+pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: &RetrieverConfig, train: bool) -> Result<StepLoss, LoraError> {
     let device = model.device(train).clone();
     match batch {
         StepBatch::Contrastive { queries, passages, masked } => {
@@ -432,7 +435,7 @@ pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatc
     }
 }
 
-fn run(model: &TrainableBert, params: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>, train: bool) -> Result<(f64, Option<Vec<Vec<f32>>>), LoraError> {
+fn run(model: &TrainableBert, params: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>, train: bool) -> Result<StepLoss, LoraError> {
     if train {
         let (loss, grads) = model.loss_and_gradients(params, batches, loss_fn)?;
         Ok((loss, Some(grads)))
