@@ -184,8 +184,9 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     // Reranker fallbacks: a config whose model does not resolve uses its `fallback`, said in the report.
     for v in pipeline.variants.iter_mut() {
         if let Some(rc) = v.stages.retrieval.rerank.as_mut() {
-            if let (Err(reason), Some(fallback)) = (gauge_rerank::reranker_identity(rc), rc.fallback.clone()) {
-                if gauge_rerank::reranker_identity(&gauge_rank::RerankConfig { model: fallback.clone(), ..rc.clone() }).is_ok() {
+            if let (Err(e), Some(fallback)) = (gauge_encoder::resolve_model(&rc.model), rc.fallback.clone()) {
+                let reason = e.to_string();
+                if gauge_encoder::resolve_model(&fallback).is_ok() {
                     let why = reason.lines().next().unwrap_or("").split(" (looked in").next().unwrap_or("").to_string();
                     notes.push(format!("**{}** reranks with `{fallback}` (its `fallback`): `{}` is not available ({why})", v.name, rc.model));
                     rc.model = fallback;

@@ -77,21 +77,33 @@ impl Reranker for MaxSimReranker {
 /// What a rerank config's model is: the BLAKE3 of its weights, or why it cannot be used
 /// (for fingerprints, and to skip configs whose model is not on this machine).
 pub fn reranker_identity(cfg: &RerankConfig) -> Result<String, String> {
-    let source = gauge_encoder::resolve_model(&cfg.model).map_err(|e| e.to_string())?;
+    let source = resolve_reranker(cfg).map_err(|e| e.to_string())?;
     gauge_core::hash::file_hash(&source.dir.join("model.safetensors")).map_err(|e| e.to_string())
 }
 
-/// Loads the reranker a config describes (`device`: `cpu`, …).
+/// The model folder of a rerank config: `model`, or `fallback` when `model` does not resolve
+/// (and the fallback does); the error names `model`.
+pub fn resolve_reranker(cfg: &RerankConfig) -> Result<gauge_encoder::ModelSource, gauge_core::models::ModelNotFound> {
+    match gauge_encoder::resolve_model(&cfg.model) {
+        Ok(s) => Ok(s),
+        Err(e) => match cfg.fallback.as_deref().map(gauge_encoder::resolve_model) {
+            Some(Ok(s)) => Ok(s),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Loads the reranker a config describes (`device`: `cpu`, …), from [`resolve_reranker`]'s folder.
 pub fn load_reranker(cfg: &RerankConfig, device: &str) -> anyhow::Result<Box<dyn Reranker>> {
     match cfg.kind {
         RerankKind::CrossEncoder => {
-            let source = gauge_encoder::resolve_model(&cfg.model)?;
+            let source = resolve_reranker(cfg)?;
             let options = CrossEncoderOptions { max_length: cfg.max_length, ..Default::default() };
             let model = CrossEncoder::load(&source, &options, &gauge_encoder::device::parse(device)?)?;
             Ok(Box::new(CrossEncoderReranker::new(model)))
         }
         RerankKind::MaxSim => {
-            let source = gauge_encoder::resolve_model(&cfg.model)?;
+            let source = resolve_reranker(cfg)?;
             // The batch budget `embed` uses, so token vectors are computed alike.
             let options = EmbedderOptions { max_length: cfg.max_length, token_budget: Some(2048), ..Default::default() };
             let embedder = Embedder::load(&source, &options, &gauge_encoder::device::parse(device)?)?;
@@ -103,6 +115,19 @@ pub fn load_reranker(cfg: &RerankConfig, device: &str) -> anyhow::Result<Box<dyn
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_model_falls_back_only_when_the_fallback_resolves() {
+        let dir = tempfile::tempdir().unwrap();
+        let there = dir.path().display().to_string();
+        let cfg = RerankConfig { model: "no-such/cross-encoder".into(), fallback: Some(there.clone()), ..Default::default() };
+        assert_eq!(resolve_reranker(&cfg).unwrap().dir, dir.path());
+        let present = RerankConfig { model: there.clone(), fallback: Some("no-such/other".into()), ..Default::default() };
+        assert_eq!(resolve_reranker(&present).unwrap().dir, dir.path());
+        let neither = RerankConfig { fallback: Some("no-such/other".into()), ..cfg.clone() };
+        let err = resolve_reranker(&neither).unwrap_err().to_string();
+        assert!(err.contains("no-such/cross-encoder"), "{err}");
+    }
 
     #[test]
     fn max_sim_by_hand() {
