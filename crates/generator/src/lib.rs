@@ -10,6 +10,7 @@
 //! the context passages instead of letting the server fail.
 #![deny(missing_docs)]
 pub mod answer_prompt;
+pub mod cache;
 
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};

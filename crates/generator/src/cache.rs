@@ -1,0 +1,194 @@
+//! One content-addressed cache for every model call gauge makes outside `answer` (query
+//! rewriting, summaries, the judge): the key is the BLAKE3 of the model's identity (its
+//! weights' hashes, or the endpoint's URL and model name), the exact messages, the generation
+//! options and the response schema; the value is the reply with its token counts and the
+//! latency of the call that made it. A rerun of an evaluation is therefore free and
+//! reproducible, and a cached reply is the same bytes whatever the endpoint would say today.
+//!
+//! Layout: `<dir>/<key[0..2]>/<key>.json`, each entry written to a temporary file and renamed,
+//! so a crash never leaves half an entry (and two processes writing the same key agree).
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use gauge_decoder::GenerateOptions;
+use gauge_llm::{Message, ResponseSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::{Completion, Generator, GeneratorConfig, GeneratorError};
+
+/// A cached call: what was asked and what came back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedCall {
+    /// The model identity the key was made from.
+    pub model: String,
+    /// The messages sent.
+    pub messages: Vec<Message>,
+    /// The reply text.
+    pub text: String,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Why generation ended.
+    pub finish_reason: String,
+    /// Milliseconds the original call took.
+    pub latency_ms: f64,
+}
+
+/// A reply from [`CallCache::complete`]: the completion, whether it came from the cache, and
+/// the milliseconds the original call took (what a cold run pays).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedReply {
+    /// The completion.
+    pub completion: Completion,
+    /// Served from the cache (no model call).
+    pub hit: bool,
+    /// Latency of the call that produced it.
+    pub original_latency_ms: f64,
+}
+
+/// The cache, with hit and miss counters for reports.
+#[derive(Debug)]
+pub struct CallCache {
+    dir: PathBuf,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+#[derive(Serialize)]
+struct KeyParts<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    max_new_tokens: usize,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    seed: u64,
+    stop: &'a [String],
+    schema: Option<&'a serde_json::Value>,
+}
+
+/// The identity of a generator config for cache keys: the local model's file hashes (model
+/// and adapter), or an endpoint's base URL and model name.
+pub fn model_identity(config: &GeneratorConfig) -> Result<String, GeneratorError> {
+    match config {
+        GeneratorConfig::Local { .. } => {
+            let entries = crate::model_entry(config)?;
+            Ok(entries.iter().map(|e| format!("{}={}", e.name, e.hash)).collect::<Vec<_>>().join(";"))
+        }
+        GeneratorConfig::Api(chat) => Ok(format!("api:{}|{}", chat.base_url, chat.model)),
+    }
+}
+
+impl CallCache {
+    /// A cache rooted at `dir` (created when first written).
+    pub fn new(dir: impl Into<PathBuf>) -> CallCache {
+        CallCache { dir: dir.into(), hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+    }
+
+    /// Where it lives.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The key of a call.
+    pub fn key(model: &str, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>) -> String {
+        let parts = KeyParts { model, messages, max_new_tokens: opts.max_new_tokens, temperature: opts.temperature, top_k: opts.top_k, top_p: opts.top_p, seed: opts.seed, stop: &opts.stop, schema: schema.map(|s| &s.schema) };
+        gauge_core::hash::bytes_hash(serde_json::to_string(&parts).expect("key parts serialise").as_bytes())
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(&key[..2]).join(format!("{key}.json"))
+    }
+
+    /// The cached call under `key`, if any (an unreadable entry counts as absent).
+    pub fn get(&self, key: &str) -> Option<CachedCall> {
+        let text = std::fs::read_to_string(self.path(key)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Stores a call under `key` (temporary file, then rename).
+    pub fn put(&self, key: &str, call: &CachedCall) -> Result<(), GeneratorError> {
+        let path = self.path(key);
+        let io = |e: std::io::Error, p: &Path| GeneratorError::Prompt(format!("{}: cannot write the model-call cache ({e})", p.display()));
+        let parent = path.parent().expect("sharded path");
+        std::fs::create_dir_all(parent).map_err(|e| io(e, parent))?;
+        let tmp = parent.join(format!(".{key}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, serde_json::to_string_pretty(call).expect("call serialises")).map_err(|e| io(e, &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(|e| io(e, &path))?;
+        Ok(())
+    }
+
+    /// The reply to `messages` from the cache, or from `generator` (then stored). `model` is
+    /// the generator's [`model_identity`].
+    pub fn complete(&self, generator: &Generator, model: &str, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>) -> Result<CachedReply, GeneratorError> {
+        let key = Self::key(model, messages, opts, schema);
+        if let Some(c) = self.get(&key) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            let completion = Completion { text: c.text, prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, finish_reason: c.finish_reason, attempts: 0 };
+            return Ok(CachedReply { completion, hit: true, original_latency_ms: c.latency_ms });
+        }
+        let started = Instant::now();
+        let completion = generator.complete(messages, opts, schema)?;
+        let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let call = CachedCall {
+            model: model.to_string(),
+            messages: messages.to_vec(),
+            text: completion.text.clone(),
+            prompt_tokens: completion.prompt_tokens,
+            completion_tokens: completion.completion_tokens,
+            finish_reason: completion.finish_reason.clone(),
+            latency_ms,
+        };
+        self.put(&key, &call)?;
+        Ok(CachedReply { completion, hit: false, original_latency_ms: latency_ms })
+    }
+
+    /// Calls served from the cache so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Calls that went to the model so far.
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> GenerateOptions {
+        GenerateOptions { max_new_tokens: 16, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 1, stop: vec![], stream: false }
+    }
+
+    #[test]
+    fn keys_change_with_every_input_and_entries_round_trip() {
+        let m = vec![Message::user("expand: gate arms")];
+        let k = CallCache::key("model-a", &m, &opts(), None);
+        assert_eq!(k, CallCache::key("model-a", &m, &opts(), None));
+        assert_ne!(k, CallCache::key("model-b", &m, &opts(), None));
+        assert_ne!(k, CallCache::key("model-a", &[Message::user("expand: gate arm")], &opts(), None));
+        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { seed: 2, ..opts() }, None));
+        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { max_new_tokens: 17, ..opts() }, None));
+        let schema = ResponseSchema { name: "s".into(), schema: serde_json::json!({"type": "object"}) };
+        assert_ne!(k, CallCache::key("model-a", &m, &opts(), Some(&schema)));
+
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CallCache::new(dir.path().join("calls"));
+        assert!(cache.get(&k).is_none());
+        let call = CachedCall { model: "model-a".into(), messages: m.clone(), text: "gate arm, crossing gate".into(), prompt_tokens: 5, completion_tokens: 4, finish_reason: "eos".into(), latency_ms: 12.5 };
+        cache.put(&k, &call).unwrap();
+        assert_eq!(cache.get(&k).unwrap(), call);
+        // Nothing but the entry is left behind (no temporary files).
+        let shard = dir.path().join("calls").join(&k[..2]);
+        let names: Vec<String> = std::fs::read_dir(&shard).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+        assert_eq!(names, vec![format!("{k}.json")]);
+        // A corrupt entry is a miss, not an error.
+        std::fs::write(shard.join(format!("{k}.json")), "{not json").unwrap();
+        assert!(cache.get(&k).is_none());
+    }
+}
