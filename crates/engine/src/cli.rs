@@ -202,6 +202,12 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
     if let Some(rc) = &cfg.rerank {
         engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &args.device)?);
     }
+    if let Some(rc) = &cfg.rewrite {
+        // The model-call cache lives at the artifact root the index is in (as `evaluate`'s).
+        let root = args.index.parent().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("artifacts"));
+        let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(root.join("llm-cache")));
+        engine = engine.with_rewriter(crate::rewrite::LlmRewriter::open(rc, cache, &args.device)?);
+    }
     let result = engine.search(&args.question, &cfg)?;
     if args.json {
         let passages: Vec<serde_json::Value> = result
@@ -215,7 +221,7 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({ "question": args.question, "config": cfg, "passages": passages, "refusal": result.refusal }));
+        println!("{}", serde_json::json!({ "question": args.question, "config": cfg, "passages": passages, "refusal": result.refusal, "rewrite": result.rewrite }));
         return Ok(());
     }
     if let Some(r) = &result.refusal {

@@ -76,6 +76,9 @@ pub struct RetrievalConfig {
     pub ef_search: Option<usize>,
     /// Passages returned — the one `k`: the reranker keeps `k`, and an evaluation judges `k`.
     pub k: usize,
+    /// Query rewriting by a language model before retrieval (expansion, multi-query, HyDE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<crate::rewrite::RewriteConfig>,
 }
 
 impl Default for RetrievalConfig {
@@ -95,6 +98,7 @@ impl Default for RetrievalConfig {
             nprobe: None,
             ef_search: None,
             k: 10,
+            rewrite: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod config;
 pub mod retriever;
+pub mod rewrite;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -81,6 +82,9 @@ pub struct SearchResult {
     pub passages: Vec<Passage>,
     /// Why nothing was returned, when the cutoff refused.
     pub refusal: Option<Refusal>,
+    /// The searches a query rewrite made, when the config has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<rewrite::Rewrite>,
 }
 
 impl SearchResult {
@@ -102,6 +106,7 @@ pub struct Engine {
     /// Retrievers added with [`Engine::with_retriever`].
     extra: Vec<Box<dyn Retriever>>,
     reranker: Option<Box<dyn Reranker>>,
+    rewriter: Option<rewrite::LlmRewriter>,
     /// The index manifest.
     pub manifest: gauge_core::Manifest,
 }
@@ -157,7 +162,7 @@ impl Engine {
         let IndexReader { manifest, settings, chunks, dense, bm25, .. } = reader;
         let dense = embedder.map(|e| DenseRetriever::new(dense, &settings.index.faiss, e));
         let bm25 = Bm25Retriever::new(&bm25)?;
-        Ok(Engine { table: ChunkTable::new(chunks), settings, dense, bm25, extra: Vec::new(), reranker: None, manifest })
+        Ok(Engine { table: ChunkTable::new(chunks), settings, dense, bm25, extra: Vec::new(), reranker: None, rewriter: None, manifest })
     }
 
     /// Adds a retriever, fused after the built-in ones when its config switch is on.
@@ -241,19 +246,44 @@ impl Engine {
     /// Runs the configured pipeline for one query (reranking, when configured, with the
     /// reranker given to [`Engine::with_reranker`]).
     pub fn search(&self, query: &str, cfg: &RetrievalConfig) -> anyhow::Result<SearchResult> {
-        self.search_with(query, cfg, self.reranker.as_deref())
+        self.search_full(query, cfg, self.reranker.as_deref(), self.rewriter.as_ref())
+    }
+
+    /// Adds the query rewriter used when a search's config asks for rewriting.
+    pub fn with_rewriter(mut self, rewriter: rewrite::LlmRewriter) -> Engine {
+        self.rewriter = Some(rewriter);
+        self
     }
 
     /// Runs the configured pipeline for one query with this reranker (several configs can
     /// share one engine and differ in their reranker). The config is normalised first.
     pub fn search_with(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>) -> anyhow::Result<SearchResult> {
+        self.search_full(query, cfg, reranker, None)
+    }
+
+    /// [`Engine::search_with`] with a query rewriter for configs with `rewrite`: every
+    /// retriever searches each text the rewrite made (the dense retriever its dense text) and
+    /// all the lists are fused; rerank and identifier promotion read the original question.
+    pub fn search_full(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>, rewriter: Option<&rewrite::LlmRewriter>) -> anyhow::Result<SearchResult> {
         anyhow::ensure!(!query.trim().is_empty(), "the question is empty; ask something");
         cfg.validate()?;
         let cfg = &cfg.clone().normalize();
         anyhow::ensure!(!cfg.dense || self.dense.is_some(), "dense retrieval needs the query embedder; open the engine with dense on");
+        let rewrite = match (&cfg.rewrite, rewriter) {
+            (Some(rc), Some(r)) => Some(r.rewrite(query, rc)?),
+            (Some(_), None) => anyhow::bail!("the config asks for query rewriting but no rewriter is loaded"),
+            (None, _) => None,
+        };
+        let searches: Vec<(String, String)> = match &rewrite {
+            Some(r) => r.queries.clone(),
+            None => vec![(query.to_string(), query.to_string())],
+        };
         let mut lists = Vec::new();
-        for r in self.retrievers().filter(|r| r.enabled(cfg)) {
-            lists.push(r.retrieve(query, cfg, &self.table)?);
+        for (bm25_text, dense_text) in &searches {
+            for r in self.retrievers().filter(|r| r.enabled(cfg)) {
+                let text = if r.name() == "dense" { dense_text } else { bm25_text };
+                lists.push(r.retrieve(text, cfg, &self.table)?);
+            }
         }
         let mut fused = fuse(&lists, &cfg.fusion);
         if cfg.promote_exact {
@@ -279,7 +309,7 @@ impl Engine {
         };
         let kept = match apply_cutoff(deduped, cfg.cutoff) {
             Ok(c) => c,
-            Err(refusal) => return Ok(SearchResult { passages: Vec::new(), refusal: Some(refusal) }),
+            Err(refusal) => return Ok(SearchResult { passages: Vec::new(), refusal: Some(refusal), rewrite }),
         };
         let top: Vec<Candidate> = kept.into_iter().take(cfg.k).collect();
         let windows: Vec<Window> = if cfg.window > 0 {
@@ -302,7 +332,7 @@ impl Engine {
                 Passage { rank: i + 1, candidate, chunk, window, span }
             })
             .collect();
-        Ok(SearchResult { passages, refusal: None })
+        Ok(SearchResult { passages, refusal: None, rewrite })
     }
 
     /// The span a passage covers: its window's chunks (pages and characters from first to

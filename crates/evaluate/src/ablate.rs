@@ -228,6 +228,11 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
             };
             inputs.push(FileEntry { path: rc.model.clone(), name: format!("reranker:{}", v.name), hash, rows: None });
         }
+        if let Some(rw) = &v.stages.retrieval.rewrite {
+            // The rewrites depend on the model's weights (or endpoint) and the template's text.
+            let identity = rw.identity().with_context(|| format!("config `{}`: rewrite", v.name))?;
+            inputs.push(FileEntry { path: rw.template.clone().unwrap_or_else(|| "built-in".into()), name: format!("rewrite:{}", v.name), hash: hash::bytes_hash(identity.as_bytes()), rows: None });
+        }
     }
     for (name, reason) in &skipped {
         eprintln!("evaluate: skipping config `{name}`: {reason}");
@@ -338,7 +343,13 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let EvaluatePlan { pipeline, golden, mode, upstream, skipped, notes, answers, .. } = plan;
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
-    let (query_rows, run_rows, qrels) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device)?;
+    let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(options.artifacts.join("llm-cache")));
+    let (query_rows, run_rows, qrels) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache)?;
+    if cache.hits() + cache.misses() > 0 {
+        eprintln!("evaluate: {} model calls, {} served from the cache ({})", cache.misses(), cache.hits(), cache.dir().display());
+        run.set_stat("model_calls", cache.misses());
+        run.set_stat("model_calls_cached", cache.hits());
+    }
     let names: Vec<String> = pipeline.variants.iter().filter(|v| !skip.contains(v.name.as_str())).map(|v| v.name.clone()).collect();
     let has_keywords = golden.iter().any(|q| !q.keywords.is_empty());
     let metric_registry = registry(pipeline.k, has_keywords);
@@ -402,6 +413,7 @@ fn evaluate_variants(
     mode: RelevanceMode,
     skip: &BTreeSet<&str>,
     device: &str,
+    cache: &std::sync::Arc<gauge_generator::cache::CallCache>,
 ) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>)> {
     // Open each distinct index once, with the query embedder it was built with.
     let mut by_index: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
@@ -413,6 +425,9 @@ fn evaluate_variants(
     // Each distinct reranker (what changes its scores: kind, model, max length) is loaded once.
     let mut rerankers: HashMap<String, Box<dyn gauge_rank::Reranker>> = HashMap::new();
     let reranker_key = |rc: &gauge_rank::RerankConfig| serde_json::json!([rc.kind, rc.model, rc.max_length]).to_string();
+    // Each distinct rewrite model is loaded once; every call goes through the shared cache.
+    let mut rewriters: HashMap<String, gauge_engine::rewrite::LlmRewriter> = HashMap::new();
+    let rewriter_key = |rc: &gauge_engine::rewrite::RewriteConfig| serde_json::to_string(&rc.model).expect("generator config serialises");
     let bar = gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches");
     let mut query_rows = Vec::new();
     let mut run_rows = Vec::new();
@@ -442,10 +457,16 @@ fn evaluate_variants(
                 }
             }
             let reranker = v.stages.retrieval.rerank.as_ref().map(|rc| rerankers[&reranker_key(rc)].as_ref());
+            if let Some(rc) = &v.stages.retrieval.rewrite {
+                if let std::collections::hash_map::Entry::Vacant(slot) = rewriters.entry(rewriter_key(rc)) {
+                    slot.insert(gauge_engine::rewrite::LlmRewriter::open(rc, cache.clone(), device).with_context(|| format!("config `{}`: rewrite model", v.name))?);
+                }
+            }
+            let rewriter = v.stages.retrieval.rewrite.as_ref().map(|rc| &rewriters[&rewriter_key(rc)]);
             for q in golden {
                 let cfg = config_for(v, q);
                 let started = Instant::now();
-                let result = engine.search_with(&q.question, &cfg, reranker).with_context(|| format!("config `{}`, question `{}`", v.name, q.qid))?;
+                let result = engine.search_full(&q.question, &cfg, reranker, rewriter).with_context(|| format!("config `{}`, question `{}`", v.name, q.qid))?;
                 let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
                 let judged = judged_passages(&result);
                 let passages: Vec<PassageSpan> = judged.iter().map(|(_, _, p)| p.clone()).take(pipeline.k).collect();

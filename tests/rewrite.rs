@@ -1,0 +1,128 @@
+//! Query rewriting (`retrieval.rewrite`) through `evaluate`, with a scripted OpenAI-compatible
+//! server as the model: expansion, multi-query and HyDE each send one prompt per question
+//! (the template rendered with the question), their replies change what is retrieved, every
+//! call lands in the content-addressed cache under the artifacts, and a re-evaluation (forced,
+//! so nothing else is cached) asks the model nothing and ranks exactly alike. A server error
+//! fails the config with its name instead of a silent fallback.
+use std::path::Path;
+
+use gauge::chat_server::{ChatServer, Reply};
+use gauge::{last_line, ok, repo_root, run};
+
+const DOCS: [(&str, &str); 4] = [
+    ("gates", "Crossing gate arms must be fully lowered before the train reaches the crossing. The inspector records the gate descent time."),
+    ("lights", "Flashing lights at a highway crossing flash between thirty five and sixty five times per minute."),
+    ("tank", "A leaking tank car of hazardous materials may be moved only to the nearest place of repair."),
+    ("fall", "A lanyard connects a body harness to an anchorage; workers on bridges use fall protection above twelve feet."),
+];
+
+fn setup(root: &Path, url: &str) -> std::path::PathBuf {
+    let corpus = root.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for (name, text) in DOCS {
+        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
+    }
+    let golden = root.join("golden.jsonl");
+    let rows = [("q1", "When do the barriers come down?", "gates.md"), ("q2", "How often do the beacons blink?", "lights.md"), ("q3", "What harness rules apply on spans?", "fall.md")];
+    let lines: Vec<String> = rows.iter().map(|(id, q, s)| serde_json::json!({"qid": id, "question": q, "gold": [{"source": s, "page": 1}]}).to_string()).collect();
+    std::fs::write(&golden, lines.join("\n") + "\n").unwrap();
+    let model = repo_root().join("models/all-MiniLM-L6-v2");
+    let api = format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}");
+    let pipeline = root.join("p.toml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name = \"rewrite\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nk = 2\nresamples = 1000\n\
+             [baseline]\nname = \"BM25\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = {model:?} }}\nretrieval = {{ dense = false, bm25 = true, promote_exact = false }}\n\
+             [[variants]]\nname = \"BM25 + expansion\"\nretrieval = {{ rewrite = {{ kind = \"expand\", model = {api} }} }}\n\
+             [[variants]]\nname = \"BM25 + multi-query\"\nretrieval = {{ rewrite = {{ kind = \"multi_query\", n = 2, model = {api} }} }}\n\
+             [[variants]]\nname = \"Vector + HyDE\"\nretrieval = {{ dense = true, bm25 = false, rewrite = {{ kind = \"hyde\", model = {api} }} }}\n"
+        ),
+    )
+    .unwrap();
+    pipeline
+}
+
+/// The scripted model: terms, paraphrases or a passage that name each question's gold topic.
+fn script(r: &gauge::chat_server::Received) -> Reply {
+    let prompt = r.message(0);
+    let topic = if prompt.contains("barriers") { "crossing gate arms lowered" } else if prompt.contains("beacons") { "flashing lights flash per minute" } else { "lanyard harness fall protection bridges" };
+    if prompt.contains("different ways") {
+        Reply::Content(format!("1. Which rule covers {topic}?\n2. What about {topic}?"))
+    } else if prompt.contains("passage") {
+        Reply::Content(format!("The manual states that {topic} as required."))
+    } else {
+        Reply::Content(topic.to_string())
+    }
+}
+
+#[test]
+fn rewrites_are_cached_and_change_retrieval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ChatServer::start(|_, r| script(r));
+    let pipeline = setup(tmp.path(), &server.url);
+    let art = tmp.path().join("artifacts");
+    let eval = tmp.path().join("eval");
+    let args = [pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", eval.to_str().unwrap()];
+    let out = ok(run("evaluate", &args));
+    let dir = std::path::PathBuf::from(last_line(&out));
+    let requests = server.requests();
+    // One call per question and rewriting config: 3 questions × 3 configs.
+    assert_eq!(requests.len(), 9, "{} model calls", requests.len());
+    assert!(requests.iter().any(|r| r.message(0).contains("Write 2 different ways") && r.message(0).contains("When do the barriers come down?")));
+    let cached: usize = walk(&art.join("llm-cache"));
+    assert_eq!(cached, 9, "cache entries");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stats"]["model_calls"], 9);
+    let metrics = std::fs::read(dir.join("runs.parquet")).unwrap();
+    // The rewrites matter: the questions share few words with their pages, so BM25 alone
+    // misses one; expansion and multi-query rank the gold pages higher, HyDE finds all three.
+    let md = std::fs::read_to_string(eval.join("rewrite/ablation.md")).unwrap();
+    // Columns: Config | Hit@1 | Hit@2 | MRR@2 | …
+    let cell = |name: &str, col: usize| -> f64 {
+        let line = md.lines().find(|l| l.starts_with(&format!("| {name} "))).unwrap_or_else(|| panic!("no row {name}:\n{md}"));
+        line.split('|').nth(col).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(cell("BM25 + expansion", 2) > cell("BM25 (baseline)", 2), "{md}");
+    assert!(cell("BM25 + multi-query", 4) > cell("BM25 (baseline)", 4), "{md}");
+    assert_eq!(cell("Vector + HyDE", 2), 1.0, "{md}");
+
+    // `query` with the same config reads the same cache (the artifact root of its index).
+    let p = gauge_evaluate::Pipeline::load(&pipeline).unwrap();
+    let v = p.variants.iter().find(|v| v.name == "BM25 + expansion").unwrap();
+    let index = manifest["inputs"].as_array().unwrap().iter().find(|i| i["name"] == "index:BM25 + expansion").unwrap()["path"].as_str().unwrap().to_string();
+    let cfg_path = tmp.path().join("retrieval.json");
+    std::fs::write(&cfg_path, serde_json::to_string(&v.stages.retrieval).unwrap()).unwrap();
+    let q = ok(run("query", &["--index", &index, "--config", cfg_path.to_str().unwrap(), "--json", "When do the barriers come down?"]));
+    let reply: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    assert_eq!(reply["rewrite"]["cache_hits"], 1, "{reply:#}");
+    assert_eq!(reply["rewrite"]["queries"][0][0], "When do the barriers come down? crossing gate arms lowered");
+    assert_eq!(reply["passages"][0]["source"], "gates.md");
+    assert_eq!(server.requests().len(), 9);
+
+    // A forced re-evaluation asks the model nothing and ranks exactly alike.
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let out = ok(run("evaluate", &forced));
+    assert_eq!(server.requests().len(), 9, "the rerun called the model");
+    let again = std::path::PathBuf::from(last_line(&out));
+    assert_eq!(std::fs::read(again.join("runs.parquet")).unwrap(), metrics);
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(again.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stats"]["model_calls"], 0);
+    assert_eq!(manifest["stats"]["model_calls_cached"], 9);
+
+    // An endpoint that refuses fails the evaluation with the config named (no silent fallback
+    // to the unrewritten query).
+    let broken = ChatServer::start(|_, _| Reply::Reject(400, "model not loaded".into()));
+    let tmp2 = tempfile::tempdir().unwrap();
+    let pipeline = setup(tmp2.path(), &broken.url);
+    let out = run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", tmp2.path().join("a").to_str().unwrap(), "--eval-dir", tmp2.path().join("e").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("BM25 + expansion") || err.contains("rewrite"), "{err}");
+}
+
+fn walk(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries.flatten().map(|e| if e.path().is_dir() { walk(&e.path()) } else { usize::from(e.path().extension().is_some_and(|x| x == "json")) }).sum()
+}
