@@ -70,6 +70,10 @@ synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
+# LLM query rewriting (expansion, multi-query, HyDE by the local SmolLM2) on the FRA dev set, each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
+ablate-llm: setup models
+    {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}
+
 # Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked → eval/fra-answers/.
 ablate-answers: setup models
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
