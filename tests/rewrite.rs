@@ -110,6 +110,20 @@ fn rewrites_are_cached_and_change_retrieval() {
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(again.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["stats"]["model_calls"], 0);
     assert_eq!(manifest["stats"]["model_calls_cached"], 9);
+    // per_query.parquet: no calls on the rerun, and the cost without the cache is the cached
+    // rows' latency plus the recorded model time (the baseline, which rewrites nothing, is equal).
+    let batch = gauge_core::table::read_parquet_any(&again.join("per_query.parquet")).unwrap();
+    let c = gauge_core::table::Columns::new(&batch);
+    let (config, lat, cold, calls) = (c.strings_required("config"), c.f64s("latency_ms"), c.f64s("cold_latency_ms"), c.i32s("model_calls"));
+    for i in 0..batch.num_rows() {
+        assert_eq!(calls[i], 0);
+        let (l, k) = (lat[i].unwrap(), cold[i].unwrap());
+        if config[i] == "BM25" {
+            assert_eq!(l, k);
+        } else {
+            assert!(k > l, "{}: cold {k} vs {l}", config[i]);
+        }
+    }
 
     // An endpoint that refuses fails the evaluation with the config named (no silent fallback
     // to the unrewritten query).

@@ -153,6 +153,9 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics:
             for (name, p) in [("latency_p50_ms", 0.5), ("latency_p95_ms", 0.95)] {
                 out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: name.into(), n: lat.len(), value: if lat.is_empty() { 0.0 } else { percentile(&lat, p) }, ci: None, delta: None });
             }
+            let mut cold: Vec<f64> = mine.iter().map(|r| r.cold_latency_ms).collect();
+            cold.sort_by(f64::total_cmp);
+            out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: "cold_latency_p50_ms".into(), n: cold.len(), value: if cold.is_empty() { 0.0 } else { percentile(&cold, 0.5) }, ci: None, delta: None });
         }
     }
     out
@@ -492,6 +495,8 @@ fn evaluate_variants(
                     refused: result.refusal.is_some(),
                     n_results: passages.len(),
                     latency_ms,
+                    cold_latency_ms: latency_ms + result.rewrite.as_ref().map_or(0.0, |r| if r.cache_hits > 0 { r.model_ms } else { 0.0 }),
+                    model_calls: result.rewrite.as_ref().map_or(0, |r| r.model_calls),
                 });
                 bar.inc(1);
             }

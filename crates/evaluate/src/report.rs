@@ -61,6 +61,8 @@ pub fn write_per_query(path: &Path, rows: &[QueryRow]) -> anyhow::Result<u64> {
         Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.refused)))) as ArrayRef,
         Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.n_results as i32))) as ArrayRef,
         floats(rows.iter().map(|r| r.latency_ms)),
+        floats(rows.iter().map(|r| r.cold_latency_ms)),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.model_calls as i32))) as ArrayRef,
     ];
     Ok(write_parquet(path, arrow_schema(PER_QUERY_COLUMNS), cols)?)
 }
@@ -216,19 +218,19 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         }
     }
     let coverage: Vec<&Metric> = cx.registry.iter().filter(|m| m.placement == Placement::Coverage).collect();
-    let headers: Vec<String> = coverage.iter().map(|m| m.label.clone()).chain(["Latency p50 (ms)".to_string(), "Latency p95 (ms)".to_string()]).collect();
+    let headers: Vec<String> = coverage.iter().map(|m| m.label.clone()).chain(["Latency p50 (ms)".to_string(), "Latency p95 (ms)".to_string(), "Without cache p50 (ms)".to_string()]).collect();
     s.push_str(&format!("\n## Coverage, refusals, latency\n\n| Config | {} |\n|---|{}\n", headers.join(" | "), "---|".repeat(headers.len())));
     for v in cx.evaluated() {
         let mut cells: Vec<String> = coverage
             .iter()
             .map(|m| if m.interval { cell(cx.get(&v.name, "all", &m.name)) } else { format!("{:.3}", cx.get(&v.name, "all", &m.name).map(|r| r.value).unwrap_or(0.0)) })
             .collect();
-        for lat in ["latency_p50_ms", "latency_p95_ms"] {
+        for lat in ["latency_p50_ms", "latency_p95_ms", "cold_latency_p50_ms"] {
             cells.push(format!("{:.1}", cx.get(&v.name, "all", lat).map(|m| m.value).unwrap_or(0.0)));
         }
         s.push_str(&format!("| {} | {} |\n", v.name.replace('|', "\\|"), cells.join(" | ")));
     }
-    s.push_str("\nLatency is wall time on the machine that ran the evaluation (query embedding included); it is the only number here that changes between runs.\n\n## Configs\n\n");
+    s.push_str("\nLatency is wall time on the machine that ran the evaluation (query embedding included); it is the only number here that changes between runs. \"Without cache\" adds the recorded time of every query-rewrite reply the model-call cache served (what a first run pays).\n\n## Configs\n\n");
     for v in &p.variants {
         let desc = if v.description.is_empty() { String::new() } else { format!(": {}", v.description) };
         s.push_str(&format!("- **{}**{}{}\n", v.name, desc, if v.oracle_source_filter { " *(oracle: filters on each question's gold source)*" } else { "" }));

@@ -22,6 +22,10 @@ pub struct QueryRow {
     pub n_results: usize,
     /// Search wall time.
     pub latency_ms: f64,
+    /// Wall time plus the recorded time of cached model replies (the cost without the cache).
+    pub cold_latency_ms: f64,
+    /// Model calls the search made.
+    pub model_calls: usize,
 }
 
 /// One row of `runs.parquet`.
