@@ -118,7 +118,7 @@ pub const EMBEDDING_COLUMNS: &[ColumnDoc] = &[
 pub const METRIC_COLUMNS: &[ColumnDoc] = &[
     col("config", Utf8, "the pipeline config (variant) name"),
     col("category", Utf8, "`all`, or a golden-set category"),
-    col("metric", Utf8, "`hit@1`, `hit@3`, `hit@5`, `hit@k`, `mrr@k`, `ndcg@k`, `recall@k`, `keyword_coverage@k`, `refusal_rate`, `latency_p50_ms`, `latency_p95_ms`, `cold_latency_p50_ms` (the p50 without the model-call cache); `answer/<name>` for answer rows (see the answer metrics)"),
+    col("metric", Utf8, "`hit@1`, `hit@3`, `hit@5`, `hit@k`, `mrr@k`, `ndcg@k`, `recall@k`, `keyword_coverage@k`, `refusal_rate`, `latency_p50_ms`, `latency_p95_ms`, `latency_p50_without_cache_ms` (the p50 without the model-call cache); `answer/<name>` for answer rows (see the answer metrics)"),
     col("n", Int32, "questions averaged"),
     col("value", Float64, "the mean over questions (latency: the percentile)"),
     nullable("ci_low", Float64, "95 % percentile-bootstrap interval of the mean, low end (null for latency)"),

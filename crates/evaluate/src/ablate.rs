@@ -155,7 +155,7 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics:
             }
             let mut cold: Vec<f64> = mine.iter().map(|r| r.cold_latency_ms).collect();
             cold.sort_by(f64::total_cmp);
-            out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: "cold_latency_p50_ms".into(), n: cold.len(), value: if cold.is_empty() { 0.0 } else { percentile(&cold, 0.5) }, ci: None, delta: None });
+            out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: "latency_p50_without_cache_ms".into(), n: cold.len(), value: if cold.is_empty() { 0.0 } else { percentile(&cold, 0.5) }, ci: None, delta: None });
         }
     }
     out

@@ -225,7 +225,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
             .iter()
             .map(|m| if m.interval { cell(cx.get(&v.name, "all", &m.name)) } else { format!("{:.3}", cx.get(&v.name, "all", &m.name).map(|r| r.value).unwrap_or(0.0)) })
             .collect();
-        for lat in ["latency_p50_ms", "latency_p95_ms", "cold_latency_p50_ms"] {
+        for lat in ["latency_p50_ms", "latency_p95_ms", "latency_p50_without_cache_ms"] {
             cells.push(format!("{:.1}", cx.get(&v.name, "all", lat).map(|m| m.value).unwrap_or(0.0)));
         }
         s.push_str(&format!("| {} | {} |\n", v.name.replace('|', "\\|"), cells.join(" | ")));
