@@ -67,6 +67,26 @@ impl GoldItem {
         }
     }
 
+    /// Page relevance (the one definition `evaluate` and the retriever training share): a
+    /// passage of `source` spanning pages `pages` and characters `chars` covers a page item
+    /// whose page lies in its range, a span item with pages whose range overlaps, or a span
+    /// item without pages whose characters overlap.
+    pub fn covered_by_pages(&self, source: &str, pages: (i32, i32), chars: (i64, i64)) -> bool {
+        match self {
+            GoldItem::Page { source: s, page } => s == source && pages.0 <= *page && *page <= pages.1,
+            GoldItem::Span { source: s, page_start: Some(a), page_end: Some(b), .. } => s == source && pages.0 <= *b && *a <= pages.1,
+            GoldItem::Span { .. } => self.covered_by_chars(source, chars),
+        }
+    }
+
+    /// Span relevance: a span item whose characters overlap the passage's (page items never).
+    pub fn covered_by_chars(&self, source: &str, chars: (i64, i64)) -> bool {
+        match self {
+            GoldItem::Span { source: s, char_start, char_end, .. } => s == source && chars.0 < *char_end && *char_start < chars.1,
+            GoldItem::Page { .. } => false,
+        }
+    }
+
     /// The source file.
     pub fn source(&self) -> &str {
         match self {

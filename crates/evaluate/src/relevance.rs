@@ -62,14 +62,9 @@ pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) ->
     q.gold
         .iter()
         .enumerate()
-        .filter(|(_, g)| match (g, mode) {
-            (GoldItem::Page { source, page }, RelevanceMode::Page) => *source == p.source && p.page_start <= *page && *page <= p.page_end,
-            (GoldItem::Span { source, page_start: Some(a), page_end: Some(b), .. }, RelevanceMode::Page) => {
-                *source == p.source && p.page_start <= *b && *a <= p.page_end
-            }
-            (GoldItem::Span { source, char_start, char_end, .. }, RelevanceMode::Page | RelevanceMode::Span) => {
-                *source == p.source && p.char_start < *char_end && *char_start < p.char_end
-            }
+        .filter(|(_, g)| match mode {
+            RelevanceMode::Page => g.covered_by_pages(&p.source, (p.page_start, p.page_end), (p.char_start, p.char_end)),
+            RelevanceMode::Span => g.covered_by_chars(&p.source, (p.char_start, p.char_end)),
             _ => false,
         })
         .map(|(i, _)| i)

@@ -27,17 +27,9 @@ fn main() -> anyhow::Result<()> {
     let stride = (chunks.len() / 64).max(1);
     let picked: Vec<&str> = (0..64).map(|i| chunks[(i * stride) % chunks.len()].text.as_str()).collect();
     let queries: Vec<String> = picked[..16].iter().map(|t| t.split(['.', '?', '!']).next().unwrap_or(t).chars().take(300).collect()).collect();
-    let tok = |texts: &[&str], max: usize| -> anyhow::Result<Vec<Encoded>> {
-        Ok(embedder.tokenize(texts)?.into_iter().map(|mut ids| {
-            if ids.len() > max {
-                let last = *ids.last().unwrap();
-                ids.truncate(max - 1);
-                ids.push(last);
-            }
-            let n = ids.len();
-            Encoded { ids, types: vec![0; n] }
-        }).collect())
-    };
+    // The trainer's own tokenization (truncation keeps the final [SEP]).
+    let tokenizer = gauge_lora::retriever::EncoderTokenizer::load(&dir, 64, 256, false)?;
+    let tok = |texts: &[&str], max: usize| -> anyhow::Result<Vec<Encoded>> { Ok(texts.iter().map(|t| tokenizer.text(t, max)).collect::<Result<_, _>>()?) };
     let q = tok(&queries.iter().map(String::as_str).collect::<Vec<_>>(), 64)?;
     let p = tok(&picked[16..], 256)?;
     let p: Vec<Encoded> = p.into_iter().chain(tok(&picked[..16], 256)?).collect::<Vec<_>>()[..48].to_vec();

@@ -76,20 +76,6 @@ pub struct TrainArgs {
     pub stop_after: Option<u64>,
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to).map_err(|e| anyhow::anyhow!("{}: {e}", to.display()))?;
-    for entry in std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))? {
-        let entry = entry?;
-        let dest = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &dest)?;
-        } else {
-            std::fs::copy(entry.path(), &dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
-        }
-    }
-    Ok(())
-}
-
 impl StageCli for TrainLora {
     /// `--copy-to`: the adapter folder copied (through a temporary folder) where pipelines read it.
     fn after(built: &Built<TrainSummary>, options: &TrainOptions) -> anyhow::Result<()> {
@@ -99,7 +85,7 @@ impl StageCli for TrainLora {
         std::fs::create_dir_all(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
         // The run's deliverable: adapter/ (generator, embedder with LoRA) or model/ (reranker, full tuning).
         let from = ["adapter", "model"].iter().map(|d| built.dir.join(d)).find(|d| d.is_dir()).ok_or_else(|| anyhow::anyhow!("{}: no adapter/ or model/ to copy", built.dir.display()))?;
-        copy_dir(&from, &tmp)?;
+        crate::retriever::copy_tree(&from, &tmp, &|_| false)?;
         let _ = std::fs::remove_dir_all(dest);
         std::fs::rename(&tmp, dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
         Ok(())

@@ -38,10 +38,7 @@ pub fn write_merged(base: &str, adapter: &LoraAdapter, template: &ChatTemplate, 
         tensors.push(("lm_head.weight".into(), vec![v, h], files.checkpoint.get("lm_head.weight", &[v, h])?));
     }
     std::fs::create_dir_all(dir)?;
-    let blobs: Vec<(String, Vec<usize>, Vec<u8>)> = tensors.into_iter().map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blobs.iter().map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("sizes match"))).collect();
-    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-    safetensors::serialize_to_file(views, Some(meta), &dir.join("model.safetensors"))?;
+    crate::retriever::write_safetensors(&dir.join("model.safetensors"), &tensors)?;
     let mut config = serde_json::to_value(c)?;
     config["architectures"] = serde_json::json!(["LlamaForCausalLM"]);
     config["tie_word_embeddings"] = serde_json::json!(tied);

@@ -28,7 +28,7 @@ use std::time::Instant;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::TensorData;
 use gauge_core::artifact::StageRun;
-use gauge_core::golden::{GoldItem, GoldenQuestion};
+use gauge_core::golden::GoldenQuestion;
 use gauge_core::schema::ChunkRecord;
 use gauge_encoder::device::Tensor;
 use serde::{Deserialize, Serialize};
@@ -143,11 +143,7 @@ pub fn gold_pages(q: &GoldenQuestion) -> Vec<(String, i32)> {
 /// Whether a chunk is relevant to a question by page (evaluate's page rule: same source, page
 /// ranges overlap; spans without pages by character overlap).
 pub fn relevant_by_page(q: &GoldenQuestion, c: &ChunkRecord) -> bool {
-    q.gold.iter().any(|g| match g {
-        GoldItem::Page { source, page } => *source == c.source && c.page_start <= *page && *page <= c.page_end,
-        GoldItem::Span { source, page_start: Some(a), page_end: Some(b), .. } => *source == c.source && c.page_start <= *b && *a <= c.page_end,
-        GoldItem::Span { source, char_start, char_end, .. } => *source == c.source && c.char_start < *char_end && *char_start < c.char_end,
-    })
+    q.gold.iter().any(|g| g.covered_by_pages(&c.source, (c.page_start, c.page_end), (c.char_start, c.char_end)))
 }
 
 /// A golden-set row with the chunk it was made from (synth-data rows carry `chunk_id`).
@@ -455,7 +451,9 @@ pub fn resolve_base(spec: &str) -> anyhow::Result<PathBuf> {
     Ok(source.dir)
 }
 
-fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<()> {
+/// Writes f32 tensors `(name, shape, values)` as a safetensors file (`format = pt`, as
+/// transformers writes it).
+pub(crate) fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<()> {
     let blobs: Vec<(String, Vec<usize>, Vec<u8>)> = tensors.iter().map(|(n, s, v)| (n.clone(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blobs.iter().map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("sizes match"))).collect();
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
@@ -463,24 +461,29 @@ fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) ->
     Ok(())
 }
 
-/// Copies a model folder's files except its weights (config, tokenizer, sentence-transformers
-/// modules and pooling), recursively.
-fn copy_model_files(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
+/// Copies a folder recursively, leaving out every entry whose name `skip` accepts.
+pub(crate) fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| anyhow::anyhow!("{}: {e}", to.display()))?;
+    for entry in std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))? {
         let entry = entry?;
         let name = entry.file_name();
-        let n = name.to_string_lossy();
-        if n.ends_with(".safetensors") || n.ends_with(".bin") || n.ends_with(".onnx") || n.starts_with('.') || n == "onnx" || n == "openvino" || n == "README.md" {
+        if skip(&name.to_string_lossy()) {
             continue;
         }
+        let dest = to.join(&name);
         if entry.file_type()?.is_dir() {
-            copy_model_files(&entry.path(), &to.join(&name))?;
+            copy_tree(&entry.path(), &dest, skip)?;
         } else {
-            std::fs::copy(entry.path(), to.join(&name))?;
+            std::fs::copy(entry.path(), &dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
         }
     }
     Ok(())
+}
+
+/// Copies a model folder's files except its weights (config, tokenizer, sentence-transformers
+/// modules and pooling).
+fn copy_model_files(from: &Path, to: &Path) -> anyhow::Result<()> {
+    copy_tree(from, to, &|n| n.ends_with(".safetensors") || n.ends_with(".bin") || n.ends_with(".onnx") || n.starts_with('.') || n == "onnx" || n == "openvino" || n == "README.md")
 }
 
 /// Writes a whole model folder: the base folder's files (config, tokenizer, and for an
