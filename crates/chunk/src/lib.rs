@@ -314,6 +314,8 @@ pub fn chunk_pages(pages: &[PageRecord], config: &ChunkConfig, tokenizer: Option
                 next_chunk_id: None,
                 text: text.to_string(),
                 embed_text,
+                level: 0,
+                children: Vec::new(),
             });
         }
         let ids: Vec<String> = kept.iter().map(|c| c.chunk_id.clone()).collect();

@@ -104,6 +104,13 @@ pub const CHUNK_COLUMNS: &[ColumnDoc] = &[
     col("n_chars", Int32, "characters in `text`"),
 ];
 
+/// Optional `chunks.parquet` columns of a `raptor` artifact (leaf chunks plus summary nodes),
+/// written when any row is a summary; a table without them holds leaves only.
+pub const SUMMARY_COLUMNS: &[ColumnDoc] = &[
+    col("level", Int32, "0 for a chunk of a document (a leaf); 1 for a summary of leaves; 2 for a summary of level-1 summaries"),
+    col("children", Utf8, "JSON array of the chunk ids the summary was written from (`[]` for a leaf)"),
+];
+
 /// Optional `chunks.parquet` column written with `--contextual-header`.
 pub const EMBED_TEXT_COLUMN: ColumnDoc =
     col("embed_text", Utf8, "`title › section` line, a blank line, then `text`: what later stages embed when present");
@@ -281,6 +288,35 @@ pub struct ChunkRecord {
     pub text: String,
     /// Contextual text to embed, when enabled.
     pub embed_text: Option<String>,
+    /// 0 for a leaf; 1 or 2 for a RAPTOR summary node.
+    pub level: i32,
+    /// The chunk ids a summary node summarises (empty for a leaf).
+    pub children: Vec<String>,
+}
+
+impl ChunkRecord {
+    /// Whether this row is a summary node (level above 0).
+    pub fn is_summary(&self) -> bool {
+        self.level > 0
+    }
+}
+
+/// The leaf chunks under a set of chunk ids, depth first in `children` order, each once (a
+/// leaf is its own leaf; unknown ids are skipped).
+pub fn leaves_of<'a>(ids: impl IntoIterator<Item = &'a str>, lookup: &dyn Fn(&str) -> Option<&'a ChunkRecord>) -> Vec<&'a ChunkRecord> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack: Vec<&str> = ids.into_iter().collect();
+    stack.reverse();
+    while let Some(id) = stack.pop() {
+        let Some(c) = lookup(id) else { continue };
+        if c.is_summary() {
+            stack.extend(c.children.iter().rev().map(String::as_str));
+        } else if seen.insert(c.chunk_id.as_str()) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn strings<'a>(it: impl Iterator<Item = &'a str>) -> ArrayRef {
@@ -376,6 +412,12 @@ pub fn write_chunks(path: &Path, chunks: &[ChunkRecord]) -> Result<u64, CoreErro
         docs.push(EMBED_TEXT_COLUMN);
         columns.push(strings(chunks.iter().map(|c| c.embed_text.as_deref().unwrap_or(c.text.as_str()))));
     }
+    if chunks.iter().any(ChunkRecord::is_summary) {
+        docs.extend_from_slice(SUMMARY_COLUMNS);
+        columns.push(Arc::new(Int32Array::from_iter_values(chunks.iter().map(|c| c.level))));
+        let children: Vec<String> = chunks.iter().map(|c| serde_json::to_string(&c.children).expect("ids serialise")).collect();
+        columns.push(strings(children.iter().map(String::as_str)));
+    }
     write_parquet(path, arrow_schema(&docs), columns)
 }
 
@@ -390,6 +432,15 @@ pub fn read_chunks(path: &Path) -> Result<Vec<ChunkRecord>, CoreError> {
     let (char_start, char_end) = (c.i64s("char_start"), c.i64s("char_end"));
     let (prev, next) = (c.strings("prev_chunk_id"), c.strings("next_chunk_id"));
     let embed = if c.has("embed_text") { Some(c.strings("embed_text")) } else { None };
+    let level = if c.has("level") { c.i32s("level") } else { vec![0; batch.num_rows()] };
+    let children: Vec<Vec<String>> = if c.has("children") {
+        c.strings_required("children")
+            .iter()
+            .map(|j| serde_json::from_str(j).map_err(|e| CoreError::Artifact { path: path.to_path_buf(), message: format!("column `children` is not a JSON list of chunk ids ({e})") }))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![Vec::new(); batch.num_rows()]
+    };
     Ok((0..batch.num_rows())
         .map(|i| ChunkRecord {
             chunk_id: chunk_id[i].clone(),
@@ -407,6 +458,8 @@ pub fn read_chunks(path: &Path) -> Result<Vec<ChunkRecord>, CoreError> {
             next_chunk_id: next[i].clone(),
             text: text[i].clone(),
             embed_text: embed.as_ref().and_then(|e| e[i].clone()),
+            level: level[i],
+            children: children[i].clone(),
         })
         .collect())
 }

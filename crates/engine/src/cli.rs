@@ -123,6 +123,10 @@ pub struct RetrievalFlags {
     /// Number of passages (`k`).
     #[arg(short)]
     pub k: Option<usize>,
+    /// RAPTOR summary nodes (an index built from a `raptor` artifact): keep, expand (to the
+    /// chunks under them) or exclude (`summaries`).
+    #[arg(long, value_parser = parse_as::<crate::SummaryUse>)]
+    pub summaries: Option<crate::SummaryUse>,
 }
 
 fn parse_normalization(raw: &str) -> Result<Normalization, String> {
@@ -218,6 +222,7 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
                     "rank": p.rank, "chunk_id": p.chunk.chunk_id, "score": p.candidate.score, "stages": p.candidate.stages,
                     "source": p.chunk.source, "page_start": p.chunk.page_start, "page_end": p.chunk.page_end,
                     "section": p.chunk.section, "text": p.chunk.text, "window": p.window,
+                    "level": p.chunk.level, "children": p.chunk.children,
                 })
             })
             .collect();
@@ -234,6 +239,9 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
         println!("{:>2}. {:.4}  {}  {}  [{}]", p.rank, p.candidate.score, p.chunk.source, pages, stages.join(", "));
         if !p.chunk.section.is_empty() {
             println!("    § {}", p.chunk.section);
+        }
+        if p.chunk.is_summary() {
+            println!("    summary (level {}) of {} chunks", p.chunk.level, p.span.leaves.len());
         }
         let preview: String = p.chunk.text.chars().take(200).collect::<String>().replace('\n', " ");
         println!("    {preview}");

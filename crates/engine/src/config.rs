@@ -41,6 +41,27 @@ pub enum DedupKey {
     Page,
 }
 
+/// What a search does with RAPTOR summary nodes (indexes built from a `raptor` artifact; an
+/// index without summaries is unaffected).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SummaryUse {
+    /// Summaries compete with chunks and are returned as passages (RAPTOR's "collapsed tree").
+    #[default]
+    Keep,
+    /// A summary hit is replaced, at its rank, by the chunks under it (those the retrievers
+    /// also ranked first, in their order, then the rest in document order), until `k`.
+    Expand,
+    /// Summaries are never returned (the leaves-only baseline on the same index).
+    Exclude,
+}
+
+impl SummaryUse {
+    fn is_keep(&self) -> bool {
+        *self == SummaryUse::Keep
+    }
+}
+
 /// Retrieval settings (serde, with defaults); every layer can be switched.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -79,6 +100,9 @@ pub struct RetrievalConfig {
     /// Query rewriting by a language model before retrieval (expansion, multi-query, HyDE).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<crate::rewrite::RewriteConfig>,
+    /// RAPTOR summary nodes: keep them as passages, expand them to their chunks, or exclude them.
+    #[serde(skip_serializing_if = "SummaryUse::is_keep")]
+    pub summaries: SummaryUse,
 }
 
 impl Default for RetrievalConfig {
@@ -99,6 +123,7 @@ impl Default for RetrievalConfig {
             ef_search: None,
             k: 10,
             rewrite: None,
+            summaries: SummaryUse::Keep,
         }
     }
 }

@@ -21,7 +21,7 @@ use gauge_index::{FaissDevice, IndexManifest, IndexReader};
 use gauge_rank::{apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, RankedList, Refusal, Reranker, Window};
 use serde::Serialize;
 
-pub use config::{DedupKey, Filter, RetrievalConfig};
+pub use config::{DedupKey, Filter, RetrievalConfig, SummaryUse};
 pub use retriever::{Bm25Retriever, ChunkTable, DenseRetriever, Retriever};
 
 /// How to open an index.
@@ -56,6 +56,10 @@ pub struct PassageSpan {
     pub char_end: i64,
     /// The text (the window's chunks joined by newlines).
     pub text: String,
+    /// For a RAPTOR summary node: the spans of the chunks under it (a summary is judged by
+    /// its leaves); empty for a chunk.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leaves: Vec<PassageSpan>,
 }
 
 /// One result.
@@ -311,12 +315,16 @@ impl Engine {
             Ok(c) => c,
             Err(refusal) => return Ok(SearchResult { passages: Vec::new(), refusal: Some(refusal), rewrite }),
         };
-        let top: Vec<Candidate> = kept.into_iter().take(cfg.k).collect();
+        let top: Vec<Candidate> = match cfg.summaries {
+            SummaryUse::Keep => kept.into_iter().take(cfg.k).collect(),
+            SummaryUse::Exclude => kept.into_iter().filter(|c| t.get(&c.chunk_id).is_none_or(|c| !c.is_summary())).take(cfg.k).collect(),
+            SummaryUse::Expand => self.expand_summaries(kept, cfg.k),
+        };
         let windows: Vec<Window> = if cfg.window > 0 {
             small_to_big(
                 &top,
                 cfg.window,
-                |id| t.get(id).map(|c| ChunkPosition { doc_id: c.doc_id.clone(), index: c.chunk_index as usize }),
+                |id| t.get(id).filter(|c| !c.is_summary()).map(|c| ChunkPosition { doc_id: c.doc_id.clone(), index: c.chunk_index as usize }),
                 |doc| t.doc_chunks(doc).cloned(),
             )
         } else {
@@ -335,6 +343,48 @@ impl Engine {
         Ok(SearchResult { passages, refusal: None, rewrite })
     }
 
+    /// The first `k` passages of `ranked` with each summary node replaced, at its rank, by the
+    /// chunks under it: first those also in `ranked` (in its order), then the others in
+    /// document order; a chunk already placed is not repeated. An expanded chunk keeps the
+    /// summary's score and gains a `summary` stage hit (the summary's rank).
+    pub fn expand_summaries(&self, ranked: Vec<Candidate>, k: usize) -> Vec<Candidate> {
+        let t = &self.table;
+        let position: std::collections::HashMap<&str, usize> = ranked.iter().enumerate().map(|(i, c)| (c.chunk_id.as_str(), i)).collect();
+        let mut placed: BTreeSet<String> = BTreeSet::new();
+        let mut out = Vec::new();
+        for (rank, c) in ranked.iter().enumerate() {
+            if out.len() >= k {
+                break;
+            }
+            let Some(chunk) = t.get(&c.chunk_id) else { continue };
+            if !chunk.is_summary() {
+                if placed.insert(c.chunk_id.clone()) {
+                    out.push(c.clone());
+                }
+                continue;
+            }
+            let mut leaves = gauge_core::schema::leaves_of([chunk.chunk_id.as_str()], &|id| t.get(id));
+            leaves.sort_by_key(|l| (position.get(l.chunk_id.as_str()).copied().unwrap_or(usize::MAX), l.source.clone(), l.chunk_index));
+            for leaf in leaves {
+                if out.len() >= k {
+                    break;
+                }
+                if !placed.insert(leaf.chunk_id.clone()) {
+                    continue;
+                }
+                let mut stages = position.get(leaf.chunk_id.as_str()).map(|&i| ranked[i].stages.clone()).unwrap_or_default();
+                stages.push(gauge_rank::StageHit { stage: "summary".into(), rank: rank + 1, score: c.score });
+                out.push(Candidate { chunk_id: leaf.chunk_id.clone(), score: c.score, stages });
+            }
+        }
+        out
+    }
+
+    /// The span of a chunk on its own (a summary node's carries its leaves' spans).
+    pub fn passage_span(&self, chunk: &ChunkRecord) -> PassageSpan {
+        self.span_of(chunk, None)
+    }
+
     /// The span a passage covers: its window's chunks (pages and characters from first to
     /// last, texts joined by newlines), or the chunk.
     fn span_of(&self, chunk: &ChunkRecord, window: Option<&Window>) -> PassageSpan {
@@ -343,6 +393,11 @@ impl Engine {
             None => vec![chunk],
         };
         let chunks = if chunks.is_empty() { vec![chunk] } else { chunks };
+        let leaves = if chunk.is_summary() {
+            gauge_core::schema::leaves_of([chunk.chunk_id.as_str()], &|id| self.table.get(id)).into_iter().map(|l| self.span_of(l, None)).collect()
+        } else {
+            Vec::new()
+        };
         PassageSpan {
             source: chunk.source.clone(),
             page_start: chunks.iter().map(|c| c.page_start).min().unwrap_or(chunk.page_start),
@@ -350,6 +405,7 @@ impl Engine {
             char_start: chunks.iter().map(|c| c.char_start).min().unwrap_or(chunk.char_start),
             char_end: chunks.iter().map(|c| c.char_end).max().unwrap_or(chunk.char_end),
             text: chunks.iter().map(|c| c.text.as_str()).collect::<Vec<_>>().join("\n"),
+            leaves,
         }
     }
 }

@@ -446,7 +446,7 @@ fn evaluate_variants(
                     .chunks()
                     .chunks
                     .iter()
-                    .filter(|c| is_relevant(q, &chunk_passage(c), mode))
+                    .filter(|c| is_relevant(q, &engine.passage_span(c), mode))
                     .map(|c| (q.qid.clone(), c.chunk_id.clone()))
                     .collect::<Vec<_>>()
             })
@@ -520,10 +520,6 @@ pub fn config_for(v: &crate::pipeline::Variant, q: &GoldenQuestion) -> gauge_eng
         cfg.filter.sources = sources.into_iter().collect();
     }
     cfg
-}
-
-fn chunk_passage(c: &gauge_core::schema::ChunkRecord) -> PassageSpan {
-    PassageSpan { source: c.source.clone(), page_start: c.page_start, page_end: c.page_end, char_start: c.char_start, char_end: c.char_end, text: c.text.clone() }
 }
 
 /// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder).

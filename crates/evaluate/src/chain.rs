@@ -1,4 +1,5 @@
-//! The build chain of one config: extract → chunk → embed → index, as data for
+//! The build chain of one config: extract → chunk → embed → index (with `raptor`: extract →
+//! chunk → embed → raptor → embed → index), as data for
 //! [`gauge_core::stage::Dag`] (each distinct artifact built once, cached across runs).
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,16 @@ pub fn upstream(dag: &mut Dag<'_>, corpus: &Path, v: &Variant) -> anyhow::Result
             format!("config `{name}`: embed (a BM25-only config still needs the embedding model: its index holds the dense vectors too)")
         }
     })?;
+    let (chunks, embeddings) = match &s.raptor {
+        None => (chunks, embeddings),
+        Some(r) => {
+            let with_summaries = dag
+                .ensure::<gauge_raptor::Raptor>(r, &gauge_raptor::RaptorInputs { embeddings, chunks: Some(chunks) })
+                .with_context(|| format!("config `{name}`: raptor"))?;
+            let embeddings = dag.ensure::<Embed>(&s.embed, &with_summaries).with_context(|| format!("config `{name}`: embed (chunks + summaries)"))?;
+            (with_summaries, embeddings)
+        }
+    };
     let index = dag.ensure::<Index>(&s.index, &IndexInputs { chunks: Some(chunks), embeddings }).with_context(|| format!("config `{name}`: index"))?;
     let fingerprint = gauge_core::Manifest::read(&index)?.fingerprint;
     Ok(Upstream { pages, index, fingerprint })

@@ -31,6 +31,10 @@ pub struct StageConfigs {
     pub chunk: ChunkConfig,
     /// `embed` settings (model, prefixes, pooling…).
     pub embed: EmbedConfig,
+    /// `raptor` settings: when present, summary nodes are added to the chunks before they are
+    /// embedded and indexed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raptor: Option<gauge_raptor::RaptorConfig>,
     /// `index` settings (faiss type, stemming).
     pub index: IndexConfig,
     /// Retrieval engine settings.
@@ -111,7 +115,7 @@ fn default_resamples() -> usize {
     2000
 }
 
-const STAGE_KEYS: [&str; 5] = ["extract", "chunk", "embed", "index", "retrieval"];
+const STAGE_KEYS: [&str; 6] = ["extract", "chunk", "embed", "raptor", "index", "retrieval"];
 const ROW_KEYS: [&str; 5] = ["name", "base", "description", "oracle_source_filter", "compare_to"];
 
 

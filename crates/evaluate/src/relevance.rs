@@ -1,5 +1,7 @@
 //! Relevance judgements that do not depend on how the corpus was chunked, and the
 //! per-question scores built on them.
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use gauge_core::golden::{GoldItem, GoldenQuestion};
@@ -57,8 +59,13 @@ impl RelevanceMode {
 pub use gauge_engine::PassageSpan;
 
 /// Which gold items of `q` the passage covers (page mode: a `Page` item whose page lies in its
-/// range, or a `Span` item it overlaps; span mode: overlapping spans only).
+/// range, or a `Span` item it overlaps; span mode: overlapping spans only). A RAPTOR summary
+/// covers what its leaves cover.
 pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> Vec<usize> {
+    if !p.leaves.is_empty() {
+        let all: BTreeSet<usize> = p.leaves.iter().flat_map(|l| covered_gold(q, l, mode)).collect();
+        return all.into_iter().collect();
+    }
     q.gold
         .iter()
         .enumerate()
@@ -71,8 +78,12 @@ pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) ->
         .collect()
 }
 
-/// Whether a passage is relevant to a question under a (resolved) mode.
+/// Whether a passage is relevant to a question under a (resolved) mode; a RAPTOR summary is
+/// relevant when one of its leaves is.
 pub fn is_relevant(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> bool {
+    if !p.leaves.is_empty() {
+        return p.leaves.iter().any(|l| is_relevant(q, l, mode));
+    }
     match mode {
         RelevanceMode::Keyword => {
             let t = p.text.to_lowercase();
@@ -102,7 +113,9 @@ pub struct QuestionScores {
 /// Scores one question's passages (best first, already cut to `k`).
 pub fn score_question(q: &GoldenQuestion, passages: &[PassageSpan], mode: RelevanceMode, k: usize) -> QuestionScores {
     let relevant: Vec<bool> = passages.iter().map(|p| is_relevant(q, p, mode)).collect();
-    let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
+    // A summary is judged by its leaves' texts too.
+    let joined: Vec<String> = passages.iter().map(|p| if p.leaves.is_empty() { p.text.clone() } else { p.leaves.iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n") }).collect();
+    let texts: Vec<&str> = joined.iter().map(String::as_str).collect();
     let keyword = (!q.keywords.is_empty()).then(|| keyword_scores(&q.keywords, &texts, k));
     match mode {
         RelevanceMode::Keyword => {
@@ -150,7 +163,7 @@ mod tests {
     }
 
     fn passage(source: &str, pages: (i32, i32), chars: (i64, i64), text: &str) -> PassageSpan {
-        PassageSpan { source: source.into(), page_start: pages.0, page_end: pages.1, char_start: chars.0, char_end: chars.1, text: text.into() }
+        PassageSpan { source: source.into(), page_start: pages.0, page_end: pages.1, char_start: chars.0, char_end: chars.1, text: text.into(), leaves: Vec::new() }
     }
 
     #[test]
@@ -173,6 +186,20 @@ mod tests {
         assert!(!is_relevant(&g, &passage("a.pdf", (1, 1), (0, 100), ""), RelevanceMode::Span));
         assert!(!is_relevant(&g, &passage("a.pdf", (1, 1), (200, 300), ""), RelevanceMode::Span));
         assert!(!is_relevant(&g, &passage("b.pdf", (1, 1), (150, 400), ""), RelevanceMode::Span));
+    }
+
+    #[test]
+    fn a_summary_is_judged_by_its_leaves() {
+        let g = q(vec![GoldItem::Page { source: "a.pdf".into(), page: 5 }, GoldItem::Page { source: "b.pdf".into(), page: 2 }], &["gate"]);
+        let mut summary = passage("a.pdf; b.pdf", (1, 9), (0, 0), "a summary that never says the keyword");
+        summary.leaves = vec![passage("a.pdf", (4, 4), (0, 10), "x"), passage("b.pdf", (2, 2), (0, 10), "the gate arm")];
+        // Its own page range (1–9 of a joined source) is not what counts: the leaves are.
+        assert_eq!(covered_gold(&g, &summary, RelevanceMode::Page), vec![1]);
+        assert!(is_relevant(&g, &summary, RelevanceMode::Keyword));
+        summary.leaves.pop();
+        assert!(!is_relevant(&g, &summary, RelevanceMode::Page));
+        assert!(!is_relevant(&g, &summary, RelevanceMode::Keyword));
+        assert_eq!(score_question(&g, &[summary], RelevanceMode::Keyword, 10).recall, 0.0);
     }
 
     #[test]

@@ -13,9 +13,8 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-use gauge_core::artifact::artifact_dir;
 use gauge_core::schema::{read_chunks, read_embeddings, ChunkRecord};
-use gauge_core::{Manifest, Plan, Stage, StageRun};
+use gauge_core::{Plan, Stage, StageRun};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
 use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
@@ -142,25 +141,8 @@ impl Stage for Index {
     type Summary = IndexSummary;
 
     fn plan(config: &IndexConfig, inputs: &IndexInputs, _: &()) -> anyhow::Result<Plan<Self::State>> {
-        let (emb_path, emb_entry) = gauge_core::artifact::input_file(&inputs.embeddings, "embeddings.parquet", "embed")?;
-        let emb_dir = artifact_dir(&inputs.embeddings);
-        let emb_manifest = Manifest::read(&emb_dir)?;
-        let chunks_arg = match &inputs.chunks {
-            Some(c) => c.clone(),
-            None => emb_manifest
-                .inputs
-                .iter()
-                .find(|i| i.name == "chunks.parquet")
-                .map(|i| PathBuf::from(&i.path))
-                .ok_or_else(|| anyhow::anyhow!("{}: the manifest names no chunk artifact; pass --chunks", emb_dir.display()))?,
-        };
-        let (chunks_path, chunks_entry) = gauge_core::artifact::input_file(&chunks_arg, "chunks.parquet", "chunk")?;
-        let made_from = emb_manifest.inputs.iter().find(|i| i.name == "chunks.parquet").map(|i| i.hash.as_str());
-        anyhow::ensure!(
-            made_from == Some(chunks_entry.hash.as_str()),
-            "{}: these embeddings were made from another chunk artifact; pass the chunks that `embed` read",
-            emb_dir.display()
-        );
+        let found = gauge_core::artifact::embedded_chunks(&inputs.embeddings, inputs.chunks.as_deref())?;
+        let (chunks_path, chunks_entry, emb_path, emb_entry, emb_manifest) = (found.chunks_path, found.chunks_entry, found.embeddings_path, found.embeddings_entry, found.embeddings_manifest);
         let embedder = emb_manifest.config.get("embedder").cloned().unwrap_or_default();
         let echo = serde_json::json!({ "index": config, "embedder": embedder });
         Ok(Plan::new(vec![chunks_entry, emb_entry], (chunks_path, emb_path)).echo(echo))

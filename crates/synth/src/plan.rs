@@ -243,6 +243,8 @@ mod tests {
             next_chunk_id: None,
             text: text.into(),
             embed_text: None,
+            level: 0,
+            children: Vec::new(),
         }
     }
 
