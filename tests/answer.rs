@@ -202,3 +202,95 @@ generator = {{ kind = "api", base_url = "{url}", model = "scripted", api_key_env
     assert_eq!(PathBuf::from(last_line(&again)), dir);
     assert_eq!(server.requests().len(), 2);
 }
+
+/// The LLM judge on answer rows (`[judge]`), with a scripted judge: a valid grade, an invalid
+/// reply repaired once, and a judge call that fails (recorded as missing, not a score). The
+/// grades land in the evaluation's answers.parquet and metrics, the agreement with the citation
+/// check is reported, and a re-evaluation asks the judge only what it could not answer before.
+#[test]
+fn the_judge_grades_answers_and_a_failed_grade_is_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    build_index(root);
+    // The answerer cites its first passage, and for q2 also a page it was never given.
+    let answerer = ChatServer::start(|_, r| {
+        let user = r.message(1);
+        let tag = user.lines().find(|l| l.starts_with('[') && l.ends_with(']')).unwrap_or("[none p. 1]").to_string();
+        if user.contains("lights flash") { Reply::Content(format!("They flash 35 to 65 times a minute {tag} [elsewhere.pdf p. 7].")) } else { Reply::Content(format!("Before the train arrives {tag}.")) }
+    });
+    let grade = |f: u8| serde_json::json!({"faithfulness": f, "accuracy": 4, "completeness": 3, "relevance": 5, "citation_quality": 2, "reason": "Checked against the passages."}).to_string();
+    let judge = ChatServer::start(move |_, r| {
+        let prompt = r.message(0);
+        let repair = r.body["messages"].as_array().map_or(0, |m| m.len()) == 3;
+        if prompt.contains("When are gate arms lowered?") {
+            Reply::Content(grade(5))
+        } else if prompt.contains("How often do lights flash?") {
+            // First an invalid grade, then a valid one when shown the error.
+            if repair { assert!(r.message(2).contains("`faithfulness` is 9"), "{}", r.message(2)); Reply::Content(grade(4)) } else { Reply::Content(grade(9)) }
+        } else {
+            Reply::Reject(400, "judge model not loaded".into())
+        }
+    });
+    let golden: Vec<String> = [("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md"), ("q3", "Do bells ring while the arms descend?", "bells.md")]
+        .iter()
+        .map(|(id, q, src)| serde_json::json!({ "qid": id, "question": q, "gold": [{"source": src, "page": 1}] }).to_string())
+        .collect();
+    std::fs::write(root.join("golden.jsonl"), golden.join("\n")).unwrap();
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    for f in ["answer_system.md", "answer_plain.md"] {
+        std::fs::copy(repo_root().join("pipelines/prompts").join(f), root.join("prompts").join(f)).unwrap();
+    }
+    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
+    let pipeline = root.join("qa.toml");
+    let api = |url: &str| format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name = \"judged\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nresamples = 1000\nk = 2\n[baseline]\nname = \"Hybrid\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = {minilm:?} }}\n\
+             [answer]\ngenerator = {}\ntemplate = \"plain\"\n[judge]\nmodel = {}\n",
+            api(&answerer.url),
+            api(&judge.url)
+        ),
+    )
+    .unwrap();
+    let (art, eval) = (root.join("artifacts"), root.join("eval"));
+    let args = [pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", eval.to_str().unwrap()];
+    let out = ok(run("evaluate", &args));
+    let dir = PathBuf::from(last_line(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("question `q3`: no grade"), "{}", String::from_utf8_lossy(&out.stderr));
+    // q1 once, q2 twice (the repair); q3 is refused (a 400 is not retried, though the client
+    // may try once more without `response_format`).
+    let asked = |q: &str| judge.requests().iter().filter(|r| r.message(0).contains(q)).count();
+    assert_eq!((asked("When are gate arms lowered?"), asked("How often do lights flash?")), (1, 2));
+    let q3_calls = asked("Do bells ring");
+    assert!((1..=2).contains(&q3_calls), "{q3_calls}");
+    let q2 = judge.requests().into_iter().find(|r| r.message(0).contains("How often do lights flash?")).unwrap().message(0);
+    assert!(q2.contains("[lights.md p. 1]") && q2.contains("35 to 65 times a minute") && q2.contains("[elsewhere.pdf p. 7]"), "the rubric shows passages and answer: {q2}");
+
+    let batch = read_parquet_any(&dir.join("answers.parquet")).unwrap();
+    let c = Columns::new(&batch);
+    let (qid, faith, reason, error, invented) = (c.strings_required("qid"), c.i32s_nullable("judge_faithfulness"), c.strings("judge_reason"), c.strings("judge_error"), c.i32s("n_invented"));
+    let at = |q: &str| qid.iter().position(|x| x == q).unwrap();
+    assert_eq!((faith[at("q1")], faith[at("q2")], faith[at("q3")]), (Some(5), Some(4), None));
+    assert_eq!(reason[at("q1")].as_deref(), Some("Checked against the passages."));
+    assert!(error[at("q3")].as_deref().unwrap().contains("judge model not loaded"), "{:?}", error[at("q3")]);
+    assert_eq!((invented[at("q1")], invented[at("q2")]), (0, 1));
+
+    let metrics = read_parquet_any(&dir.join("metrics.parquet")).unwrap();
+    let m = Columns::new(&metrics);
+    let (name, value, n) = (m.strings_required("metric"), m.f64s("value"), m.i32s("n"));
+    let i = name.iter().position(|x| x == "answer/judge_faithfulness").expect("judge metric");
+    assert_eq!((value[i], n[i]), (Some(4.5), 2), "the missing grade is left out, not scored");
+    let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
+    // Both graded answers are faithful; q2's carries an invented citation: they agree on q1 only.
+    assert!(md.contains("### Judge") && md.contains("| Hybrid | 2 | 1 | 2 | 1 (50 %) | 0 | – | 1 (50 %) |"), "{md}");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!((manifest["stats"]["judge_missing"].as_u64(), manifest["stats"]["judge_calls"].as_u64()), (Some(1), Some(3)));
+
+    // A forced re-evaluation reads q1's and q2's grades from the cache and asks only q3 again.
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    ok(run("evaluate", &forced));
+    assert_eq!((asked("When are gate arms lowered?"), asked("How often do lights flash?"), asked("Do bells ring")), (1, 2, 2 * q3_calls));
+    assert_eq!(answerer.requests().len(), 3);
+}

@@ -188,6 +188,26 @@ pub const ANSWER_COLUMNS: &[ColumnDoc] = &[
     col("finish_reason", Utf8, "`eos`, `stop`, `length`, `refused` or `api`"),
 ];
 
+/// `evaluate/…/answers.parquet`: one row per answer row and question of a pipeline's
+/// `[answer]` section, with the `[judge]`'s grades when it has one.
+pub const JUDGED_ANSWER_COLUMNS: &[ColumnDoc] = &[
+    col("config", Utf8, "the answer row: retrieval config, and `· generator` when the section names several"),
+    col("qid", Utf8, "the question id"),
+    col("question", Utf8, "the question"),
+    col("answer", Utf8, "the generated answer"),
+    col("refused", Bool, "the score cutoff left no passage (not graded)"),
+    col("n_citations", Int32, "citations found in the answer"),
+    col("n_verified", Int32, "citations pointing to a passage that was in the context"),
+    col("n_invented", Int32, "citations pointing elsewhere"),
+    nullable("judge_faithfulness", Int32, "judge grade 1–5: every statement supported by the passages (null: no judge, not graded, or missing)"),
+    nullable("judge_accuracy", Int32, "judge grade 1–5: correct, with the passages' rules, numbers and terms"),
+    nullable("judge_completeness", Int32, "judge grade 1–5: covers what the question asks that the passages hold"),
+    nullable("judge_relevance", Int32, "judge grade 1–5: addresses the question asked"),
+    nullable("judge_citation_quality", Int32, "judge grade 1–5: citations present and pointing to supporting passages"),
+    nullable("judge_reason", Utf8, "the judge's one-line reason"),
+    nullable("judge_error", Utf8, "why the grade is missing: the call failed after its retries, or the reply was invalid after one repair"),
+];
+
 /// Columns of `sft.parquet` (`synth-data --mode sft`), one row per training example.
 pub const SFT_COLUMNS: &[ColumnDoc] = &[
     col("id", Utf8, "`sft-<sample index>`"),

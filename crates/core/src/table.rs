@@ -114,6 +114,12 @@ impl<'a> Columns<'a> {
         arr.values().to_vec()
     }
 
+    /// An Int32 column with nulls.
+    pub fn i32s_nullable(&self, name: &str) -> Vec<Option<i32>> {
+        let arr = self.column(name).as_any().downcast_ref::<arrow::array::Int32Array>().expect("Int32 array");
+        (0..arr.len()).map(|i| if arr.is_null(i) { None } else { Some(arr.value(i)) }).collect()
+    }
+
     /// An Int64 column.
     pub fn i64s(&self, name: &str) -> Vec<i64> {
         let arr = self.column(name).as_any().downcast_ref::<arrow::array::Int64Array>().expect("Int64 array");

@@ -265,6 +265,12 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     if let Some(section) = &pipeline.answer {
         echo["answer"] = serde_json::to_value(section)?;
     }
+    if let Some(judge) = &pipeline.judge {
+        // The grades depend on the judge's weights (or endpoint) and both templates' text.
+        let identity = judge.identity(&pipeline.dir).context("[judge]")?;
+        inputs.push(FileEntry { path: judge.template.clone().unwrap_or_else(|| "built-in".into()), name: "judge".into(), hash: hash::bytes_hash(identity.as_bytes()), rows: None });
+        echo["judge"] = serde_json::to_value(judge)?;
+    }
     let seed = pipeline.seed;
     let built = dag.built.clone();
     Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, notes, answers, built }).echo(echo).seed(seed))
@@ -347,7 +353,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
     let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(options.artifacts.join("llm-cache")));
-    let (query_rows, run_rows, qrels) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache)?;
+    let (query_rows, run_rows, qrels, contexts) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache)?;
     if cache.hits() + cache.misses() > 0 {
         eprintln!("evaluate: {} model calls, {} served from the cache ({})", cache.misses(), cache.hits(), cache.dir().display());
         run.set_stat("model_calls", cache.misses());
@@ -360,15 +366,69 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let named = named_comparisons(&query_rows, pipeline, &names, &metric_registry, pipeline.resamples, pipeline.seed);
     let mut answer_tables = Vec::new();
     let mut answer_deltas = Vec::new();
+    let mut judge_report = String::new();
     if let Some(section) = &pipeline.answer {
         let mut per_run = Vec::new();
+        let judge = match &pipeline.judge {
+            Some(j) => Some(crate::judge::Judge::open(j, cache.clone(), &options.device, &pipeline.dir).context("[judge]")?),
+            None => None,
+        };
+        let calls_before = (cache.misses(), cache.hits());
+        let mut verdicts: Vec<Vec<Option<crate::judge::Verdict>>> = Vec::new();
+        let mut agreements = Vec::new();
         for a in answers {
             let answered = crate::answers::read_answers(&a.dir.join("answers.parquet"))?;
-            let m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase", &section.refusal);
+            let mut m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase", &section.refusal);
+            let mut row_verdicts = Vec::new();
+            if let (Some(judge), Some(js)) = (&judge, &pipeline.judge) {
+                let bar = gauge_core::progress::bar(answered.len() as u64, &format!("judge: {}", a.name()));
+                for aq in &answered {
+                    let q = golden.iter().find(|q| q.qid == aq.qid);
+                    let verdict = (!aq.refused).then(|| {
+                        let passages = contexts.get(&(a.config.clone(), aq.qid.clone())).cloned().unwrap_or_default();
+                        judge.grade(q.map_or("", |q| q.question.as_str()), q.and_then(|q| q.reference_answer.as_deref()), &passages, &aq.answer)
+                    });
+                    if let Some(e) = verdict.as_ref().and_then(|v| v.error.as_ref()) {
+                        eprintln!("evaluate: judge: {} question `{}`: no grade ({e})", a.name(), aq.qid);
+                    }
+                    row_verdicts.push(verdict);
+                    bar.inc(1);
+                }
+                bar.finish_and_clear();
+                for (i, name) in crate::judge::METRIC_NAMES.iter().enumerate() {
+                    let values = row_verdicts.iter().map(|v| v.as_ref().and_then(|v| v.reply.as_ref()).map(|r| r.scores()[i] as f64)).collect();
+                    m.push((name, crate::judge::CRITERIA[i].1, values));
+                }
+                let graded: Vec<(Option<u8>, usize, usize)> = answered
+                    .iter()
+                    .zip(&row_verdicts)
+                    .filter_map(|(aq, v)| v.as_ref().map(|v| (v.reply.as_ref().map(|r| r.faithfulness), aq.citations.iter().filter(|c| c.3).count(), aq.citations.iter().filter(|c| !c.3).count())))
+                    .collect();
+                agreements.push((a.name(), crate::judge::agreement(&graded, js.faithful_at)));
+            }
+            verdicts.push(row_verdicts);
             let rows = crate::answers::metric_rows(&a.name(), &m, pipeline.resamples, pipeline.seed);
             answer_tables.push((a.name(), answered.len(), m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
             metrics.extend(rows);
             per_run.push((a.clone(), answered, m));
+        }
+        // The evaluation's answers.parquet: every answer row's answers, with their grades.
+        let mut rows = Vec::new();
+        for ((a, answered, _), row_verdicts) in per_run.iter().zip(&verdicts) {
+            for (i, aq) in answered.iter().enumerate() {
+                let question = golden.iter().find(|q| q.qid == aq.qid).map(|q| q.question.clone()).unwrap_or_default();
+                rows.push(report::JudgedAnswerRow { config: a.name(), answered: aq, question, verdict: row_verdicts.get(i).and_then(Option::as_ref) });
+            }
+        }
+        let n = report::write_judged_answers(&run.path("answers.parquet"), &rows)?;
+        run.add_output("answers.parquet", Some(n))?;
+        if let Some(js) = &pipeline.judge {
+            let calls = (cache.misses() - calls_before.0, cache.hits() - calls_before.1);
+            let missing: usize = agreements.iter().map(|(_, a)| a.missing).sum();
+            run.set_stat("judge_calls", calls.0);
+            run.set_stat("judge_calls_cached", calls.1);
+            run.set_stat("judge_missing", missing);
+            judge_report = crate::judge::agreement_markdown(js, &agreements, calls);
         }
         answer_deltas = crate::answers::paired_deltas(&per_run, pipeline.resamples, pipeline.seed);
         for d in &answer_deltas {
@@ -396,7 +456,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas))?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &judge_report)?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;
@@ -417,7 +477,14 @@ fn evaluate_variants(
     skip: &BTreeSet<&str>,
     device: &str,
     cache: &std::sync::Arc<gauge_generator::cache::CallCache>,
-) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>)> {
+) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>, Contexts)> {
+    // The passages the answer rows' configs retrieve, kept for the judge (the answer stage
+    // searches with the same engine and config, so they are the passages it was given).
+    let judged_configs: BTreeSet<&str> = match (&pipeline.answer, &pipeline.judge) {
+        (Some(a), Some(_)) => a.configs.iter().map(String::as_str).collect(),
+        _ => BTreeSet::new(),
+    };
+    let mut contexts: Contexts = HashMap::new();
     // Open each distinct index once, with the query embedder it was built with.
     let mut by_index: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, u) in upstream.iter().enumerate() {
@@ -473,6 +540,10 @@ fn evaluate_variants(
                 let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
                 let judged = judged_passages(&result);
                 let passages: Vec<PassageSpan> = judged.iter().map(|(_, _, p)| p.clone()).take(pipeline.k).collect();
+                if judged_configs.contains(v.name.as_str()) {
+                    let given = passages.iter().map(|p| crate::judge::JudgedPassage { label: gauge_generator::answer_prompt::page_tag(&p.source, p.page_start, p.page_end), text: p.text.clone() }).collect();
+                    contexts.insert((v.name.clone(), q.qid.clone()), given);
+                }
                 let scores = score_question(q, &passages, mode, pipeline.k);
                 for (rank, ((chunk_id, score, p), relevant)) in judged.iter().zip(&scores.relevant).enumerate() {
                     run_rows.push(RunRow {
@@ -508,8 +579,11 @@ fn evaluate_variants(
     let qorder: HashMap<&str, usize> = golden.iter().enumerate().map(|(i, q)| (q.qid.as_str(), i)).collect();
     query_rows.sort_by_key(|r| (order[r.config.as_str()], qorder[r.qid.as_str()]));
     run_rows.sort_by_key(|r| (order[r.config.as_str()], qorder[r.qid.as_str()], r.rank));
-    Ok((query_rows, run_rows, qrels))
+    Ok((query_rows, run_rows, qrels, contexts))
 }
+
+/// The passages each (config, question) retrieved, for the judge.
+type Contexts = HashMap<(String, String), Vec<crate::judge::JudgedPassage>>;
 
 /// The retrieval config a question is searched with: the config's, restricted to the
 /// question's gold sources when the config is the oracle source filter.

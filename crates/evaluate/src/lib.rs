@@ -6,6 +6,7 @@
 //! - [`ablate`]: orchestration (the [`Evaluate`] stage): searches through the engine, scoring.
 //! - [`relevance`], [`metrics`]: judging passages and per-question metric math.
 //! - [`answers`]: answer rows (`[answer]`) and their deterministic metrics.
+//! - [`judge`]: the LLM judge of answer rows (`[judge]`).
 //! - [`metric`]: the metric registry (name, computation, where it is printed).
 //! - [`rows`]: the table rows; [`report`]: Parquet, TREC, Markdown and the chart.
 //! - [`stats`]: bootstrap intervals and paired tests.
@@ -14,6 +15,7 @@ pub mod ablate;
 pub mod answers;
 pub mod chain;
 pub mod cli;
+pub mod judge;
 pub mod metric;
 pub mod metrics;
 pub mod pipeline;

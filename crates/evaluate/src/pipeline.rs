@@ -80,6 +80,10 @@ pub struct Pipeline {
     pub variants: Vec<Variant>,
     /// Answer rows (`[answer]`), when the pipeline has them.
     pub answer: Option<crate::answers::AnswerSection>,
+    /// The LLM judge of the answer rows (`[judge]`), when the pipeline has one.
+    pub judge: Option<crate::judge::JudgeSection>,
+    /// The pipeline file's folder (judge templates are relative to it).
+    pub dir: PathBuf,
     /// Folder of the prompt templates (`prompts/` beside the pipeline file).
     pub prompts: PathBuf,
     /// Trained-model folders (or their `training_pages.json`) whose training pages are taken
@@ -104,6 +108,7 @@ struct PipelineFile {
     #[serde(default)]
     variants: Vec<toml::Table>,
     answer: Option<toml::Table>,
+    judge: Option<toml::Table>,
     #[serde(default)]
     exclude_trained_pages: Vec<PathBuf>,
 }
@@ -219,8 +224,18 @@ impl Pipeline {
                 Some(section)
             }
         };
+        let judge = match file.judge {
+            None => None,
+            Some(t) => {
+                ensure_or(answer.is_some(), || err("[judge] grades answer rows; add an [answer] section".into()))?;
+                let section: crate::judge::JudgeSection =
+                    gauge_core::config::resolve(&[gauge_core::config::Layer::new("[judge]", gauge_core::config::toml_to_json(toml::Value::Table(t)))]).map_err(|e| err(e.to_string()))?;
+                ensure_or((1..=5).contains(&section.faithful_at), || err(format!("[judge] faithful_at = {} must be a grade from 1 to 5", section.faithful_at)))?;
+                Some(section)
+            }
+        };
         let prompts = here.join("prompts");
-        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect() })
+        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect() })
     }
 }
 
@@ -304,6 +319,9 @@ chunk = {{ size = 500 }}
             ("[baseline]\nretrievl = {}\n", "unknown key `retrievl`"),
             ("[baseline]\n[[variants]]\nname = \"short\"\nretrieval = { k = 3 }\n", "same `retrieval.k`"),
             ("[baseline]\n[[variants]]\nname = \"a\"\ncompare_to = \"nowhere\"\n", "compared to `nowhere`"),
+            ("[baseline]\n[judge]\n", "add an [answer] section"),
+            ("[baseline]\n[answer]\n[judge]\nfaithful_at = 9\n", "faithful_at = 9"),
+            ("[baseline]\n[answer]\n[judge]\nrubric = \"x.md\"\n", "rubric"),
         ];
         for (text, want) in cases {
             let e = load(&format!("{HEAD}{text}")).unwrap_err().to_string();

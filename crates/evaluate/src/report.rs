@@ -67,6 +67,45 @@ pub fn write_per_query(path: &Path, rows: &[QueryRow]) -> anyhow::Result<u64> {
     Ok(write_parquet(path, arrow_schema(PER_QUERY_COLUMNS), cols)?)
 }
 
+/// One row of the evaluation's `answers.parquet`.
+pub struct JudgedAnswerRow<'a> {
+    /// Answer row name.
+    pub config: String,
+    /// The answered question.
+    pub answered: &'a crate::answers::AnsweredQuestion,
+    /// The question text.
+    pub question: String,
+    /// The judge's verdict, when there is a judge and the answer was graded.
+    pub verdict: Option<&'a crate::judge::Verdict>,
+}
+
+/// Writes the evaluation's `answers.parquet` (every answer row's answers, with grades).
+pub fn write_judged_answers(path: &Path, rows: &[JudgedAnswerRow]) -> anyhow::Result<u64> {
+    fn reply<'a>(r: &JudgedAnswerRow<'a>) -> Option<&'a crate::judge::JudgeReply> {
+        r.verdict.and_then(|v| v.reply.as_ref())
+    }
+    let grade = |i: usize| -> ArrayRef { Arc::new(Int32Array::from_iter(rows.iter().map(|r| reply(r).map(|j| j.scores()[i] as i32)))) };
+    let count = |f: &dyn Fn(&crate::answers::AnsweredQuestion) -> usize| -> ArrayRef { Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| f(r.answered) as i32))) };
+    let cols = vec![
+        strings(rows.iter().map(|r| r.config.as_str())),
+        strings(rows.iter().map(|r| r.answered.qid.as_str())),
+        strings(rows.iter().map(|r| r.question.as_str())),
+        strings(rows.iter().map(|r| r.answered.answer.as_str())),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.answered.refused)))) as ArrayRef,
+        count(&|a| a.citations.len()),
+        count(&|a| a.citations.iter().filter(|c| c.3).count()),
+        count(&|a| a.citations.iter().filter(|c| !c.3).count()),
+        grade(0),
+        grade(1),
+        grade(2),
+        grade(3),
+        grade(4),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| reply(r).map(|j| j.reason.clone())))) as ArrayRef,
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.verdict.and_then(|v| v.error.clone())))) as ArrayRef,
+    ];
+    Ok(write_parquet(path, arrow_schema(gauge_core::schema::JUDGED_ANSWER_COLUMNS), cols)?)
+}
+
 /// Writes `runs.parquet`.
 pub fn write_runs(path: &Path, rows: &[RunRow]) -> anyhow::Result<u64> {
     let cols = vec![
@@ -246,7 +285,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
 
 /// The answer table (a pipeline's `[answer]` rows): one row per answered config, each metric
 /// with its 95 % interval and the number of questions it applies to.
-pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[crate::answers::AnswerTable], deltas: &[crate::answers::AnswerDelta]) -> String {
+pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[crate::answers::AnswerTable], deltas: &[crate::answers::AnswerDelta], judged: bool) -> String {
     let Some(section) = section else { return String::new() };
     let Some((_, _, first)) = tables.first() else { return String::new() };
     let describe = |g: &gauge_answer::GeneratorConfig| match g {
@@ -260,10 +299,11 @@ pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables:
         section.generators.iter().map(|g| format!("**{}** = {}", g.name, describe(&g.generator))).collect::<Vec<_>>().join("; ")
     };
     let mut s = format!(
-        "\n## Answers\n\nGenerator: {generator}; template `{}`; at most {} new tokens{}. Deterministic metrics from `answers.parquet` (no judge); `n` is the number of questions a metric applies to (citation metrics: answers with at least one citation).\n\n| Config | Questions | {} |\n|---|---|{}\n",
+        "\n## Answers\n\nGenerator: {generator}; template `{}`; at most {} new tokens{}. {}; `n` is the number of questions a metric applies to (citation metrics: answers with at least one citation).\n\n| Config | Questions | {} |\n|---|---|{}\n",
         section.template,
         section.generation.max_new_tokens,
         if section.generation.temperature > 0.0 { format!(", temperature {}", section.generation.temperature) } else { ", greedy".into() },
+        if judged { "Deterministic citation metrics from `answers.parquet`, then the judge's mean grades (answers it graded; see Judge below)" } else { "Deterministic metrics from `answers.parquet` (no judge)" },
         first.iter().map(|(l, _)| l.to_string()).collect::<Vec<_>>().join(" | "),
         "---|".repeat(first.len())
     );

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 pub mod answer_prompt;
 pub mod cache;
+pub mod structured;
 
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};

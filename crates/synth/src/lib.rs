@@ -245,60 +245,54 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
         Ok(c) => c,
         Err(e) => return fail(e.to_string(), usage, attempts, 0),
     };
-    let mut messages = render(&texts);
+    let messages = render(&texts);
     let prompt_sha = sha256_hex(&format!("{}\n\n{}", messages[0].content, messages[1].content));
     let schema = teacher::reply_schema();
-    for round in 0..2 {
-        let reply = match teacher.complete(&messages, &cfg.generation, Some(&schema)) {
-            Ok(r) => r,
-            Err(e) => return fail(e.to_string(), usage, attempts, cuts),
-        };
-        usage += Usage { prompt_tokens: reply.prompt_tokens as u64, completion_tokens: reply.completion_tokens as u64 };
-        attempts += reply.attempts;
-        match teacher::parse_reply(&reply.text) {
-            Ok(r) => {
-                let row = SynthRow {
-                    golden: GoldenQuestion {
-                        qid: format!("{}-{}", s.style.name(), s.index),
-                        question: r.question.trim().to_string(),
-                        gold: picked.iter().map(|c| gold_of(c)).collect(),
-                        keywords: Vec::new(),
-                        reference_answer: Some(r.answer.trim().to_string()),
-                        category: Some(s.style.name().into()),
-                    },
-                    thinking: Some(r.reasoning.text()),
-                    phases: Some(r.reasoning.clone()),
-                    teacher_model: teacher.name().to_string(),
-                    prompt_sha256: Some(prompt_sha),
-                    chunk_id: picked[0].chunk_id.clone(),
-                    split: None,
-                };
-                return JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts, cuts };
-            }
-            Err(e) if round == 0 => {
-                // One repair round: show the reply back with what was wrong. The reply shown
-                // and the passages are fitted together, so the longer conversation still
-                // leaves the new reply its tokens.
-                let repair = prompts.repair(&e);
-                let n = texts.len();
-                let mut parts = texts.clone();
-                parts.push(reply.text);
-                let render_repair = |p: &[String]| -> Vec<Message> {
-                    let mut m = render(&p[..n]);
-                    m.push(Message::assistant(p[n].clone()));
-                    m.push(Message::user(repair.clone()));
-                    m
-                };
-                match teacher.fit(&mut parts, cfg.generation.max_new_tokens, render_repair) {
-                    Ok(c) => cuts += c,
-                    Err(e) => return fail(format!("repair round: {e}"), usage, attempts, cuts),
-                }
-                messages = render_repair(&parts);
-            }
-            Err(e) => return fail(format!("invalid reply after one repair: {e}"), usage, attempts, cuts),
-        }
+    // One repair round: the reply is shown back with what was wrong; the reply shown and the
+    // passages are fitted together, so the longer conversation still leaves the new reply its
+    // tokens.
+    let mut repair_cuts = 0;
+    let out = gauge_generator::structured::complete_with_repair(
+        messages,
+        |m| teacher.complete(m, &cfg.generation, Some(&schema)),
+        teacher::parse_reply,
+        |reply, e| {
+            let repair = prompts.repair(e);
+            let n = texts.len();
+            let mut parts = texts.clone();
+            parts.push(reply.to_string());
+            let render_repair = |p: &[String]| -> Vec<Message> { gauge_generator::structured::repair_conversation(&render(&p[..n]), &p[n], repair.clone()) };
+            repair_cuts = teacher.fit(&mut parts, cfg.generation.max_new_tokens, render_repair).map_err(|e| e.to_string())?;
+            Ok(render_repair(&parts))
+        },
+    );
+    cuts += repair_cuts;
+    for c in &out.completions {
+        usage += Usage { prompt_tokens: c.prompt_tokens as u64, completion_tokens: c.completion_tokens as u64 };
+        attempts += c.attempts;
     }
-    unreachable!("two rounds at most")
+    match out.result {
+        Ok(r) => {
+            let row = SynthRow {
+                golden: GoldenQuestion {
+                    qid: format!("{}-{}", s.style.name(), s.index),
+                    question: r.question.trim().to_string(),
+                    gold: picked.iter().map(|c| gold_of(c)).collect(),
+                    keywords: Vec::new(),
+                    reference_answer: Some(r.answer.trim().to_string()),
+                    category: Some(s.style.name().into()),
+                },
+                thinking: Some(r.reasoning.text()),
+                phases: Some(r.reasoning.clone()),
+                teacher_model: teacher.name().to_string(),
+                prompt_sha256: Some(prompt_sha),
+                chunk_id: picked[0].chunk_id.clone(),
+                split: None,
+            };
+            JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts, cuts }
+        }
+        Err(reason) => fail(reason, usage, attempts, cuts),
+    }
 }
 
 /// The `synth-data` stage: a chunk artifact → `golden.jsonl` (+ splits, failures, journal).
