@@ -74,7 +74,12 @@ ablate pipeline="pipelines/fra.toml" *flags="": setup models
 ablate-llm: setup models
     {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}
 
-# Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked → eval/fra-answers/.
+# The same LLM layers (expansion, multi-query, HyDE, RAPTOR, answers, judge) served by llama.cpp's OpenAI-compatible server with the same SmolLM2 GGUF: starts `just llm-server`, evaluates pipelines/fra-llm-server.toml → eval/fra-llm-server/, stops the server. Calls are cached: a rerun makes none.
+ablate-llm-server: setup models
+    url=$(scripts/llm-server.sh start | tail -n1) && echo "llama.cpp server at $url" && \
+    trap 'scripts/llm-server.sh stop' EXIT && {{bin}}/evaluate pipelines/fra-llm-server.toml --artifacts {{artifacts}}
+
+# Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked; SmolLM2 as the judge → eval/fra-answers/.
 ablate-answers: setup models
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
 
