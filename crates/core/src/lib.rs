@@ -26,6 +26,7 @@ pub mod models;
 pub mod progress;
 pub mod rng;
 pub mod schema;
+pub mod shard;
 pub mod stage;
 pub mod table;
 pub mod text;

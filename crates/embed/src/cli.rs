@@ -36,6 +36,9 @@ pub struct EmbedArgs {
     /// A LoRA adapter folder (PEFT, e.g. `train-lora --target embedder`'s `adapter/`) merged into the model (`adapter`).
     #[arg(long)]
     pub adapter: Option<String>,
+    /// Embed only shard i/n of the chunks (0-based; a stable partition by chunk id) (`shard`).
+    #[arg(long)]
+    pub shard: Option<gauge_core::shard::Shard>,
     /// Device: cpu, or cuda[:N] in a build with `--features cuda`.
     #[arg(long, default_value = "cpu")]
     #[serde(skip)]

@@ -40,11 +40,15 @@ pub struct EmbedConfig {
     /// `adapter/`) merged into the model at load; its hash joins the fingerprint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
+    /// Embed only this shard of the chunks (`i/n`, a stable partition by chunk id); `index`
+    /// takes every shard's artifact and builds the same index as from an unsharded run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<gauge_core::shard::Shard>,
 }
 
 impl Default for EmbedConfig {
     fn default() -> Self {
-        EmbedConfig { model: DEFAULT_MODEL.into(), query_prefix: None, passage_prefix: None, pooling: None, normalize: None, max_length: None, adapter: None }
+        EmbedConfig { model: DEFAULT_MODEL.into(), query_prefix: None, passage_prefix: None, pooling: None, normalize: None, max_length: None, adapter: None, shard: None }
     }
 }
 
@@ -106,8 +110,11 @@ impl Stage for Embed {
     fn plan(config: &EmbedConfig, chunks: &PathBuf, options: &EmbedOptions) -> anyhow::Result<Plan<Self::State>> {
         let (chunks_path, mut entry) = gauge_core::artifact::input_file(chunks, "chunks.parquet", "chunk")?;
         // Schema first: a wrong table is reported before the model is loaded.
-        let chunks = read_chunks(&chunks_path)?;
+        let mut chunks = read_chunks(&chunks_path)?;
         entry.rows = Some(chunks.len() as u64);
+        if let Some(shard) = config.shard {
+            chunks.retain(|c| shard.owns(&c.chunk_id));
+        }
         let embedder = load_embedder(config, options)?;
         let info = &embedder.info;
         let mut inputs = vec![
@@ -123,7 +130,7 @@ impl Stage for Embed {
         Ok(Plan::new(inputs, (chunks, embedder)).echo(echo))
     }
 
-    fn build((chunks, embedder): Self::State, run: &mut StageRun, _: &EmbedConfig, _: &PathBuf, options: &EmbedOptions) -> anyhow::Result<EmbedSummary> {
+    fn build((chunks, embedder): Self::State, run: &mut StageRun, config: &EmbedConfig, _: &PathBuf, options: &EmbedOptions) -> anyhow::Result<EmbedSummary> {
         let info = &embedder.info;
         let texts: Vec<String> = chunks.iter().map(|c| format!("{}{}", info.passage_prefix, c.embed_text.as_deref().unwrap_or(&c.text))).collect();
         let started = std::time::Instant::now();
@@ -137,6 +144,9 @@ impl Stage for Embed {
         let rows = write_embeddings(&run.path("embeddings.parquet"), &chunk_ids, &flat, info.dimension)?;
         run.add_output("embeddings.parquet", Some(rows))?;
         run.set_stat("chunks", chunks.len());
+        if let Some(shard) = config.shard {
+            run.set_stat("shard", shard.to_string());
+        }
         run.set_stat("text_column", if chunks.iter().any(|c| c.embed_text.is_some()) { "embed_text" } else { "text" });
         run.set_stat("tokens", stats.tokens);
         run.set_stat("padding_share", stats.padding_share());

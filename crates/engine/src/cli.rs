@@ -16,9 +16,10 @@ use crate::{DedupKey, Engine, EngineOptions, RetrievalConfig};
 pub struct QueryArgs {
     /// The question.
     pub question: String,
-    /// The index artifact directory.
-    #[arg(long)]
-    pub index: PathBuf,
+    /// The index artifact directory; repeat it to search shard indexes (`index --shard i/n`)
+    /// together.
+    #[arg(long, required = true)]
+    pub index: Vec<PathBuf>,
     /// Query embedder (default: the model the index was built with; another one is refused).
     #[arg(long)]
     pub model: Option<String>,
@@ -195,7 +196,7 @@ impl QueryArgs {
 /// Runs `query`.
 pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
     let mut cfg = args.retrieval_config()?;
-    let engine = Engine::open(&args.index, &EngineOptions { dense: cfg.dense, model: args.model.clone(), device: args.device.clone() })?;
+    let engine = Engine::open_shards(&args.index, &EngineOptions { dense: cfg.dense, model: args.model.clone(), device: args.device.clone() })?;
     if let Some(rc) = &mut cfg.rerank {
         if rc.kind == RerankKind::MaxSim && args.rerank.rerank_model.is_none() && args.rerank.rerank_kind.is_some() {
             rc.model = engine.settings().embedder.model.clone();
@@ -208,7 +209,7 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
     }
     if let Some(rc) = &cfg.rewrite {
         // The model-call cache lives at the artifact root the index is in (as `evaluate`'s).
-        let root = args.index.parent().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("artifacts"));
+        let root = args.index[0].parent().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("artifacts"));
         let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(root.join("llm-cache")));
         engine = engine.with_rewriter(crate::rewrite::LlmRewriter::open(rc, cache, &args.device)?);
     }

@@ -119,7 +119,18 @@ impl Engine {
     /// Opens an index directory with the query embedder it was built with (or `options.model`,
     /// when that is the same model).
     pub fn open(dir: &Path, options: &EngineOptions) -> anyhow::Result<Engine> {
-        let reader = IndexReader::open(dir)?;
+        Engine::open_shards(&[dir.to_path_buf()], options)
+    }
+
+    /// Opens shard indexes (`index --shard i/n`, one per shard) as one engine: one chunk table,
+    /// dense hits merged by score across the shards' faiss indexes (exact for `Flat`), BM25
+    /// hits merged by score (each shard with its own term statistics). The shards must share
+    /// the embedder and the index settings (all but the shard), and no chunk may repeat.
+    pub fn open_shards(dirs: &[std::path::PathBuf], options: &EngineOptions) -> anyhow::Result<Engine> {
+        anyhow::ensure!(!dirs.is_empty(), "no index given");
+        let readers = dirs.iter().map(|d| IndexReader::open(d)).collect::<anyhow::Result<Vec<_>>>()?;
+        let dir = &dirs[0];
+        let reader = &readers[0];
         let embedder = if options.dense {
             // The embedder exactly as `embed` resolved it (prefixes, pooling, normalisation, length).
             let built = &reader.settings.embedder;
@@ -142,18 +153,24 @@ impl Engine {
         } else {
             None
         };
-        Engine::from_reader(reader, embedder)
+        Engine::from_readers(readers, embedder)
     }
 
     /// An engine over an opened index; with an embedder, checks it is the model (weights and
     /// dimension) the index was built with.
     pub fn from_reader(reader: IndexReader, embedder: Option<Embedder>) -> anyhow::Result<Engine> {
-        let built = &reader.settings.embedder;
+        Engine::from_readers(vec![reader], embedder)
+    }
+
+    /// [`Engine::from_reader`] over shard indexes (see [`Engine::open_shards`]).
+    pub fn from_readers(readers: Vec<IndexReader>, embedder: Option<Embedder>) -> anyhow::Result<Engine> {
+        let first = &readers[0];
         if let Some(e) = &embedder {
+            let built = &first.settings.embedder;
             anyhow::ensure!(
                 built.dimension == e.info.dimension && built.weights_hash == e.info.weights_hash && built.adapter_hash == e.info.adapter_hash,
                 "{}: index built with model `{}` (dimension {}, adapter {}); the query embedder is `{}` (dimension {}, adapter {}); pass --model {} or rebuild the index",
-                reader.dir.display(),
+                first.dir.display(),
                 built.model,
                 built.dimension,
                 built.adapter.as_deref().unwrap_or("none"),
@@ -163,10 +180,37 @@ impl Engine {
                 built.model
             );
         }
-        let IndexReader { manifest, settings, chunks, dense, bm25, .. } = reader;
-        let dense = embedder.map(|e| DenseRetriever::new(dense, &settings.index.faiss, e));
-        let bm25 = Bm25Retriever::new(&bm25)?;
-        Ok(Engine { table: ChunkTable::new(chunks), settings, dense, bm25, extra: Vec::new(), reranker: None, rewriter: None, manifest })
+        for r in &readers[1..] {
+            let same_index = gauge_index::IndexConfig { shard: None, ..r.settings.index.clone() } == gauge_index::IndexConfig { shard: None, ..first.settings.index.clone() };
+            anyhow::ensure!(
+                r.settings.embedder == first.settings.embedder && same_index,
+                "{}: built with other settings than {} (embedder or index type); shard indexes searched together must differ only in their shard",
+                r.dir.display(),
+                first.dir.display()
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for r in &readers {
+            if let Some(c) = r.chunks.iter().find(|c| !seen.insert(c.chunk_id.clone())) {
+                anyhow::bail!("{}: chunk `{}` is also in another index given; pass each shard once", r.dir.display(), c.chunk_id);
+            }
+        }
+        let mut readers = readers.into_iter();
+        let IndexReader { manifest, settings, chunks, dense, bm25, .. } = readers.next().expect("one reader");
+        let mut table = chunks;
+        let mut faiss = vec![dense];
+        let mut offsets = vec![0];
+        let mut bm25s = vec![bm25];
+        for r in readers {
+            offsets.push(table.len());
+            table.extend(r.chunks);
+            faiss.push(r.dense);
+            bm25s.push(r.bm25);
+        }
+        let dense = embedder.map(|e| DenseRetriever::sharded(faiss, &settings.index.faiss, e));
+        let pairs: Vec<(&tantivy::Index, usize)> = bm25s.iter().zip(offsets).collect();
+        let bm25 = Bm25Retriever::sharded(&pairs)?;
+        Ok(Engine { table: ChunkTable::new(table), settings, dense, bm25, extra: Vec::new(), reranker: None, rewriter: None, manifest })
     }
 
     /// Adds a retriever, fused after the built-in ones when its config switch is on.

@@ -78,9 +78,18 @@ fn apply_search_parameters(index: &faiss::index::IndexImpl, nprobe: Option<usize
     Ok(())
 }
 
-/// Dense retrieval: the query embedder, then faiss.
-pub struct DenseRetriever {
+/// One faiss index of a (possibly sharded) dense retriever: its rows are the chunk table's rows
+/// `offset .. offset + rows`.
+struct DenseShard {
     index: Mutex<DenseIndex>,
+    offset: usize,
+    rows: usize,
+}
+
+/// Dense retrieval: the query embedder, then faiss (one index, or one per shard with the
+/// hits merged by score — exact for `Flat`, as every shard scores by the same inner product).
+pub struct DenseRetriever {
+    shards: Vec<DenseShard>,
     /// The faiss factory string (for messages).
     kind: String,
     /// `nprobe` / `efSearch` fixed when the index moved to a GPU.
@@ -91,7 +100,24 @@ pub struct DenseRetriever {
 impl DenseRetriever {
     /// A CPU faiss index and the query embedder.
     pub fn new(index: faiss::index::IndexImpl, kind: &str, embedder: Embedder) -> DenseRetriever {
-        DenseRetriever { index: Mutex::new(DenseIndex::Cpu(index)), kind: kind.to_string(), placed_parameters: (None, None), embedder }
+        DenseRetriever::sharded(vec![index], kind, embedder)
+    }
+
+    /// Shard indexes (row `i` of shard `s` is chunk-table row `Σ rows of shards before s + i`)
+    /// and the query embedder.
+    pub fn sharded(indexes: Vec<faiss::index::IndexImpl>, kind: &str, embedder: Embedder) -> DenseRetriever {
+        let mut offset = 0;
+        let shards = indexes
+            .into_iter()
+            .map(|i| {
+                let index = DenseIndex::Cpu(i);
+                let rows = index.ntotal() as usize;
+                let shard = DenseShard { index: Mutex::new(index), offset, rows };
+                offset += rows;
+                shard
+            })
+            .collect();
+        DenseRetriever { shards, kind: kind.to_string(), placed_parameters: (None, None), embedder }
     }
 
     /// Moves the index to `device` with `nprobe` / `efSearch` set first: a GPU index keeps the
@@ -100,23 +126,25 @@ impl DenseRetriever {
         if device.is_cpu() {
             return Ok(());
         }
-        let dense = self.index.get_mut().expect("no panic while placing");
-        let placed = match dense {
-            DenseIndex::Cpu(cpu) => {
-                apply_search_parameters(cpu, nprobe, ef_search, &self.kind)?;
-                DenseIndex::copy_to(cpu, device)?
-            }
-            #[allow(unreachable_patterns)]
-            other => anyhow::bail!("the dense index already searches on {}", other.device()),
-        };
-        *dense = placed;
+        for shard in &mut self.shards {
+            let dense = shard.index.get_mut().expect("no panic while placing");
+            let placed = match dense {
+                DenseIndex::Cpu(cpu) => {
+                    apply_search_parameters(cpu, nprobe, ef_search, &self.kind)?;
+                    DenseIndex::copy_to(cpu, device)?
+                }
+                #[allow(unreachable_patterns)]
+                other => anyhow::bail!("the dense index already searches on {}", other.device()),
+            };
+            *dense = placed;
+        }
         self.placed_parameters = (nprobe, ef_search);
         Ok(())
     }
 
     /// Where the index searches.
     pub fn device(&self) -> FaissDevice {
-        self.index.lock().expect("no panic while searching").device()
+        self.shards[0].index.lock().expect("no panic while searching").device()
     }
 
     /// The query embedder.
@@ -140,6 +168,50 @@ impl DenseRetriever {
             }
         }
     }
+
+    /// One shard's top `n` passing the filter: faiss is asked for more until `n` pass or the
+    /// whole shard has been seen, so a filter never starves the list.
+    fn search_shard(&self, shard: &DenseShard, q: &[f32], cfg: &RetrievalConfig, table: &ChunkTable) -> anyhow::Result<Vec<(String, f32)>> {
+        let (n, filter) = (cfg.candidates, &cfg.filter);
+        let total = shard.rows;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let mut ask = if filter.is_empty() { n } else { (n * 4).max(64) }.min(total);
+        let mut index = shard.index.lock().expect("no panic while searching");
+        if cfg.nprobe.is_some() || cfg.ef_search.is_some() || !index.device().is_cpu() {
+            self.set_search_parameters(&mut index, cfg)?;
+        }
+        loop {
+            let res = index.search(q, ask)?;
+            let hits: Vec<(String, f32)> = res
+                .labels
+                .iter()
+                .zip(&res.distances)
+                .filter_map(|(l, d)| l.get().map(|row| (shard.offset + row as usize, *d)))
+                .filter(|(row, _)| filter.accepts(&table.chunks[*row]))
+                .take(n)
+                .map(|(row, d)| (table.chunks[row].chunk_id.clone(), d))
+                .collect();
+            if hits.len() >= n || ask >= total {
+                return Ok(hits);
+            }
+            ask = (ask * 4).min(total);
+        }
+    }
+}
+
+/// Merges shards' ranked hits by score (higher first; ties keep shard order) and keeps `n`.
+fn merge_by_score(mut lists: Vec<Vec<(String, f32)>>, n: usize) -> Vec<(String, f32)> {
+    if lists.len() == 1 {
+        let mut one = lists.pop().expect("one list");
+        one.truncate(n);
+        return one;
+    }
+    let mut all: Vec<(String, f32)> = lists.into_iter().flatten().collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1));
+    all.truncate(n);
+    all
 }
 
 impl Retriever for DenseRetriever {
@@ -151,47 +223,32 @@ impl Retriever for DenseRetriever {
         cfg.dense
     }
 
-    /// faiss is asked for more until `n` pass the filter or the whole index has been seen,
-    /// so a filter never starves the list.
     fn retrieve(&self, query: &str, cfg: &RetrievalConfig, table: &ChunkTable) -> anyhow::Result<RankedList> {
-        let (n, filter) = (cfg.candidates, &cfg.filter);
         let q = self.embedder.embed_queries(&[query])?.remove(0);
-        let total = table.chunks.len();
-        let mut ask = if filter.is_empty() { n } else { (n * 4).max(64) }.min(total);
-        let mut index = self.index.lock().expect("no panic while searching");
-        if cfg.nprobe.is_some() || cfg.ef_search.is_some() || !index.device().is_cpu() {
-            self.set_search_parameters(&mut index, cfg)?;
-        }
-        loop {
-            let res = index.search(&q, ask)?;
-            let hits: Vec<(String, f32)> = res
-                .labels
-                .iter()
-                .zip(&res.distances)
-                .filter_map(|(l, d)| l.get().map(|row| (row as usize, *d)))
-                .filter(|(row, _)| filter.accepts(&table.chunks[*row]))
-                .take(n)
-                .map(|(row, d)| (table.chunks[row].chunk_id.clone(), d))
-                .collect();
-            if hits.len() >= n || ask >= total {
-                return Ok(RankedList { stage: "dense".into(), hits });
-            }
-            ask = (ask * 4).min(total);
-        }
+        let lists = self.shards.iter().map(|s| self.search_shard(s, &q, cfg, table)).collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(RankedList { stage: "dense".into(), hits: merge_by_score(lists, cfg.candidates) })
     }
 }
 
-/// BM25 over tantivy, with gauge's identifier tokenizer; the filter is part of the query.
+/// BM25 over tantivy, with gauge's identifier tokenizer; the filter is part of the query. Over
+/// shard indexes, each shard scores with its own statistics (document frequencies, lengths)
+/// and the hits are merged by score: close to, not exactly, one index over all the chunks.
 pub struct Bm25Retriever {
-    reader: tantivy::IndexReader,
+    shards: Vec<(tantivy::IndexReader, usize)>,
     fields: gauge_index::Bm25Fields,
 }
 
 impl Bm25Retriever {
     /// Opens a reader on a BM25 index.
     pub fn new(index: &tantivy::Index) -> anyhow::Result<Bm25Retriever> {
+        Bm25Retriever::sharded(&[(index, 0)])
+    }
+
+    /// Readers on shard indexes, each with the chunk-table row of its first chunk.
+    pub fn sharded(indexes: &[(&tantivy::Index, usize)]) -> anyhow::Result<Bm25Retriever> {
         let (_, fields) = gauge_index::bm25_schema();
-        Ok(Bm25Retriever { reader: index.reader()?, fields })
+        let shards = indexes.iter().map(|(i, offset)| Ok((i.reader()?, *offset))).collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Bm25Retriever { shards, fields })
     }
 
     /// BM25 top-`n` with the filter inside the tantivy query.
@@ -222,15 +279,20 @@ impl Bm25Retriever {
             must.push((Occur::Must, Box::new(RangeQuery::new(std::ops::Bound::Included(Term::from_field_i64(f.page_end, a as i64)), std::ops::Bound::Unbounded))));
             must.push((Occur::Must, Box::new(RangeQuery::new(std::ops::Bound::Unbounded, std::ops::Bound::Included(Term::from_field_i64(f.page_start, b as i64))))));
         }
-        let searcher = self.reader.searcher();
-        let top = searcher.search(&BooleanQuery::new(must), &tantivy::collector::TopDocs::with_limit(n).order_by_score())?;
-        let mut hits = Vec::with_capacity(top.len());
-        for (score, addr) in top {
-            let doc: tantivy::TantivyDocument = searcher.doc(addr)?;
-            let row = doc.get_first(f.row).and_then(|v| tantivy::schema::Value::as_u64(&v)).unwrap_or(0) as usize;
-            hits.push((table.chunks[row].chunk_id.clone(), score));
+        let query = BooleanQuery::new(must);
+        let mut lists = Vec::with_capacity(self.shards.len());
+        for (reader, offset) in &self.shards {
+            let searcher = reader.searcher();
+            let top = searcher.search(&query, &tantivy::collector::TopDocs::with_limit(n).order_by_score())?;
+            let mut hits = Vec::with_capacity(top.len());
+            for (score, addr) in top {
+                let doc: tantivy::TantivyDocument = searcher.doc(addr)?;
+                let row = doc.get_first(f.row).and_then(|v| tantivy::schema::Value::as_u64(&v)).unwrap_or(0) as usize;
+                hits.push((table.chunks[offset + row].chunk_id.clone(), score));
+            }
+            lists.push(hits);
         }
-        Ok(RankedList { stage: "bm25".into(), hits })
+        Ok(RankedList { stage: "bm25".into(), hits: merge_by_score(lists, n) })
     }
 }
 

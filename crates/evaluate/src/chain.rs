@@ -46,7 +46,7 @@ pub fn upstream(dag: &mut Dag<'_>, corpus: &Path, v: &Variant) -> anyhow::Result
             (with_summaries, embeddings)
         }
     };
-    let index = dag.ensure::<Index>(&s.index, &IndexInputs { chunks: Some(chunks), embeddings }).with_context(|| format!("config `{name}`: index"))?;
+    let index = dag.ensure::<Index>(&s.index, &IndexInputs { chunks: Some(chunks), embeddings, more_embeddings: Vec::new() }).with_context(|| format!("config `{name}`: index"))?;
     let fingerprint = gauge_core::Manifest::read(&index)?.fingerprint;
     Ok(Upstream { pages, index, fingerprint })
 }

@@ -14,10 +14,14 @@ pub struct IndexArgs {
     #[arg(long)]
     #[serde(skip)]
     pub chunks: Option<PathBuf>,
-    /// The embedding artifact directory (made from those chunks).
-    #[arg(long)]
+    /// The embedding artifact directory (made from those chunks); repeat it once per shard of
+    /// `embed --shard i/n` to build the index of all of them.
+    #[arg(long, required = true)]
     #[serde(skip)]
-    pub embeddings: PathBuf,
+    pub embeddings: Vec<PathBuf>,
+    /// Index only shard i/n of the chunks (0-based; the partition `embed --shard` uses) (`shard`).
+    #[arg(long)]
+    pub shard: Option<gauge_core::shard::Shard>,
     /// faiss factory string: Flat, HNSW32, IVF{n},Flat, IVF{n},PQ{m} (`faiss`).
     #[arg(long)]
     pub faiss: Option<String>,
@@ -38,7 +42,9 @@ impl StageCli for Index {
 
     fn invocation(args: IndexArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: IndexInputs { chunks: args.chunks, embeddings: args.embeddings }, options: (), flags })
+        let mut embeddings = args.embeddings.into_iter();
+        let first = embeddings.next().expect("clap requires one");
+        Ok(Invocation { inputs: IndexInputs { chunks: args.chunks, embeddings: first, more_embeddings: embeddings.collect() }, options: (), flags })
     }
 }
 

@@ -14,7 +14,7 @@ pub mod tokenizer;
 use std::path::{Path, PathBuf};
 
 use gauge_core::schema::{read_chunks, read_embeddings, ChunkRecord};
-use gauge_core::{Plan, Stage, StageRun};
+use gauge_core::{FileEntry, Plan, Stage, StageRun};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
 use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
@@ -41,11 +41,15 @@ pub struct IndexConfig {
     /// so of the fingerprint) when `cpu`, so CPU artifacts keep their address.
     #[serde(skip_serializing_if = "FaissDevice::is_cpu")]
     pub device: FaissDevice,
+    /// Index only this shard of the chunks (`i/n`, the partition `embed --shard` uses); the
+    /// engine searches a set of shard indexes together (`query --index A --index B …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<gauge_core::shard::Shard>,
 }
 
 impl Default for IndexConfig {
     fn default() -> Self {
-        IndexConfig { faiss: "Flat".into(), stemming: false, device: FaissDevice::Cpu }
+        IndexConfig { faiss: "Flat".into(), stemming: false, device: FaissDevice::Cpu, shard: None }
     }
 }
 
@@ -115,6 +119,10 @@ pub struct IndexInputs {
     pub chunks: Option<PathBuf>,
     /// The embedding artifact directory (or its `embeddings.parquet`).
     pub embeddings: PathBuf,
+    /// More embedding artifacts of the same chunks (the other shards of `embed --shard`): the
+    /// vectors of all of them are used, in the chunk table's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_embeddings: Vec<PathBuf>,
 }
 
 /// What a build did.
@@ -137,28 +145,43 @@ impl Stage for Index {
     type Config = IndexConfig;
     type Inputs = IndexInputs;
     type Options = ();
-    type State = (PathBuf, PathBuf);
+    type State = (PathBuf, Vec<PathBuf>);
     type Summary = IndexSummary;
 
     fn plan(config: &IndexConfig, inputs: &IndexInputs, _: &()) -> anyhow::Result<Plan<Self::State>> {
         let found = gauge_core::artifact::embedded_chunks(&inputs.embeddings, inputs.chunks.as_deref())?;
         let (chunks_path, chunks_entry, emb_path, emb_entry, emb_manifest) = (found.chunks_path, found.chunks_entry, found.embeddings_path, found.embeddings_entry, found.embeddings_manifest);
         let embedder = emb_manifest.config.get("embedder").cloned().unwrap_or_default();
+        let mut entries = vec![chunks_entry, emb_entry];
+        let mut paths = vec![emb_path];
+        for more in &inputs.more_embeddings {
+            // Every shard: the same chunks, the same embedder.
+            let other = gauge_core::artifact::embedded_chunks(more, Some(&chunks_path))?;
+            anyhow::ensure!(
+                other.embeddings_manifest.config.get("embedder").cloned().unwrap_or_default() == embedder,
+                "{}: made with another embedder than {}; every embedding artifact of an index must come from the same model and settings",
+                more.display(),
+                inputs.embeddings.display()
+            );
+            entries.push(FileEntry { name: format!("embeddings.parquet:{}", entries.len() - 1), ..other.embeddings_entry });
+            paths.push(other.embeddings_path);
+        }
         let echo = serde_json::json!({ "index": config, "embedder": embedder });
-        Ok(Plan::new(vec![chunks_entry, emb_entry], (chunks_path, emb_path)).echo(echo))
+        Ok(Plan::new(entries, (chunks_path, paths)).echo(echo))
     }
 
-    fn build((chunks_path, emb_path): Self::State, run: &mut StageRun, config: &IndexConfig, _: &IndexInputs, _: &()) -> anyhow::Result<IndexSummary> {
-        let chunks = read_chunks(&chunks_path)?;
-        let emb = read_embeddings(&emb_path)?;
-        anyhow::ensure!(
-            emb.ids.len() == chunks.len() && emb.ids.iter().zip(&chunks).all(|(a, c)| *a == c.chunk_id),
-            "{}: embeddings do not list the chunks of {} in order",
-            emb_path.display(),
-            chunks_path.display()
-        );
+    fn build((chunks_path, emb_paths): Self::State, run: &mut StageRun, config: &IndexConfig, _: &IndexInputs, _: &()) -> anyhow::Result<IndexSummary> {
+        let all = read_chunks(&chunks_path)?;
+        let chunks: Vec<ChunkRecord> = match config.shard {
+            Some(shard) => all.iter().filter(|c| shard.owns(&c.chunk_id)).cloned().collect(),
+            None => all.clone(),
+        };
+        let emb = vectors_in_order(&chunks, &emb_paths, &chunks_path)?;
         run.set_input_rows("chunks.parquet", chunks.len() as u64);
         run.set_input_rows("embeddings.parquet", emb.ids.len() as u64);
+        if let Some(shard) = config.shard {
+            run.set_stat("shard", shard.to_string());
+        }
 
         let t = std::time::Instant::now();
         let dense = dense::build(&emb.vectors, emb.dim, &config.faiss, config.device)?;
@@ -170,7 +193,11 @@ impl Stage for Index {
         write_bm25(&run.path("bm25"), &chunks, config.stemming)?;
         run.set_stat("bm25_build_seconds", t.elapsed().as_secs_f64());
 
-        std::fs::copy(&chunks_path, run.path("chunks.parquet"))?;
+        if config.shard.is_some() {
+            gauge_core::schema::write_chunks(&run.path("chunks.parquet"), &chunks)?;
+        } else {
+            std::fs::copy(&chunks_path, run.path("chunks.parquet"))?;
+        }
         run.add_output("chunks.parquet", Some(chunks.len() as u64))?;
         run.set_stat("chunks", chunks.len());
         run.set_stat("dimension", emb.dim);
@@ -180,6 +207,44 @@ impl Stage for Index {
     fn summary_line(s: &IndexSummary) -> String {
         format!("{} chunks indexed ({} on {} + BM25)", s.chunks, s.faiss, s.device)
     }
+}
+
+/// The vectors of `chunks`, in their order, from one or more embedding artifacts (shards):
+/// every chunk must have exactly one vector among them.
+fn vectors_in_order(chunks: &[ChunkRecord], paths: &[PathBuf], chunks_path: &Path) -> anyhow::Result<gauge_core::schema::Embeddings> {
+    if let [one] = paths {
+        let emb = read_embeddings(one)?;
+        if emb.ids.len() == chunks.len() && emb.ids.iter().zip(chunks).all(|(a, c)| *a == c.chunk_id) {
+            return Ok(emb);
+        }
+    }
+    let mut by_id: std::collections::HashMap<String, (usize, usize)> = std::collections::HashMap::new();
+    let mut tables = Vec::new();
+    for (t, p) in paths.iter().enumerate() {
+        let emb = read_embeddings(p)?;
+        if let Some(first) = tables.first().map(|e: &gauge_core::schema::Embeddings| e.dim) {
+            anyhow::ensure!(emb.dim == first, "{}: dimension {} differs from {first}", p.display(), emb.dim);
+        }
+        for (i, id) in emb.ids.iter().enumerate() {
+            anyhow::ensure!(by_id.insert(id.clone(), (t, i)).is_none(), "{}: chunk `{id}` has a vector in two embedding artifacts; pass each shard once", p.display());
+        }
+        tables.push(emb);
+    }
+    let dim = tables[0].dim;
+    let missing = chunks.iter().filter(|c| !by_id.contains_key(&c.chunk_id)).count();
+    anyhow::ensure!(
+        missing == 0,
+        "{}: {missing} of {} chunks have no vector in the {} embedding artifact(s) given; pass every shard (`--embeddings` once per `embed --shard i/n`)",
+        chunks_path.display(),
+        chunks.len(),
+        paths.len()
+    );
+    let mut vectors = Vec::with_capacity(chunks.len() * dim);
+    for c in chunks {
+        let (t, i) = by_id[&c.chunk_id];
+        vectors.extend_from_slice(&tables[t].vectors[i * dim..(i + 1) * dim]);
+    }
+    Ok(gauge_core::schema::Embeddings { ids: chunks.iter().map(|c| c.chunk_id.clone()).collect(), vectors, dim })
 }
 
 /// Writes the BM25 index of the chunks into `dir` (one segment, single-threaded, so the
