@@ -9,6 +9,7 @@ bin := CARGO_TARGET_DIR / "release"
 corpus := "../shared/corpora/fra"
 artifacts := "artifacts"
 venv := env_var("HOME") / ".cache/gauge-venv"
+ray_venv := env_var("HOME") / ".cache/gauge-ray-venv"
 xlmr_venv := env_var("HOME") / ".cache/gauge-xlmr-venv"
 xlmr_fixture := env_var("HOME") / ".cache/gauge-fixtures/tiny-xlmr"
 # This justfile, for recipes that call other recipes.
@@ -78,6 +79,19 @@ ablate-llm: setup models
 ablate-llm-server: setup models
     url=$(scripts/llm-server.sh start | tail -n1) && echo "llama.cpp server at $url" && \
     trap 'scripts/llm-server.sh stop' EXIT && {{bin}}/evaluate pipelines/fra-llm-server.toml --artifacts {{artifacts}}
+
+# Python environment with Ray (outside the clone).
+ray-venv:
+    test -x {{ray_venv}}/bin/python3 || python3 -m venv {{ray_venv}}
+    {{ray_venv}}/bin/pip install --quiet --disable-pip-version-check "ray[default]==2.60.0" pyarrow
+
+# A pipeline's stage DAG on a Ray cluster (RAY_ADDRESS, else a local one): every distinct artifact once, embed shards in parallel, then `evaluate` → eval/<name>/ (see scripts/ray_ablate.py).
+ablate-ray pipeline="pipelines/fra.toml" *flags="": setup models ray-venv
+    {{ray_venv}}/bin/python3 scripts/ray_ablate.py {{pipeline}} --bin {{bin}} --artifacts {{artifacts}} {{flags}}
+
+# The Ray launcher on a two-node local cluster with the worker killed mid-run: same results as one machine, rerun all cache hits.
+test-ray: setup models ray-venv
+    {{ray_venv}}/bin/python3 scripts/ray_ablate_test.py
 
 # Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked; SmolLM2 as the judge → eval/fra-answers/.
 ablate-answers: setup models

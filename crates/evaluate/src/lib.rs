@@ -15,6 +15,7 @@ pub mod ablate;
 pub mod answers;
 pub mod chain;
 pub mod cli;
+pub mod dag;
 pub mod judge;
 pub mod metric;
 pub mod metrics;

@@ -35,6 +35,10 @@ pub struct StageConfigs {
     /// embedded and indexed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raptor: Option<gauge_raptor::RaptorConfig>,
+    /// Embed in this many shards (`embed --shard i/n`, one artifact each, the index built over
+    /// all of them: the same index as one embed run); a cluster runs the shards in parallel.
+    #[serde(skip_serializing_if = "is_one")]
+    pub embed_shards: usize,
     /// `index` settings (faiss type, stemming).
     pub index: IndexConfig,
     /// Retrieval engine settings.
@@ -120,7 +124,11 @@ fn default_resamples() -> usize {
     2000
 }
 
-const STAGE_KEYS: [&str; 6] = ["extract", "chunk", "embed", "raptor", "index", "retrieval"];
+const STAGE_KEYS: [&str; 7] = ["extract", "chunk", "embed", "embed_shards", "raptor", "index", "retrieval"];
+
+fn is_one(n: &usize) -> bool {
+    *n <= 1
+}
 const ROW_KEYS: [&str; 5] = ["name", "base", "description", "oracle_source_filter", "compare_to"];
 
 

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Runs a gauge pipeline on a Ray cluster: `just ablate-ray PIPELINE`.
+
+`pipeline-dag PIPELINE` (Rust, the same chain `evaluate` builds) lists every distinct stage
+run once — extract, chunk, embed (one task per shard where a config sets `embed_shards`),
+raptor, index — each with its config and the tasks it reads. Each becomes a Ray task that runs
+the stage binary (`BIN ARGV… --config CONFIG.json --artifacts ROOT`) once its inputs exist;
+embed tasks ask for `--gpus-per-embed` GPUs. Stages are content-addressed and commit
+atomically, so a task whose node dies is simply run again (Ray's retries) and a rerun of the
+whole launcher finishes as cache hits. The last step is `evaluate PIPELINE`, which finds every
+artifact built and writes eval/<name>/ exactly as `just ablate` does.
+
+Every node needs the same checkout (binaries under --bin) and the artifact root on shared
+storage (NFS, or an object-store mount); on one machine, both are simply local.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import ray
+
+
+def run_stage(bin_dir, workdir, artifacts, task, *deps):
+    """Runs one stage; returns the artifact directory it printed last."""
+    outputs = dict(zip(task["needs"], deps))
+    argv = [outputs[a[len("@task:"):]] if a.startswith("@task:") else a for a in task["argv"]]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(task["config"], f)
+        config = f.name
+    cmd = [os.path.join(bin_dir, task["bin"]), *argv, "--config", config, "--artifacts", artifacts]
+    env = dict(os.environ, GAUGE_NO_PROGRESS="1")
+    started = time.time()
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env)
+    os.unlink(config)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{task['id']} ({task['stage']}) failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    out = proc.stdout.strip().splitlines()[-1]
+    print(f"ray-ablate: {task['id']} {task['stage']}{' ' + task['shard'] if task.get('shard') else ''} → {out} ({time.time() - started:.1f} s on {ray.util.get_node_ip_address()})", file=sys.stderr)
+    return out
+
+
+def launch(pipeline, bin_dir, artifacts, eval_dir, workdir, gpus_per_embed=0.0, retries=3):
+    """Runs the DAG of `pipeline` on the connected Ray cluster, then evaluates; returns the
+    evaluation artifact directory."""
+    dag = json.loads(subprocess.run([os.path.join(bin_dir, "pipeline-dag"), pipeline], cwd=workdir, capture_output=True, text=True, check=True).stdout)
+    remote = ray.remote(max_retries=retries, retry_exceptions=True)(run_stage)
+    refs = {}
+    for task in dag["tasks"]:
+        opts = {"num_cpus": 1}
+        if task["stage"] == "embed" and gpus_per_embed:
+            opts["num_gpus"] = gpus_per_embed
+        deps = [refs[n] for n in task["needs"]]
+        refs[task["id"]] = remote.options(**opts, name=f"{task['id']}-{task['stage']}").remote(bin_dir, workdir, artifacts, task, *deps)
+    # Wait for every index (and so everything upstream), surfacing the first failure.
+    indexes = [refs[i["index"][len("@task:"):]] for i in dag["indexes"]]
+    ray.get(indexes)
+    print(f"ray-ablate: {len(dag['tasks'])} stage tasks done; evaluating", file=sys.stderr)
+    cmd = [os.path.join(bin_dir, "evaluate"), *dag["evaluate"]["argv"], "--artifacts", artifacts, "--eval-dir", eval_dir]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=dict(os.environ, GAUGE_NO_PROGRESS="1"))
+    if proc.returncode != 0:
+        raise RuntimeError(f"evaluate failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pipeline", nargs="?", default="pipelines/fra.toml")
+    ap.add_argument("--address", default=os.environ.get("RAY_ADDRESS", "auto"), help="Ray cluster address (default: RAY_ADDRESS, else a running local cluster, else a new local one)")
+    ap.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gauge-target")), "release"))
+    ap.add_argument("--artifacts", default="artifacts")
+    ap.add_argument("--eval-dir", default="eval")
+    ap.add_argument("--gpus-per-embed", type=float, default=0.0)
+    a = ap.parse_args()
+    workdir = os.getcwd()
+    try:
+        ray.init(address=a.address, log_to_driver=True)
+    except ConnectionError:
+        ray.init(log_to_driver=True)
+    print(launch(a.pipeline, os.path.abspath(a.bin), os.path.abspath(a.artifacts), os.path.abspath(a.eval_dir), workdir, a.gpus_per_embed))
+
+
+if __name__ == "__main__":
+    main()
