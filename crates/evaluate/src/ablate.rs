@@ -477,7 +477,7 @@ fn evaluate_variants(
     skip: &BTreeSet<&str>,
     device: &str,
     cache: &std::sync::Arc<gauge_generator::cache::CallCache>,
-) -> anyhow::Result<(Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>, Contexts)> {
+) -> anyhow::Result<Evaluated> {
     // The passages the answer rows' configs retrieve, kept for the judge (the answer stage
     // searches with the same engine and config, so they are the passages it was given).
     let judged_configs: BTreeSet<&str> = match (&pipeline.answer, &pipeline.judge) {
@@ -584,6 +584,10 @@ fn evaluate_variants(
 
 /// The passages each (config, question) retrieved, for the judge.
 type Contexts = HashMap<(String, String), Vec<crate::judge::JudgedPassage>>;
+
+/// What the searches of every config give: per-question rows, ranked runs, qrels, and the
+/// contexts of the judged answer configs.
+type Evaluated = (Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>, Contexts);
 
 /// The retrieval config a question is searched with: the config's, restricted to the
 /// question's gold sources when the config is the oracle source filter.

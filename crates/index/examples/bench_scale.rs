@@ -70,7 +70,8 @@ fn recall(found: &[Vec<i64>], exact: &[Vec<i64>]) -> f64 {
     hits as f64 / (exact.len() * K) as f64
 }
 
-fn faiss_row(kind: &str, factory: &str, n: usize, data: &[f32], queries: &[f32], exact: Option<&[Vec<i64>]>, params: &[(&str, f64)], dir: &std::path::Path) -> (serde_json::Value, Vec<Vec<i64>>) {
+fn faiss_row(kind: &str, factory: &str, data: &[f32], queries: &[f32], exact: Option<&[Vec<i64>]>, params: &[(&str, f64)], dir: &std::path::Path) -> (serde_json::Value, Vec<Vec<i64>>) {
+    let n = data.len() / DIM;
     let started = Instant::now();
     let mut index = gauge_index::build_faiss(data, DIM, factory).expect("build");
     let build = started.elapsed().as_secs_f64();
@@ -166,14 +167,14 @@ fn main() {
     let mut rows = Vec::new();
     for &n in &sizes {
         let data = points(&centres, n, n as u64);
-        let (flat, exact) = faiss_row("Flat", "Flat", n, &data, &queries, None, &[], tmp.path());
+        let (flat, exact) = faiss_row("Flat", "Flat", &data, &queries, None, &[], tmp.path());
         rows.push(flat);
         if n <= hnsw_max {
-            rows.push(faiss_row("HNSW32", "HNSW32", n, &data, &queries, Some(&exact), &[("efSearch", 64.0)], tmp.path()).0);
+            rows.push(faiss_row("HNSW32", "HNSW32", &data, &queries, Some(&exact), &[("efSearch", 64.0)], tmp.path()).0);
         }
         let nlist = ((n as f64).sqrt().round() as usize).clamp(16, 4096);
         let nprobe = 16.0f64.min(nlist as f64);
-        rows.push(faiss_row("IVF-PQ", &format!("IVF{nlist},PQ48np"), n, &data, &queries, Some(&exact), &[("nprobe", nprobe)], tmp.path()).0);
+        rows.push(faiss_row("IVF-PQ", &format!("IVF{nlist},PQ48np"), &data, &queries, Some(&exact), &[("nprobe", nprobe)], tmp.path()).0);
         drop(data);
         rows.push(bm25_row(n, tmp.path()));
     }

@@ -46,7 +46,7 @@ pub fn normalize(v: &mut [f32]) {
 /// Clusters `n = vectors.len() / dim` vectors into `k` groups (`k` is clamped to `1..=n`).
 /// Vectors are normalised first; similarity is the cosine.
 pub fn spherical_kmeans(vectors: &[f32], dim: usize, k: usize, max_iterations: usize, seed: u64) -> Clusters {
-    assert!(dim > 0 && vectors.len() % dim == 0, "vectors must be n × dim");
+    assert!(dim > 0 && vectors.len().is_multiple_of(dim), "vectors must be n × dim");
     let n = vectors.len() / dim;
     assert!(n > 0, "nothing to cluster");
     let k = k.clamp(1, n);
@@ -84,13 +84,13 @@ pub fn spherical_kmeans(vectors: &[f32], dim: usize, k: usize, max_iterations: u
     for _ in 0..max_iterations.max(1) {
         iterations += 1;
         let mut changed = false;
-        for i in 0..n {
+        for (i, a) in assignment.iter_mut().enumerate() {
             let best = (0..k)
                 .map(|c| (c, dot(row(i), &centroids[c * dim..(c + 1) * dim])))
                 .fold((0, f32::NEG_INFINITY), |b, (c, s)| if s > b.1 { (c, s) } else { b })
                 .0;
-            if assignment[i] != best {
-                assignment[i] = best;
+            if *a != best {
+                *a = best;
                 changed = true;
             }
         }
@@ -98,8 +98,7 @@ pub fn spherical_kmeans(vectors: &[f32], dim: usize, k: usize, max_iterations: u
         // similar to its own centroid.
         let mut sums = vec![0f32; k * dim];
         let mut counts = vec![0usize; k];
-        for i in 0..n {
-            let c = assignment[i];
+        for (i, &c) in assignment.iter().enumerate() {
             counts[c] += 1;
             sums[c * dim..(c + 1) * dim].iter_mut().zip(row(i)).for_each(|(s, v)| *s += v);
         }
