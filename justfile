@@ -71,7 +71,7 @@ synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
-# LLM query rewriting (expansion, multi-query, HyDE by the local SmolLM2) on the FRA dev set, each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
+# The LLM layers on the FRA dev set with the local SmolLM2: query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact: ~47 min cold), each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
 ablate-llm: setup models
     {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}
 
