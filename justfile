@@ -93,6 +93,11 @@ ablate-ray pipeline="pipelines/fra.toml" *flags="": setup models ray-venv
 test-ray: setup models ray-venv
     {{ray_venv}}/bin/python3 scripts/ray_ablate_test.py
 
+# Object-store artifact roots against a local S3 server (moto's, from PyPI): push, pull, list, an interrupted push.
+test-store: setup models
+    cargo build --release --workspace --bins
+    scripts/test-store.sh
+
 # Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked; SmolLM2 as the judge → eval/fra-answers/.
 ablate-answers: setup models
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}

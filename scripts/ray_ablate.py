@@ -10,8 +10,11 @@ atomically, so a task whose node dies is simply run again (Ray's retries) and a 
 whole launcher finishes as cache hits. The last step is `evaluate PIPELINE`, which finds every
 artifact built and writes eval/<name>/ exactly as `just ablate` does.
 
-Every node needs the same checkout (binaries under --bin) and the artifact root on shared
-storage (NFS, or an object-store mount); on one machine, both are simply local.
+Every node needs the same checkout (binaries under --bin). Artifacts live either in one root
+every node mounts (`--artifacts`, NFS or local), or on an object store (`--remote s3://bucket/
+prefix`, `gs://…`, `file://…`): then each task pulls the artifacts it reads into a node-local
+mirror, runs the stage there, and pushes what it built, manifest last (`artifact-store`); the
+head pulls everything before `evaluate`.
 """
 import argparse
 import json
@@ -24,8 +27,14 @@ import time
 import ray
 
 
-def run_stage(bin_dir, workdir, artifacts, task, *deps):
-    """Runs one stage; returns the artifact directory it printed last."""
+def run_stage(bin_dir, workdir, artifacts, remote, task, *deps):
+    """Runs one stage; returns the artifact directory it printed last (with `remote`: the
+    artifact's `stage/fingerprint` on the object store)."""
+    store = os.path.join(bin_dir, "artifact-store")
+    if remote:
+        # A node-local mirror of the remote root.
+        artifacts = os.path.join(artifacts, ray.get_runtime_context().get_node_id()[:12])
+        deps = [subprocess.run([store, "pull", remote, d, "--into", artifacts], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1] for d in deps]
     outputs = dict(zip(task["needs"], deps))
     argv = [outputs[a[len("@task:"):]] if a.startswith("@task:") else a for a in task["argv"]]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -39,26 +48,33 @@ def run_stage(bin_dir, workdir, artifacts, task, *deps):
     if proc.returncode != 0:
         raise RuntimeError(f"{task['id']} ({task['stage']}) failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
     out = proc.stdout.strip().splitlines()[-1]
+    if remote:
+        out = subprocess.run([store, "push", out, remote], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     print(f"ray-ablate: {task['id']} {task['stage']}{' ' + task['shard'] if task.get('shard') else ''} → {out} ({time.time() - started:.1f} s on {ray.util.get_node_ip_address()})", file=sys.stderr)
     return out
 
 
-def launch(pipeline, bin_dir, artifacts, eval_dir, workdir, gpus_per_embed=0.0, retries=3):
+def launch(pipeline, bin_dir, artifacts, eval_dir, workdir, gpus_per_embed=0.0, retries=3, remote=None):
     """Runs the DAG of `pipeline` on the connected Ray cluster, then evaluates; returns the
-    evaluation artifact directory."""
+    evaluation artifact directory. With `remote` (an object-store URL), `artifacts` is the
+    folder of the node-local mirrors, and the head's evaluation reads its own mirror."""
     dag = json.loads(subprocess.run([os.path.join(bin_dir, "pipeline-dag"), pipeline], cwd=workdir, capture_output=True, text=True, check=True).stdout)
-    remote = ray.remote(max_retries=retries, retry_exceptions=True)(run_stage)
+    stage_task = ray.remote(max_retries=retries, retry_exceptions=True)(run_stage)
     refs = {}
     for task in dag["tasks"]:
         opts = {"num_cpus": 1}
         if task["stage"] == "embed" and gpus_per_embed:
             opts["num_gpus"] = gpus_per_embed
         deps = [refs[n] for n in task["needs"]]
-        refs[task["id"]] = remote.options(**opts, name=f"{task['id']}-{task['stage']}").remote(bin_dir, workdir, artifacts, task, *deps)
+        refs[task["id"]] = stage_task.options(**opts, name=f"{task['id']}-{task['stage']}").remote(bin_dir, workdir, artifacts, remote, task, *deps)
     # Wait for every index (and so everything upstream), surfacing the first failure.
     indexes = [refs[i["index"][len("@task:"):]] for i in dag["indexes"]]
     ray.get(indexes)
     print(f"ray-ablate: {len(dag['tasks'])} stage tasks done; evaluating", file=sys.stderr)
+    if remote:
+        artifacts = os.path.join(artifacts, "head")
+        names = ray.get([refs[t["id"]] for t in dag["tasks"]])
+        subprocess.run([os.path.join(bin_dir, "artifact-store"), "pull", remote, *names, "--into", artifacts], capture_output=True, text=True, check=True)
     cmd = [os.path.join(bin_dir, "evaluate"), *dag["evaluate"]["argv"], "--artifacts", artifacts, "--eval-dir", eval_dir]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=dict(os.environ, GAUGE_NO_PROGRESS="1"))
     if proc.returncode != 0:
@@ -74,13 +90,14 @@ def main():
     ap.add_argument("--artifacts", default="artifacts")
     ap.add_argument("--eval-dir", default="eval")
     ap.add_argument("--gpus-per-embed", type=float, default=0.0)
+    ap.add_argument("--remote", help="object-store artifact root (s3://bucket/prefix, gs://…, file://…); --artifacts then holds the node-local mirrors")
     a = ap.parse_args()
     workdir = os.getcwd()
     try:
         ray.init(address=a.address, log_to_driver=True)
     except ConnectionError:
         ray.init(log_to_driver=True)
-    print(launch(a.pipeline, os.path.abspath(a.bin), os.path.abspath(a.artifacts), os.path.abspath(a.eval_dir), workdir, a.gpus_per_embed))
+    print(launch(a.pipeline, os.path.abspath(a.bin), os.path.abspath(a.artifacts), os.path.abspath(a.eval_dir), workdir, a.gpus_per_embed, remote=a.remote))
 
 
 if __name__ == "__main__":

@@ -119,6 +119,16 @@ def main():
     assert names(ray_art) == names(one_art), (names(ray_art), names(one_art))
     assert len(glob.glob(os.path.join(ray_art, "embed", "*", "manifest.json"))) == 3 + 2, "3 shards + 2 unsharded embeds"
 
+    # Through an object store instead of a shared root: every task pulls its inputs into its
+    # node's own mirror and pushes what it built; the results are the same.
+    bucket = "file://" + os.path.join(tmp, "bucket")
+    obj_eval = os.path.join(tmp, "obj-eval")
+    ray_ablate.launch(pipeline, BIN, os.path.join(tmp, "mirrors"), obj_eval, tmp, remote=bucket)
+    for f in same:
+        assert digest(os.path.join(obj_eval, "ray", f)) == digest(os.path.join(b, f)), f"{f} differs through the object store"
+    listed = subprocess.run([os.path.join(BIN, "artifact-store"), "ls", bucket], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(listed) == [n for n in names(one_art) if not n.startswith("evaluate/")], (listed, names(one_art))
+
     # A rerun is all cache hits: no new artifact.
     before = artifact_dirs(ray_art)
     t0 = time.time()
