@@ -10,6 +10,7 @@ corpus := "../shared/corpora/fra"
 artifacts := "artifacts"
 venv := env_var("HOME") / ".cache/gauge-venv"
 ray_venv := env_var("HOME") / ".cache/gauge-ray-venv"
+nb_venv := env_var("HOME") / ".cache/gauge-notebook-venv"
 xlmr_venv := env_var("HOME") / ".cache/gauge-xlmr-venv"
 xlmr_fixture := env_var("HOME") / ".cache/gauge-fixtures/tiny-xlmr"
 # This justfile, for recipes that call other recipes.
@@ -79,6 +80,21 @@ ablate-llm: setup models
 ablate-llm-server: setup models
     url=$(scripts/llm-server.sh start | tail -n1) && echo "llama.cpp server at $url" && \
     trap 'scripts/llm-server.sh stop' EXIT && {{bin}}/evaluate pipelines/fra-llm-server.toml --artifacts {{artifacts}}
+
+# Python environment for the analysis notebook (outside the clone).
+notebook-venv:
+    test -x {{nb_venv}}/bin/python3 || python3 -m venv {{nb_venv}}
+    {{nb_venv}}/bin/pip install --quiet --disable-pip-version-check polars pyarrow matplotlib nbconvert nbclient ipykernel nbformat jupyterlab
+
+# Opens notebooks/analysis.ipynb (the worked example of every Parquet output) in JupyterLab; GAUGE_EVAL=eval/<name> picks another evaluation.
+notebook: setup notebook-venv
+    cargo build --release --workspace --bins
+    {{nb_venv}}/bin/jupyter lab notebooks/analysis.ipynb
+
+# Runs the notebook headless against the committed eval/fra (any cell error fails; its rebuilt table must equal ablation.md's); the executed copy goes to $TMPDIR, the committed notebook stays without outputs.
+notebook-check: setup notebook-venv
+    cargo build --release --workspace --bins
+    out=$(mktemp -d) && {{nb_venv}}/bin/jupyter nbconvert --to notebook --execute notebooks/analysis.ipynb --output-dir "$out" --ExecutePreprocessor.timeout=600 && echo "notebook-check: executed copy in $out/analysis.ipynb"
 
 # Python environment with Ray (outside the clone).
 ray-venv:
