@@ -81,6 +81,12 @@ ablate-llm-server: setup models
     url=$(scripts/llm-server.sh start | tail -n1) && echo "llama.cpp server at $url" && \
     trap 'scripts/llm-server.sh stop' EXIT && {{bin}}/evaluate pipelines/fra-llm-server.toml --artifacts {{artifacts}}
 
+# The scale curve of the indexes: faiss Flat / HNSW32 / IVF-PQ and tantivy BM25 at 10⁴–10⁶ synthetic 384-d vectors and passages (build time, size, query latency, recall@10 against Flat) → bench/scale.json, bench/scale.png (extrapolated past 10⁶). ~15 min on 2 cores.
+bench-scale sizes="10000,100000,1000000" hnsw_max="1000000": setup notebook-venv
+    cargo build --release -p gauge-index --example bench_scale
+    {{bin}}/examples/bench_scale bench/scale.json {{sizes}} {{hnsw_max}}
+    {{nb_venv}}/bin/python3 scripts/plot_scale.py bench/scale.json bench/scale.png
+
 # Python environment for the analysis notebook (outside the clone).
 notebook-venv:
     test -x {{nb_venv}}/bin/python3 || python3 -m venv {{nb_venv}}

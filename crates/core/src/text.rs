@@ -52,3 +52,15 @@ mod tests {
         assert_eq!(closest("manul.pdf", ["other.pdf", "manual.pdf", "x"], 2), vec!["manual.pdf".to_string(), "other.pdf".to_string()]);
     }
 }
+
+/// `text` trimmed and cut to at most `max` characters at a word boundary (when one falls in
+/// the second half), the cut marked with `…`.
+pub fn cut_at_word(text: &str, max: usize) -> String {
+    let t = text.trim();
+    if t.chars().count() <= max {
+        return t.to_string();
+    }
+    let head: String = t.chars().take(max).collect();
+    let at = head.rfind(char::is_whitespace).filter(|&i| i > max / 2).unwrap_or(head.len());
+    format!("{}…", head[..at].trim_end())
+}

@@ -182,7 +182,7 @@ impl Judge {
 
     /// The rubric prompt for one answer.
     pub fn prompt(&self, question: &str, reference: Option<&str>, passages: &[JudgedPassage], answer: &str) -> anyhow::Result<String> {
-        let cut: Vec<JudgedPassage> = passages.iter().map(|p| JudgedPassage { label: p.label.clone(), text: cut_text(&p.text, self.section.max_passage_chars) }).collect();
+        let cut: Vec<JudgedPassage> = passages.iter().map(|p| JudgedPassage { label: p.label.clone(), text: gauge_core::text::cut_at_word(&p.text, self.section.max_passage_chars) }).collect();
         render(&self.rubric, minijinja::context! { question => question, reference => reference, passages => cut, answer => answer })
     }
 
@@ -219,16 +219,6 @@ impl Judge {
             Err(e) => Verdict { reply: None, error: Some(e), model_calls: calls },
         }
     }
-}
-
-fn cut_text(text: &str, max: usize) -> String {
-    let t = text.trim();
-    if t.chars().count() <= max {
-        return t.to_string();
-    }
-    let head: String = t.chars().take(max).collect();
-    let at = head.rfind(char::is_whitespace).filter(|&i| i > max / 2).unwrap_or(head.len());
-    format!("{}…", head[..at].trim_end())
 }
 
 /// How the judge's faithfulness agrees with the deterministic citation check, for one answer
@@ -286,11 +276,7 @@ pub const METRIC_NAMES: [&str; 5] = ["judge_faithfulness", "judge_accuracy", "ju
 /// The judge section of `ablation.md`: the model, and per answer row how its faithfulness
 /// grades agree with the citation check.
 pub fn agreement_markdown(section: &JudgeSection, rows: &[(String, Agreement)], calls: (u64, u64)) -> String {
-    let model = match &section.model {
-        GeneratorConfig::Local { model, adapter: None } => format!("local `{model}`"),
-        GeneratorConfig::Local { model, adapter: Some(a) } => format!("local `{model}` + adapter `{a}`"),
-        GeneratorConfig::Api(c) => format!("API `{}` at {}", c.model, c.base_url),
-    };
+    let model = section.model.describe();
     let mut s = format!(
         "\n### Judge\n\nJudge: {model}, rubric `{}`, JSON reply (schema-constrained) with one repair round; {} model calls, {} from the cache. A grade the judge could not give (failed call, invalid reply after the repair) is missing, not a score. Agreement with the citation check: an answer graded **faithful** (faithfulness ≥ {}) that still carries an invented citation, and one graded below that whose citations all verify, are the two ways they disagree.\n\n| Row | Graded | Missing | Faithful | … with an invented citation | Not faithful | … with all citations verified | Agree (answers with citations) |\n|---|---|---|---|---|---|---|---|\n",
         section.template.as_deref().unwrap_or("prompts/judge.md (built in)"),
@@ -353,6 +339,6 @@ mod tests {
             assert!(p.contains(s), "{s}: {p}");
         }
         assert!(render(BUILTIN_REPAIR, minijinja::context! { error => "bad" }).unwrap().contains("could not be used: bad"));
-        assert_eq!(cut_text("alpha beta gamma", 12), "alpha beta…");
+        assert_eq!(gauge_core::text::cut_at_word("alpha beta gamma", 12), "alpha beta…");
     }
 }

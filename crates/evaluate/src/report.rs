@@ -288,11 +288,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
 pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables: &[crate::answers::AnswerTable], deltas: &[crate::answers::AnswerDelta], judged: bool) -> String {
     let Some(section) = section else { return String::new() };
     let Some((_, _, first)) = tables.first() else { return String::new() };
-    let describe = |g: &gauge_answer::GeneratorConfig| match g {
-        gauge_answer::GeneratorConfig::Local { model, adapter: None } => format!("local `{model}`"),
-        gauge_answer::GeneratorConfig::Local { model, adapter: Some(a) } => format!("local `{model}` + adapter `{a}`"),
-        gauge_answer::GeneratorConfig::Api(c) => format!("API `{}` at {}", c.model, c.base_url),
-    };
+    let describe = |g: &gauge_answer::GeneratorConfig| g.describe();
     let generator = if section.generators.is_empty() {
         describe(&section.generator)
     } else {

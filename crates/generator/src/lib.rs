@@ -40,6 +40,17 @@ pub enum GeneratorConfig {
     Api(ChatConfig),
 }
 
+impl GeneratorConfig {
+    /// One line for reports: ``local `MODEL` `` (`+ adapter `DIR``), or ``API `MODEL` at URL``.
+    pub fn describe(&self) -> String {
+        match self {
+            GeneratorConfig::Local { model, adapter: None } => format!("local `{model}`"),
+            GeneratorConfig::Local { model, adapter: Some(a) } => format!("local `{model}` + adapter `{a}`"),
+            GeneratorConfig::Api(c) => format!("API `{}` at {}", c.model, c.base_url),
+        }
+    }
+}
+
 /// The local model fetched by `just models`.
 pub fn default_model() -> String {
     "SmolLM2-135M-Instruct.Q4_1.gguf".into()

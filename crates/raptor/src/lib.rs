@@ -149,13 +149,7 @@ struct Group {
 
 /// Cuts `text` to at most `max` characters at a word boundary, marking the cut with `…`.
 pub fn cut(text: &str, max: usize) -> String {
-    let t = text.trim();
-    if t.chars().count() <= max {
-        return t.to_string();
-    }
-    let head: String = t.chars().take(max).collect();
-    let at = head.rfind(char::is_whitespace).filter(|&i| i > max / 2).unwrap_or(head.len());
-    format!("{}…", head[..at].trim_end())
+    gauge_core::text::cut_at_word(text, max)
 }
 
 /// The prompt for one cluster: members (label, text) in the given order, each cut to
