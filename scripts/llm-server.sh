@@ -5,13 +5,13 @@
 #                                 base URL (http://127.0.0.1:PORT/v1); a server already up is reused
 #   scripts/llm-server.sh stop    stops it
 #   scripts/llm-server.sh status  prints the URL if it is up (exit 1 if not)
-# PORT: $GAUGE_LLM_PORT (default 8765). Context: $GAUGE_LLM_CTX (default 4096). The pid file and the
+# PORT: $GAUGE_LLM_PORT (default 8765). Context: $GAUGE_LLM_CTX (default 16384, split by llama-server between its 4 parallel slots: 4096 tokens each). The pid file and the
 # log live in the llama.cpp cache folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 action=${1:-start}
 port=${GAUGE_LLM_PORT:-8765}
-ctx=${GAUGE_LLM_CTX:-4096}
+ctx=${GAUGE_LLM_CTX:-16384}
 root="${GAUGE_LLAMACPP_DIR:-$HOME/.cache/gauge-llamacpp}"
 pidfile="$root/llm-server-$port.pid"
 log="$root/llm-server-$port.log"
