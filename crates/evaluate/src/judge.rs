@@ -26,7 +26,8 @@ pub struct JudgeSection {
     pub template: Option<String>,
     /// A repair message template file (rendered with `error`).
     pub repair_template: Option<String>,
-    /// Tokens the judge may write.
+    /// Tokens the judge may write (the reply is about 40 tokens of JSON plus the reason, at
+    /// most 200 characters; a reply cut by this budget is invalid and its grade missing).
     pub max_new_tokens: usize,
     /// Sampling temperature (0: greedy).
     pub temperature: f32,
@@ -44,7 +45,7 @@ impl Default for JudgeSection {
             model: GeneratorConfig::default(),
             template: None,
             repair_template: None,
-            max_new_tokens: 160,
+            max_new_tokens: 256,
             temperature: 0.0,
             seed: 0,
             max_passage_chars: 1200,
@@ -86,8 +87,9 @@ pub struct JudgeReply {
     /// Citations present and pointing to supporting passages (1–5).
     #[schemars(range(min = 1, max = 5))]
     pub citation_quality: u8,
-    /// One or two sentences on why.
-    #[schemars(length(min = 1, max = 400))]
+    /// One or two sentences on why (at most 200 characters, so that the whole reply fits the
+    /// default budget of new tokens).
+    #[schemars(length(min = 1, max = 200))]
     pub reason: String,
 }
 
