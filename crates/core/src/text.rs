@@ -34,6 +34,18 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>, n:
     scored.into_iter().take(n).map(|(_, _, c)| c.to_string()).collect()
 }
 
+/// `text` trimmed and cut to at most `max` characters at a word boundary (when one falls in
+/// the second half), the cut marked with `…`.
+pub fn cut_at_word(text: &str, max: usize) -> String {
+    let t = text.trim();
+    if t.chars().count() <= max {
+        return t.to_string();
+    }
+    let head: String = t.chars().take(max).collect();
+    let at = head.rfind(char::is_whitespace).filter(|&i| i > max / 2).unwrap_or(head.len());
+    format!("{}…", head[..at].trim_end())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,14 +65,3 @@ mod tests {
     }
 }
 
-/// `text` trimmed and cut to at most `max` characters at a word boundary (when one falls in
-/// the second half), the cut marked with `…`.
-pub fn cut_at_word(text: &str, max: usize) -> String {
-    let t = text.trim();
-    if t.chars().count() <= max {
-        return t.to_string();
-    }
-    let head: String = t.chars().take(max).collect();
-    let at = head.rfind(char::is_whitespace).filter(|&i| i > max / 2).unwrap_or(head.len());
-    format!("{}…", head[..at].trim_end())
-}
