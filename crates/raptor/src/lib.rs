@@ -247,6 +247,8 @@ impl Level<'_> {
             return Err(e);
         }
         let replies = replies.into_inner().expect("lock");
+        // Every node a summary can reach (chunks and lower summaries), indexed once.
+        let by_id: std::collections::HashMap<&str, &ChunkRecord> = all.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
         let mut out = Vec::new();
         let mut centroids = Vec::new();
         for (c, (group, reply)) in groups.iter().zip(replies).enumerate() {
@@ -257,7 +259,7 @@ impl Level<'_> {
             }
             let mut children: Vec<&ChunkRecord> = group.members.iter().map(|&i| &nodes[i]).collect();
             children.sort_by_key(|n| (n.level, n.source.clone(), n.chunk_index, n.chunk_id.clone()));
-            out.push(summary_node(level, out.len(), &children, text, all));
+            out.push(summary_node(level, out.len(), &children, text, &|id| by_id.get(id).copied()));
             centroids.extend_from_slice(&clusters.centroids[c * dim..(c + 1) * dim]);
         }
         Ok((out, centroids))
@@ -277,10 +279,9 @@ fn label(c: &ChunkRecord) -> String {
 
 /// A summary row: id from its level and children; source, doc type, title and pages from its
 /// leaves (sources joined by `; ` when it spans several documents).
-fn summary_node(level: i32, index: usize, children: &[&ChunkRecord], text: String, all: &[ChunkRecord]) -> ChunkRecord {
+fn summary_node<'a>(level: i32, index: usize, children: &[&'a ChunkRecord], text: String, lookup: &dyn Fn(&str) -> Option<&'a ChunkRecord>) -> ChunkRecord {
     let ids: Vec<String> = children.iter().map(|c| c.chunk_id.clone()).collect();
-    let by_id = |id: &str| all.iter().find(|c| c.chunk_id == id);
-    let leaves = leaves_of(ids.iter().map(String::as_str), &by_id);
+    let leaves = leaves_of(children.iter().map(|c| c.chunk_id.as_str()), lookup);
     let distinct = |f: &dyn Fn(&ChunkRecord) -> &str| leaves.iter().map(|c| f(c).to_string()).collect::<BTreeSet<String>>().into_iter().collect::<Vec<_>>();
     let sources = distinct(&|c| c.source.as_str());
     let doc_types = distinct(&|c| c.doc_type.as_str());
@@ -364,7 +365,9 @@ impl Stage for Raptor {
         let mut summaries = first.clone();
         let mut per_level = vec![first.len()];
         if config.levels >= 2 && first.len() > config.cluster_size {
-            let (second, _) = level.summarise(2, &first, &centroids, dim, &chunks)?;
+            // Level-2 nodes reach their leaves through the level-1 nodes.
+            let reachable: Vec<ChunkRecord> = chunks.iter().chain(&first).cloned().collect();
+            let (second, _) = level.summarise(2, &first, &centroids, dim, &reachable)?;
             per_level.push(second.len());
             summaries.extend(second);
         }
@@ -439,18 +442,21 @@ mod tests {
     #[test]
     fn summary_nodes_resolve_to_their_leaves() {
         let all = vec![chunk("l1", "a.pdf", 3, "x"), chunk("l2", "a.pdf", 5, "y"), chunk("l3", "b.pdf", 9, "z")];
-        let s1 = summary_node(1, 0, &[&all[0], &all[1]], "about a".into(), &all);
+        let find = |set: &[ChunkRecord], id: &str| set.iter().position(|c| c.chunk_id == id);
+        let in_all = |id: &str| find(&all, id).map(|i| &all[i]);
+        let s1 = summary_node(1, 0, &[&all[0], &all[1]], "about a".into(), &in_all);
         assert_eq!((s1.source.as_str(), s1.page_start, s1.page_end, s1.level), ("a.pdf", 3, 5, 1));
         assert!(s1.title.starts_with("a.pdf (summary of 2"));
         let mut with = all.clone();
         with.push(s1.clone());
-        let s2 = summary_node(2, 0, &[&s1, &all[2]], "about a and b".into(), &with);
+        let in_with = |id: &str| find(&with, id).map(|i| &with[i]);
+        let s2 = summary_node(2, 0, &[&s1, &all[2]], "about a and b".into(), &in_with);
         assert_eq!((s2.source.as_str(), s2.page_start, s2.page_end), ("a.pdf; b.pdf", 3, 9));
         with.push(s2.clone());
         let lookup = |id: &str| with.iter().find(|c| c.chunk_id == id);
         let leaves: Vec<&str> = leaves_of([s2.chunk_id.as_str()], &lookup).iter().map(|c| c.chunk_id.as_str()).collect();
         assert_eq!(leaves, vec!["l1", "l2", "l3"]);
         assert_ne!(s1.chunk_id, s2.chunk_id);
-        assert_eq!(s1.chunk_id, summary_node(1, 7, &[&all[0], &all[1]], "other text".into(), &all).chunk_id, "ids depend on level and children only");
+        assert_eq!(s1.chunk_id, summary_node(1, 7, &[&all[0], &all[1]], "other text".into(), &in_all).chunk_id, "ids depend on level and children only");
     }
 }
