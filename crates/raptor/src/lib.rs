@@ -318,7 +318,7 @@ pub struct RaptorState {
 
 impl Stage for Raptor {
     const NAME: &'static str = STAGE;
-    const FORMAT_VERSION: u32 = 1;
+    const FORMAT_VERSION: u32 = 2;
     type Config = RaptorConfig;
     type Inputs = RaptorInputs;
     type Options = RaptorOptions;
