@@ -12,6 +12,7 @@ venv := env_var("HOME") / ".cache/gauge-venv"
 ray_venv := env_var("HOME") / ".cache/gauge-ray-venv"
 nb_venv := env_var("HOME") / ".cache/gauge-notebook-venv"
 xlmr_venv := env_var("HOME") / ".cache/gauge-xlmr-venv"
+torch_venv := env_var("HOME") / ".cache/gauge-torch-venv"
 xlmr_fixture := env_var("HOME") / ".cache/gauge-fixtures/tiny-xlmr"
 # This justfile, for recipes that call other recipes.
 just := just_executable() + " --justfile " + justfile()
@@ -223,6 +224,15 @@ build-gpu: setup models
 # The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
 gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
     scripts/gpu-check.sh {{flags}} {{out}}
+
+# Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers and peft, outside the clone.
+torch-venv:
+    test -x {{torch_venv}}/bin/python3 || python3 -m venv {{torch_venv}}
+    {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft safetensors numpy
+
+# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids) and PEFT loading gauge's adapter → OUT.
+check-peft out="bench/gpu-check-cpu-peft": models torch-venv
+    GAUGE_VENV={{torch_venv}} scripts/gpu-check.sh --cpu-only {{out}}
 
 # Print the Parquet schema tables the README shows.
 schemas:

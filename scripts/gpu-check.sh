@@ -23,7 +23,9 @@
 # CPU vs the PyTorch fixture vectors of the real all-MiniLM-L6-v2 (when `just models` has run),
 # gauge CPU vs a float64 numpy BERT on a random-weight model (numpy-made when torch is absent),
 # gauge CPU throughput, faiss CPU on 100k vectors, and gauge's training step on the real SmolLM2
-# GGUF (2 × 128 tokens).
+# GGUF (2 × 128 tokens); when the Python has torch, transformers and peft (`just check-peft`
+# installs them), also the training comparison above on the CPU: gauge CPU (NF4 base) vs PEFT +
+# PyTorch CPU fp32, 2 × 512 tokens, and PEFT loading gauge's adapter.
 # Results: OUT_DIR/gpu-check.json (everything), OUT_DIR/gpu-check.md (the tables), logs.
 # Exit status 1 when a parity check fails.
 set -euo pipefail
@@ -49,15 +51,19 @@ if [ ! -x "$bundle/bin/gpu_check" ] && [ -f dist/gpu-check.tar.xz ]; then
   log "unpacking dist/gpu-check.tar.xz"
   mkdir -p dist && tar -xJf dist/gpu-check.tar.xz -C dist
 fi
+# The CPU half prefers a CPU build from this checkout (the bundle's binary needs CUDA 13's
+# runtime libraries even for its CPU paths); the GPU half runs the bundle.
+local_build=0
+[ $cpu_only -eq 1 ] && command -v cargo >/dev/null 2>&1 && local_build=1
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gauge-target}"
 if [ -n "${GAUGE_GPU_CHECK_BIN:-}" ]; then
   bin=$GAUGE_GPU_CHECK_BIN
+elif [ $local_build -eq 1 ]; then
+  cargo build --release -q -p gauge-engine --example gpu_check
+  bin=$CARGO_TARGET_DIR/release/examples/gpu_check
 elif [ -x "$bundle/bin/gpu_check" ]; then
   bin=$bundle/bin/gpu_check
   export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-elif [ $cpu_only -eq 1 ] && command -v cargo >/dev/null 2>&1; then
-  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gauge-target}"
-  cargo build --release -q -p gauge-engine --example gpu_check
-  bin=$CARGO_TARGET_DIR/release/examples/gpu_check
 else
   echo "gpu-check: no gauge binary: run \`just build-gpu\` on the build machine and carry dist/gpu-check.tar.xz" >&2
   exit 2
@@ -95,6 +101,8 @@ fi
 pyc() { "$py" scripts/gpu_check.py "$@"; }
 has_torch=0
 "$py" -c "import torch, transformers" 2>/dev/null && has_torch=1
+has_peft=0
+"$py" -c "import torch, transformers, peft" 2>/dev/null && has_peft=1
 if [ $cpu_only -eq 0 ]; then
   "$py" -c "import torch, transformers, sentence_transformers; assert torch.cuda.is_available()" \
     || { echo "gpu-check: the GPU half needs torch (with CUDA), transformers and sentence-transformers" >&2; exit 2; }
@@ -171,17 +179,25 @@ record "faiss" "$("$py" -c 'import json,sys; print(json.dumps(json.load(open(sys
 # --- 5. LoRA training (train-lora's step) --------------------------------------------------------
 compact() { "$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$1"; }
 train_bin=${GAUGE_TRAIN_BIN:-}
-if [ -z "$train_bin" ] && [ -x "$bundle/bin/bench_train" ]; then train_bin=$bundle/bin/bench_train; fi
-if [ -z "$train_bin" ] && [ $cpu_only -eq 1 ] && command -v cargo >/dev/null 2>&1; then
+if [ -z "$train_bin" ] && [ $local_build -eq 1 ]; then
   cargo build --release -q -p gauge-lora --example bench_train
   train_bin=$CARGO_TARGET_DIR/release/examples/bench_train
 fi
+if [ -z "$train_bin" ] && [ -x "$bundle/bin/bench_train" ]; then train_bin=$bundle/bin/bench_train; fi
 if [ -n "$train_bin" ]; then
   if [ $cpu_only -eq 1 ]; then
     if [ -f models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
       log "train: gauge CPU, SmolLM2-135M Q4_1, r 16 on all projections, 2 × 128 tokens"
       "$train_bin" models/SmolLM2-135M-Instruct.Q4_1.gguf 128 2 1 "$work/train-cpu.json" 2>> "$out/gpu_check.log" > /dev/null
       record "train/gauge-cpu" "$(compact "$work/train-cpu.json")"
+    fi
+    if [ $has_peft -eq 1 ]; then
+      log "train: random-weight Llama of SmolLM2-135M's shape; gauge CPU (NF4 base) vs PEFT CPU (fp32), 2 × 512 tokens"
+      pyc make-llama "$work/llama-random" "$assets"
+      "$train_bin" "$work/llama-random" 512 2 2 "$work/train-cpu-random.json" --check-dir "$work/lora" 2>> "$out/gpu_check.log" > /dev/null
+      record "train/gauge-cpu-random" "$(compact "$work/train-cpu-random.json")"
+      record "train/peft-cpu-fp32" "$(pyc peft-step "$work/llama-random" 512 2 2 fp32 cpu 2>> "$out/python.log")"
+      record "train-parity/peft-loads-gauge-adapter" "$(pyc peft-logits "$work/llama-random" "$work/lora/adapter" "$work/lora/logits.json" 2>> "$out/python.log")"
     fi
   else
     log "train: random-weight Llama of SmolLM2-135M's shape; gauge CUDA (NF4 base) vs PEFT (fp32, bf16), 2 × 512 tokens"
@@ -205,7 +221,10 @@ parity = {k: v for k, v in by.items() if k.startswith("parity/")}
 train = {k.split("/", 1)[1]: v for k, v in by.items() if k.startswith("train/")}
 train_parity = by.get("train-parity/peft-loads-gauge-adapter")
 # PEFT must load gauge's adapter and agree with gauge's logits far inside the adapter's effect.
-train_ok = train_parity is None or (train_parity["max_abs_diff_gauge_vs_peft"] <= 1e-3 and train_parity["argmax_equal"])
+# The adapter must also move the logits by far more than the disagreement (an adapter that PEFT
+# silently dropped, or one still at B = 0, would leave nothing to agree on).
+train_ok = train_parity is None or (train_parity["max_abs_diff_gauge_vs_peft"] <= 1e-3 and train_parity["argmax_equal"]
+                                    and train_parity["max_abs_change_by_adapter"] >= 10 * train_parity["max_abs_diff_gauge_vs_peft"])
 ok = all(v["min_cosine"] >= 0.9999 for v in parity.values()) and train_ok
 tp = {k.split("/", 1)[1]: v for k, v in by.items() if k.startswith("throughput/")}
 ratios = {}
@@ -233,13 +252,14 @@ if train:
     md += ["", "| training step (LoRA r 16, all projections) | device | tokens/step | s/step | tokens/s |", "|---|---|---:|---:|---:|"]
     for k, v in train.items():
         md.append(f"| {k} | {v.get('device', 'cuda')} | {v['sequence_tokens'] * v['sequences_per_step']} | {v['seconds_per_step']:.3f} | {v['tokens_per_s']:,.0f} |")
-    if "gauge-cuda" in train:
-        for k, v in train.items():
-            if k.startswith("peft"):
-                md.append(f"| ratio gauge-cuda / {k} | | | | {train['gauge-cuda']['tokens_per_s'] / v['tokens_per_s']:.2f}× |")
+    # Each gauge row against the PEFT rows on the same device and shapes, in the same run.
+    for mine, theirs in (("gauge-cuda", "peft-fp32"), ("gauge-cuda", "peft-bf16"), ("gauge-cpu-random", "peft-cpu-fp32")):
+        if mine in train and theirs in train:
+            md.append(f"| ratio {mine} / {theirs} | | | | {train[mine]['tokens_per_s'] / train[theirs]['tokens_per_s']:.2f}× |")
 if train_parity:
     md += ["", f"PEFT loads gauge's adapter: max |Δ logit| gauge vs PEFT {train_parity['max_abs_diff_gauge_vs_peft']:.2e} "
-           f"(the adapter moves logits by up to {train_parity['max_abs_change_by_adapter']:.2e}); argmax equal: {train_parity['argmax_equal']}"]
+           f"(the adapter moves logits by up to {train_parity['max_abs_change_by_adapter']:.2e}); argmax equal: {train_parity['argmax_equal']}; "
+           f"the base alone, gauge vs transformers: {train_parity['max_abs_diff_base_gauge_vs_transformers']:.2e}"]
 open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if ok else 1)

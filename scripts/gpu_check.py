@@ -20,8 +20,8 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
         a Llama of SmolLM2-135M's shape (30 layers, 576 hidden, 9/3 heads, 1536 FFN, 49152
         vocabulary, tied head), seeded random weights by transformers, fp32 safetensors (the
         tokenizer files from ASSETS_DIR: ids are synthetic, only the file is needed)
-  gpu_check.py peft-step MODEL_DIR SEQ BATCH STEPS DTYPE
-        PEFT LoRA (r 16, alpha 16, all seven projections) training steps on CUDA on the same
+  gpu_check.py peft-step MODEL_DIR SEQ BATCH STEPS DTYPE [DEVICE: cuda (default) | cpu]
+        PEFT LoRA (r 16, alpha 16, all seven projections) training steps on DEVICE on the same
         synthetic sequences as gauge's bench_train (AdamW, clipping), tokens/s as JSON
   gpu_check.py peft-logits MODEL_DIR ADAPTER_DIR LOGITS_JSON
         PEFT loads gauge's adapter folder onto the fp32 model; its last-position logits vs
@@ -308,32 +308,39 @@ def synthetic_ids(seq, batch, vocab):
     return [[(i * 7919 + b * 104729) % (vocab - 1) + 1 for i in range(seq)] for b in range(batch)]
 
 
-def peft_step(model_dir, seq, batch, steps, dtype):
+def peft_step(model_dir, seq, batch, steps, dtype, device="cuda"):
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=dt).cuda()
+    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=dt).to(device)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    ids = torch.tensor(synthetic_ids(int(seq), int(batch), model.config.vocab_size), device="cuda")
+    ids = torch.tensor(synthetic_ids(int(seq), int(batch), model.config.vocab_size), device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, eps=1e-8, weight_decay=0.0)
     times = []
     for step in range(int(steps) + 1):
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        sync()
         if step > 0:
             times.append(time.perf_counter() - t)
     s = sum(times) / len(times)
     print(json.dumps({"dtype": dtype, "sequence_tokens": int(seq), "sequences_per_step": int(batch), "seconds_per_step": s,
-                      "tokens_per_s": int(seq) * int(batch) / s, "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-                      "peak_memory_bytes": torch.cuda.max_memory_allocated()}))
+                      "tokens_per_s": int(seq) * int(batch) / s, "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else f"cpu ({torch.get_num_threads()} threads)",
+                      "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else peak_rss_bytes()}))
+
+
+def peak_rss_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def peft_logits(model_dir, adapter_dir, logits_json):
@@ -349,7 +356,9 @@ def peft_logits(model_dir, adapter_dir, logits_json):
     with torch.no_grad():
         peft_logits_ = tuned(input_ids=ids).logits[0, -1].double().numpy()
     gauge = np.array(ref["last_logits"], dtype=np.float64)
+    gauge_base = np.array(ref["base_last_logits"], dtype=np.float64)
     print(json.dumps({"max_abs_diff_gauge_vs_peft": float(np.abs(gauge - peft_logits_).max()),
+                      "max_abs_diff_base_gauge_vs_transformers": float(np.abs(gauge_base - base_logits).max()),
                       "max_abs_change_by_adapter": float(np.abs(peft_logits_ - base_logits).max()),
                       "argmax_equal": int(gauge.argmax()) == int(peft_logits_.argmax())}))
 

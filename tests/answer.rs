@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, ok, repo_root, run};
+use gauge::{last_line, ok, repo_root, run, scripted_api_model, write_golden, write_markdown_corpus};
 use gauge_core::table::{read_parquet_any, Columns};
 
 const TOPICS: [(&str, &str); 3] = [
@@ -14,11 +14,7 @@ const TOPICS: [(&str, &str); 3] = [
 ];
 
 fn build_index(root: &Path) -> String {
-    let corpus = root.join("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for (name, text) in TOPICS {
-        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
-    }
+    let corpus = write_markdown_corpus(root, &TOPICS);
     let art = root.join("artifacts");
     let a = art.to_str().unwrap();
     let minilm = repo_root().join("models/all-MiniLM-L6-v2");
@@ -153,15 +149,8 @@ fn evaluate_adds_answer_rows_with_citation_metrics() {
         let tag = user.lines().find(|l| l.starts_with('[') && l.ends_with(']')).unwrap_or("[none p. 1]").to_string();
         Reply::Content(format!("Answer {tag} and [elsewhere.pdf p. 7]."))
     });
-    let golden: Vec<String> = [("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md")]
-        .iter()
-        .map(|(id, q, src)| serde_json::json!({ "qid": id, "question": q, "gold": [{"source": src, "page": 1}] }).to_string())
-        .collect();
-    std::fs::write(root.join("golden.jsonl"), golden.join("\n")).unwrap();
-    std::fs::create_dir_all(root.join("prompts")).unwrap();
-    for f in ["answer_system.md", "answer_plain.md"] {
-        std::fs::copy(repo_root().join("pipelines/prompts").join(f), root.join("prompts").join(f)).unwrap();
-    }
+    write_golden(root, &[("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md")]);
+    copy_answer_prompts(root);
     let minilm = repo_root().join("models/all-MiniLM-L6-v2");
     let pipeline = root.join("qa.toml");
     std::fs::write(
@@ -231,25 +220,17 @@ fn the_judge_grades_answers_and_a_failed_grade_is_missing() {
             Reply::Reject(400, "judge model not loaded".into())
         }
     });
-    let golden: Vec<String> = [("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md"), ("q3", "Do bells ring while the arms descend?", "bells.md")]
-        .iter()
-        .map(|(id, q, src)| serde_json::json!({ "qid": id, "question": q, "gold": [{"source": src, "page": 1}] }).to_string())
-        .collect();
-    std::fs::write(root.join("golden.jsonl"), golden.join("\n")).unwrap();
-    std::fs::create_dir_all(root.join("prompts")).unwrap();
-    for f in ["answer_system.md", "answer_plain.md"] {
-        std::fs::copy(repo_root().join("pipelines/prompts").join(f), root.join("prompts").join(f)).unwrap();
-    }
+    write_golden(root, &[("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md"), ("q3", "Do bells ring while the arms descend?", "bells.md")]);
+    copy_answer_prompts(root);
     let minilm = repo_root().join("models/all-MiniLM-L6-v2");
     let pipeline = root.join("qa.toml");
-    let api = |url: &str| format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}");
     std::fs::write(
         &pipeline,
         format!(
             "name = \"judged\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nresamples = 1000\nk = 2\n[baseline]\nname = \"Hybrid\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = {minilm:?} }}\n\
              [answer]\ngenerator = {}\ntemplate = \"plain\"\n[judge]\nmodel = {}\n",
-            api(&answerer.url),
-            api(&judge.url)
+            scripted_api_model(&answerer.url),
+            scripted_api_model(&judge.url)
         ),
     )
     .unwrap();
@@ -293,4 +274,12 @@ fn the_judge_grades_answers_and_a_failed_grade_is_missing() {
     ok(run("evaluate", &forced));
     assert_eq!((asked("When are gate arms lowered?"), asked("How often do lights flash?"), asked("Do bells ring")), (1, 2, 2 * q3_calls));
     assert_eq!(answerer.requests().len(), 3);
+}
+
+/// The plain answer prompts, copied into `root/prompts` (the pipelines there name them).
+fn copy_answer_prompts(root: &Path) {
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    for f in ["answer_system.md", "answer_plain.md"] {
+        std::fs::copy(repo_root().join("pipelines/prompts").join(f), root.join("prompts").join(f)).unwrap();
+    }
 }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, ok, repo_root, run};
+use gauge::{last_line, ok, repo_root, run, scripted_api_model, write_golden, write_markdown_corpus};
 
 const DOCS: [(&str, &str); 8] = [
     ("gates1", "Crossing gate arms must be fully lowered before the train reaches the crossing."),
@@ -30,18 +30,10 @@ fn script(r: &gauge::chat_server::Received) -> Reply {
 }
 
 fn setup(root: &Path, url: &str) -> PathBuf {
-    let corpus = root.join("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for (name, text) in DOCS {
-        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
-    }
-    std::fs::write(
-        root.join("golden.jsonl"),
-        serde_json::json!({"qid": "q1", "question": "grade crossing warning equipment overview", "gold": [{"source": "gates1.md", "page": 1}]}).to_string() + "\n",
-    )
-    .unwrap();
+    write_markdown_corpus(root, &DOCS);
+    write_golden(root, &[("q1", "grade crossing warning equipment overview", "gates1.md")]);
     let model = repo_root().join("models/all-MiniLM-L6-v2");
-    let api = format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}");
+    let api = scripted_api_model(url);
     let pipeline = root.join("p.toml");
     std::fs::write(
         &pipeline,

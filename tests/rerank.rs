@@ -4,7 +4,7 @@
 //! `just models`.
 use std::path::{Path, PathBuf};
 
-use gauge::{last_line, ok, repo_root, run, shared};
+use gauge::{last_line, ok, repo_root, run, shared, write_markdown_corpus};
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 const TOPICS: [(&str, &str); 6] = [
@@ -28,11 +28,7 @@ fn minilm() -> PathBuf {
 
 /// A small Markdown corpus (one document per topic) indexed with MiniLM.
 fn build(root: &Path) -> (PathBuf, String) {
-    let corpus = root.join("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for (name, text) in TOPICS {
-        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
-    }
+    let corpus = write_markdown_corpus(root, &TOPICS);
     let art = root.join("artifacts");
     let a = art.to_str().unwrap();
     let pages = last_line(&ok(run("extract", &[corpus.to_str().unwrap(), "--artifacts", a])));

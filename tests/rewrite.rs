@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, ok, repo_root, run};
+use gauge::{last_line, ok, repo_root, run, scripted_api_model, write_golden, write_markdown_corpus};
 
 const DOCS: [(&str, &str); 4] = [
     ("gates", "Crossing gate arms must be fully lowered before the train reaches the crossing. The inspector records the gate descent time."),
@@ -17,17 +17,11 @@ const DOCS: [(&str, &str); 4] = [
 ];
 
 fn setup(root: &Path, url: &str) -> std::path::PathBuf {
-    let corpus = root.join("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for (name, text) in DOCS {
-        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
-    }
-    let golden = root.join("golden.jsonl");
+    write_markdown_corpus(root, &DOCS);
     let rows = [("q1", "When do the barriers come down?", "gates.md"), ("q2", "How often do the beacons blink?", "lights.md"), ("q3", "What harness rules apply on spans?", "fall.md")];
-    let lines: Vec<String> = rows.iter().map(|(id, q, s)| serde_json::json!({"qid": id, "question": q, "gold": [{"source": s, "page": 1}]}).to_string()).collect();
-    std::fs::write(&golden, lines.join("\n") + "\n").unwrap();
+    write_golden(root, &rows);
     let model = repo_root().join("models/all-MiniLM-L6-v2");
-    let api = format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}");
+    let api = scripted_api_model(url);
     let pipeline = root.join("p.toml");
     std::fs::write(
         &pipeline,

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use gauge::{complete_dirs, last_line, ok, run, shared};
+use gauge::{complete_dirs, last_line, ok, run, shared, write_markdown_corpus};
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 const DOCS: [(&str, &str); 8] = [
@@ -35,11 +35,7 @@ struct Built {
 
 /// Corpus, index (embedded with the tiny fixture) and an inverse-cloze set.
 fn build(root: &Path) -> Built {
-    let corpus = root.join("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for (name, text) in DOCS {
-        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
-    }
+    let corpus = write_markdown_corpus(root, &DOCS);
     let a = root.join("artifacts");
     let a = a.to_str().unwrap();
     let f = fixture();

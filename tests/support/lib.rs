@@ -56,3 +56,29 @@ pub fn complete_dirs(root: &Path, stage: &str) -> Vec<PathBuf> {
         .filter(|p| p.is_dir() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect()
 }
+
+/// Writes each `(name, text)` as `root/corpus/<name>.md` (a `# name` heading, then the text);
+/// returns the corpus folder.
+pub fn write_markdown_corpus(root: &Path, docs: &[(&str, &str)]) -> PathBuf {
+    let corpus = root.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for (name, text) in docs {
+        std::fs::write(corpus.join(format!("{name}.md")), format!("# {name}\n\n{text}\n")).unwrap();
+    }
+    corpus
+}
+
+/// A pipeline's inline model table for the scripted OpenAI-compatible server at `url`
+/// (no key: the variable named does not exist).
+pub fn scripted_api_model(url: &str) -> String {
+    format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}")
+}
+
+/// Writes `root/golden.jsonl`: one question per `(qid, question, source)`, its gold the
+/// source's page 1 (a Markdown document is one page).
+pub fn write_golden(root: &Path, rows: &[(&str, &str, &str)]) -> PathBuf {
+    let path = root.join("golden.jsonl");
+    let lines: Vec<String> = rows.iter().map(|(id, q, src)| serde_json::json!({"qid": id, "question": q, "gold": [{"source": src, "page": 1}]}).to_string()).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}

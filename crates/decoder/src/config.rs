@@ -145,6 +145,25 @@ impl LlamaConfig {
         Ok(())
     }
 
+    /// The architecture from a Hugging Face `config.json`, as transformers 4 writes it
+    /// (`rope_theta`, `rope_scaling`) or as transformers 5 does (both inside
+    /// `rope_parameters`: `{"rope_theta": …, "rope_type": "default" | "llama3", "factor": …}`);
+    /// read through the same fields either way, top-level fields winning.
+    pub fn from_hf_json(mut json: serde_json::Value) -> Result<LlamaConfig, serde_json::Error> {
+        if let Some(obj) = json.as_object_mut() {
+            if let Some(params) = obj.get("rope_parameters").and_then(|p| p.as_object()).cloned() {
+                if let Some(theta) = params.get("rope_theta") {
+                    obj.entry("rope_theta").or_insert_with(|| theta.clone());
+                }
+                let kind = params.get("rope_type").or_else(|| params.get("type")).and_then(|t| t.as_str()).unwrap_or("default");
+                if kind != "default" && obj.get("rope_scaling").is_none_or(|v| v.is_null()) {
+                    obj.insert("rope_scaling".into(), serde_json::Value::Object(params));
+                }
+            }
+        }
+        serde_json::from_value(json)
+    }
+
     /// The RoPE inverse frequencies (with Llama 3 scaling when configured).
     pub fn inv_freq(&self) -> Vec<f64> {
         let d = self.head_dim();
@@ -232,5 +251,32 @@ mod tests {
         assert!(c.validate().is_ok());
         c.num_key_value_heads = Some(3);
         assert!(c.validate().unwrap_err().contains("key/value heads"));
+    }
+
+    #[test]
+    fn transformers_5_rope_parameters_read_like_the_flat_fields() {
+        let shape = serde_json::json!({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 1, "vocab_size": 10});
+        let with = |extra: serde_json::Value| {
+            let mut j = shape.clone();
+            j.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            LlamaConfig::from_hf_json(j).unwrap()
+        };
+        // SmolLM2's shape saved by transformers 5: theta only under rope_parameters.
+        let v5 = with(serde_json::json!({"rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}}));
+        assert_eq!(v5.rope_theta, 100000.0);
+        assert_eq!(v5.rope_scaling, None);
+        assert_eq!(v5, with(serde_json::json!({"rope_theta": 100000.0})));
+        // Llama 3.2: the scaling factors too.
+        let scaling = serde_json::json!({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192});
+        let mut params = scaling.clone();
+        params.as_object_mut().unwrap().insert("rope_theta".into(), 500000.0.into());
+        let v5 = with(serde_json::json!({ "rope_parameters": params }));
+        assert_eq!(v5, with(serde_json::json!({"rope_theta": 500000.0, "rope_scaling": scaling})));
+        assert_eq!(v5.rope_scaling.as_ref().unwrap().factor, 32.0);
+        // A kind gauge does not run is refused by name, not read as plain RoPE.
+        let yarn = with(serde_json::json!({"rope_parameters": {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0}}));
+        assert!(yarn.validate().unwrap_err().contains("yarn"));
+        // Without either, the Llama default.
+        assert_eq!(with(serde_json::json!({})).rope_theta, 10_000.0);
     }
 }

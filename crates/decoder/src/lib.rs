@@ -156,7 +156,7 @@ impl ModelFiles {
             serde_json::from_str(&text).map(Some).map_err(|e| DecoderError::file(&p, format!("invalid JSON ({e})")))
         };
         let config_json = read_json("config.json")?.ok_or_else(|| DecoderError::file(dir, "no config.json (a Hugging Face model folder has one)".into()))?;
-        let config: LlamaConfig = serde_json::from_value(config_json).map_err(|e| DecoderError::file(&dir.join("config.json"), format!("not a Llama-family config ({e})")))?;
+        let config = LlamaConfig::from_hf_json(config_json).map_err(|e| DecoderError::file(&dir.join("config.json"), format!("not a Llama-family config ({e})")))?;
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| DecoderError::file(&tok_path, format!("cannot load tokenizer ({e})")))?;
         let tc = read_json("tokenizer_config.json")?.unwrap_or_default();

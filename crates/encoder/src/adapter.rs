@@ -85,11 +85,17 @@ impl AdapterConfig {
 
     /// The factor on `B A`.
     pub fn scale(&self) -> f64 {
-        if self.use_rslora {
-            self.lora_alpha / (self.r as f64).sqrt()
-        } else {
-            self.lora_alpha / self.r as f64
-        }
+        lora_scale(self.r, self.lora_alpha, self.use_rslora)
+    }
+}
+
+/// LoRA's factor on `B A`: `alpha / r`, or `alpha / √r` with rsLoRA (PEFT's `use_rslora`).
+/// The one definition that training, saving and loading share.
+pub fn lora_scale(r: usize, alpha: f64, rslora: bool) -> f64 {
+    if rslora {
+        alpha / (r as f64).sqrt()
+    } else {
+        alpha / r as f64
     }
 }
 

@@ -6,7 +6,7 @@
 //! Usage: `bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]`
 //! (MODEL: a GGUF file or a Hugging Face folder; `--check-dir`: also save the trained adapter
 //! as DIR/adapter and the last-position logits of the first sequence's first 64 tokens with
-//! base + adapter — the decoder, f32 base, on the CPU — as DIR/logits.json, for
+//! base + adapter and with the base alone — the decoder, f32 base, on the CPU — as DIR/logits.json, for
 //! `scripts/gpu-check.sh` to compare with PEFT).
 use std::time::Instant;
 
@@ -72,10 +72,14 @@ fn main() -> anyhow::Result<()> {
     if let Some(dir) = &check_dir {
         let adapter_dir = dir.join("adapter");
         params.to_adapter(0.0, Some(model_path.clone())).save(&adapter_dir)?;
-        let lm = gauge_decoder::LanguageModel::load_with(model_path, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { adapter: Some(adapter_dir), ..Default::default() })?;
         let ids: Vec<u32> = seqs[0].ids.iter().take(64).copied().collect();
-        let logits = lm.model.forward(&ids, &mut lm.model.new_cache())?;
-        std::fs::write(dir.join("logits.json"), serde_json::to_string(&serde_json::json!({"input_ids": ids, "last_logits": logits}))?)?;
+        let last_logits = |adapter: Option<std::path::PathBuf>| -> anyhow::Result<Vec<f32>> {
+            let lm = gauge_decoder::LanguageModel::load_with(model_path, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { adapter, ..Default::default() })?;
+            Ok(lm.model.forward(&ids, &mut lm.model.new_cache())?)
+        };
+        let tuned = last_logits(Some(adapter_dir))?;
+        let base = last_logits(None)?;
+        std::fs::write(dir.join("logits.json"), serde_json::to_string(&serde_json::json!({"input_ids": ids, "last_logits": tuned, "base_last_logits": base}))?)?;
     }
     let result = serde_json::json!({
         "model": model_path, "device": device_name, "sequence_tokens": seq, "sequences_per_step": batch, "steps_timed": times.len(),

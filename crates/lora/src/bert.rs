@@ -245,8 +245,7 @@ impl TrainableBert {
     /// The LoRA scale (0 for full tuning).
     pub fn lora_scale(&self) -> f64 {
         match &self.tuning {
-            Tuning::Lora { r, alpha, rslora: true, .. } => alpha / (*r as f64).sqrt(),
-            Tuning::Lora { r, alpha, .. } => alpha / *r as f64,
+            Tuning::Lora { r, alpha, rslora, .. } => gauge_encoder::adapter::lora_scale(*r, *alpha, *rslora),
             Tuning::Full => 0.0,
         }
     }

@@ -41,11 +41,7 @@ pub struct LoraShape {
 impl LoraShape {
     /// The factor on `B A`.
     pub fn scale(&self) -> f64 {
-        if self.rslora {
-            self.alpha / (self.r as f64).sqrt()
-        } else {
-            self.alpha / self.r as f64
-        }
+        gauge_encoder::adapter::lora_scale(self.r, self.alpha, self.rslora)
     }
 }
 
