@@ -225,10 +225,10 @@ build-gpu: setup models
 gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
     scripts/gpu-check.sh {{flags}} {{out}}
 
-# Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers and peft, outside the clone.
+# Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers, peft and sentence-transformers, outside the clone.
 torch-venv:
     test -x {{torch_venv}}/bin/python3 || python3 -m venv {{torch_venv}}
-    {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft safetensors numpy
+    {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft sentence-transformers safetensors numpy
 
 # The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids) and PEFT loading gauge's adapter → OUT.
 check-peft out="bench/gpu-check-cpu-peft": models torch-venv

@@ -24,7 +24,8 @@
 # gauge CPU vs a float64 numpy BERT on a random-weight model (numpy-made when torch is absent),
 # gauge CPU throughput, faiss CPU on 100k vectors, and gauge's training step on the real SmolLM2
 # GGUF (2 × 128 tokens); when the Python has torch, transformers and peft (`just check-peft`
-# installs them), also the training comparison above on the CPU: gauge CPU (NF4 base) vs PEFT +
+# installs them, with sentence-transformers), also gauge CPU vs PyTorch CPU vectors on the
+# random-weight BERT, and the training comparison above on the CPU: gauge CPU (NF4 base) vs PEFT +
 # PyTorch CPU fp32, 2 × 512 tokens, and PEFT loading gauge's adapter.
 # Results: OUT_DIR/gpu-check.json (everything), OUT_DIR/gpu-check.md (the tables), logs.
 # Exit status 1 when a parity check fails.
@@ -103,6 +104,8 @@ has_torch=0
 "$py" -c "import torch, transformers" 2>/dev/null && has_torch=1
 has_peft=0
 "$py" -c "import torch, transformers, peft" 2>/dev/null && has_peft=1
+has_st=0
+"$py" -c "import torch, sentence_transformers" 2>/dev/null && has_st=1
 if [ $cpu_only -eq 0 ]; then
   "$py" -c "import torch, transformers, sentence_transformers; assert torch.cuda.is_available()" \
     || { echo "gpu-check: the GPU half needs torch (with CUDA), transformers and sentence-transformers" >&2; exit 2; }
@@ -148,6 +151,11 @@ for set in fixture parity; do
     log "parity ($set): gauge CPU vs numpy float64"
     pyc reference "$model" "$work/$set.jsonl" "$work/$set-ref.f32" numpy
     record "parity/random/$set/gauge-cpu~numpy-f64" "$(compare "$work/$set-cpu.f32" "$work/$set-ref.f32")"
+    if [ $has_st -eq 1 ]; then
+      log "parity ($set): gauge CPU vs PyTorch CPU fp32 (sentence-transformers)"
+      pyc reference "$model" "$work/$set.jsonl" "$work/$set-torch.f32" torch-cpu 2>> "$out/python.log"
+      record "parity/random/$set/gauge-cpu~pytorch-cpu" "$(compare "$work/$set-cpu.f32" "$work/$set-torch.f32")"
+    fi
   else
     log "parity ($set): gauge CUDA, gauge CPU, PyTorch CUDA fp32"
     embed "$model" "$work/$set.jsonl" cuda "$work/$set-cuda.f32" > /dev/null

@@ -8,6 +8,8 @@
 //! - [`data`]: chat-format SFT examples → token ids and assistant-token targets.
 //! - [`bert`]: BERT encoders for training (embedder and cross-encoder; LoRA or full).
 //! - [`retriever`]: the `embedder` and `reranker` targets (data, hard negatives, losses).
+//! - [`steps`]: the optimisation loop both trainers share (order, schedule, AdamW, curve,
+//!   evaluation, checkpoints and resume).
 //! - [`train`]: the training stage (config, fingerprint, checkpoints and resume, evaluation
 //!   loss, adapter folder, loss curve).
 #![deny(missing_docs)]
@@ -17,6 +19,7 @@ pub mod data;
 pub mod frozen;
 pub mod model;
 pub mod optim;
+pub mod steps;
 pub mod train;
 pub mod merge;
 pub mod bert;

@@ -23,7 +23,6 @@
 //! pages the model never saw as relevant.
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::TensorData;
@@ -35,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
-use crate::curve::{self, CurvePoint};
-use crate::optim::{clip_global_norm, learning_rate, AdamWState};
-use crate::train::{epoch_order, load_checkpoint, peak_rss_mib, sample, save_checkpoint, Progress, TrainConfig, TrainOptions, TrainSummary, CHECKPOINT};
+use crate::curve;
+use crate::steps::{optimise, total_steps, StepOut, Trainee};
+use crate::train::{peak_rss_mib, sample, TrainConfig, TrainOptions, TrainSummary};
 use crate::LoraError;
 
 /// What `train-lora` trains.
@@ -539,6 +538,40 @@ fn eval_loss(model: &TrainableBert, params: &EncoderParams, dev: &[StepBatch], c
     Ok(Some(total / dev.len() as f64))
 }
 
+/// An encoder with its trainable tensors, as the shared loop trains it.
+struct EncoderTrainee<'a> {
+    model: &'a TrainableBert,
+    params: EncoderParams,
+    train: &'a [RetrievalExample],
+    dev_batches: &'a [StepBatch],
+    dev_examples: u64,
+    task: EncoderTask,
+    tok: &'a EncoderTokenizer,
+    cfg: &'a RetrieverConfig,
+    prefixes: (&'a str, &'a str),
+}
+
+impl Trainee for EncoderTrainee<'_> {
+    fn step(&mut self, examples: &[usize], _step: u64) -> anyhow::Result<StepOut> {
+        let examples: Vec<&RetrievalExample> = examples.iter().map(|&i| &self.train[i]).collect();
+        let batch = step_batch(&examples, self.task, self.tok, self.cfg, self.prefixes)?;
+        let (loss, grads) = step_loss(self.model, &self.params, &batch, self.cfg, true)?;
+        Ok(StepOut { loss, grads: grads.expect("training step returns gradients"), tokens: batch.tokens(), targets: examples.len() as u64 })
+    }
+
+    fn eval(&self) -> anyhow::Result<Option<(f64, u64)>> {
+        Ok(eval_loss(self.model, &self.params, self.dev_batches, self.cfg)?.map(|l| (l, self.dev_examples)))
+    }
+
+    fn params(&self) -> Vec<&[f32]> {
+        self.params.trainable_values()
+    }
+
+    fn params_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.params.trainable_mut()
+    }
+}
+
 /// Trains an encoder target (called by the stage's build).
 pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     let rc = &cfg.retriever;
@@ -587,81 +620,18 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
     let (dev, dev_missing) = build_examples(&engine, &dev_rows, rc, cfg.seed ^ 1)?;
     drop(engine);
     anyhow::ensure!(!train.is_empty(), "{}: no training question has a positive chunk in {} (is it the index of the chunks synth-data read?)", train_file.display(), index.display());
-    let (model, mut params) = TrainableBert::load(&base, task, tuning, cfg.seed, &device)?;
+    let (model, params) = TrainableBert::load(&base, task, tuning, cfg.seed, &device)?;
     let tok = EncoderTokenizer::load(&base, rc.max_query_tokens, rc.max_passage_tokens, model.config.type_vocab_size <= 1)?;
     let window = cfg.batch_size * cfg.grad_accum;
     anyhow::ensure!(task == EncoderTask::CrossEncoder || window >= 2, "the embedder's contrastive step needs at least 2 questions (batch_size × grad_accum)");
     let pre = (prefixes.0.as_str(), prefixes.1.as_str());
     let dev_batches: Vec<StepBatch> = dev.chunks(window).map(|c| step_batch(&c.iter().collect::<Vec<_>>(), task, &tok, rc, pre)).collect::<Result<_, _>>()?;
 
-    let steps_per_epoch = train.len().div_ceil(window) as u64;
-    let total = (steps_per_epoch * cfg.epochs as u64).min(cfg.max_steps.unwrap_or(u64::MAX));
     let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
-    let lens: Vec<usize> = params.trainable_values().iter().map(|t| t.len()).collect();
-    let mut progress = match load_checkpoint(&ckpt_dir, &mut params.trainable_mut())? {
-        Some(p) => {
-            tracing::info!("resuming from step {} of {total} ({})", p.step, ckpt_dir.join(CHECKPOINT).display());
-            p
-        }
-        None => Progress { step: 0, adam: AdamWState::new(&lens), curve: Vec::new(), seconds: 0.0, tokens: 0 },
-    };
-    let resumed_from = progress.step;
-    if progress.step == 0 {
-        if let Some(loss) = eval_loss(&model, &params, &dev_batches, rc)? {
-            progress.curve.push(CurvePoint { step: 0, epoch: 0.0, split: "dev".into(), loss, learning_rate: 0.0, grad_norm: 0.0, target_tokens: dev.len() as u64, tokens_per_second: 0.0 });
-            tracing::info!("held-out loss before training: {loss:.4}");
-        }
-    }
-    let pb = gauge_core::progress::bar(total, "steps");
-    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps {msg} (eta {eta})").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    pb.set_position(progress.step);
-    let (mut order_epoch, mut order, mut ran_here) = (u64::MAX, Vec::new(), 0u64);
-    while progress.step < total {
-        if opts.stop_after.is_some_and(|n| ran_here >= n) {
-            pb.abandon();
-            anyhow::bail!("stopped after {ran_here} steps as asked (--stop-after); rerun to resume from step {}", progress.step);
-        }
-        let step = progress.step;
-        let epoch = step / steps_per_epoch;
-        if epoch != order_epoch {
-            order = epoch_order(train.len(), cfg.seed, epoch);
-            order_epoch = epoch;
-        }
-        let k = (step % steps_per_epoch) as usize;
-        let examples: Vec<&RetrievalExample> = order[k * window..((k + 1) * window).min(train.len())].iter().map(|&i| &train[i]).collect();
-        let batch = step_batch(&examples, task, &tok, rc, pre)?;
-        let tokens = batch.tokens();
-        let started = Instant::now();
-        let (loss, grads) = step_loss(&model, &params, &batch, rc, true)?;
-        let mut grads = grads.expect("training step returns gradients");
-        let grad_norm = clip_global_norm(&mut grads, cfg.max_grad_norm);
-        let lr = learning_rate(cfg.learning_rate, step, total, cfg.warmup_steps, cfg.decay);
-        progress.adam.step(&cfg.adamw, lr, &mut params.trainable_mut(), &grads);
-        let secs = started.elapsed().as_secs_f64();
-        progress.seconds += secs;
-        progress.tokens += tokens as u64;
-        progress.step += 1;
-        ran_here += 1;
-        let tps = tokens as f64 / secs.max(1e-9);
-        let epoch_f = progress.step as f64 / steps_per_epoch as f64;
-        progress.curve.push(CurvePoint { step: progress.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: examples.len() as u64, tokens_per_second: tps });
-        pb.set_message(format!("loss {loss:.3}, {tps:.0} tok/s"));
-        if pb.is_hidden() {
-            tracing::info!("step {}/{total}: loss {loss:.4}, lr {lr:.2e}, grad norm {grad_norm:.3}, {tps:.0} tokens/s", progress.step);
-        }
-        pb.set_position(progress.step);
-        let last = progress.step == total;
-        if last || (cfg.eval_every > 0 && progress.step % cfg.eval_every == 0) {
-            if let Some(dl) = eval_loss(&model, &params, &dev_batches, rc)? {
-                progress.curve.push(CurvePoint { step: progress.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: dev.len() as u64, tokens_per_second: 0.0 });
-                tracing::info!("step {}/{total}: held-out loss {dl:.4}", progress.step);
-            }
-        }
-        if !last && cfg.checkpoint_every > 0 && progress.step % cfg.checkpoint_every == 0 {
-            save_checkpoint(&ckpt_dir, &params.trainable_values(), &progress)?;
-        }
-    }
-    pb.finish_and_clear();
+    let (_, total) = total_steps(train.len(), cfg);
+    let mut trainee = EncoderTrainee { model: &model, params, train: &train, dev_batches: &dev_batches, dev_examples: dev.len() as u64, task, tok: &tok, cfg: rc, prefixes: pre };
+    let (progress, resumed_from) = optimise(&mut trainee, train.len(), cfg, opts, &ckpt_dir)?;
+    let params = trainee.params;
 
     // Outputs.
     let pages: BTreeSet<String> = train.iter().flat_map(|e| e.pages.iter().map(|(s, p)| format!("{s}#{p}"))).collect();

@@ -7,7 +7,6 @@
 //! directory (written through a temporary file); a rerun after a crash or `kill -9` continues
 //! from there and ends with the same adapter as an uninterrupted run (the example order of
 //! every epoch and the dropout masks of every step are functions of the seed and the step).
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -17,11 +16,12 @@ use gauge_core::FileEntry;
 use gauge_decoder::ModelFiles;
 use serde::{Deserialize, Serialize};
 
-use crate::curve::{self, CurvePoint};
+use crate::curve;
 use crate::data::{self, ReadStats};
 use crate::frozen::BaseStorage;
 use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
-use crate::optim::{clip_global_norm, learning_rate, AdamWConfig, AdamWState, Decay};
+use crate::optim::{AdamWConfig, Decay};
+use crate::steps::{optimise, total_steps, StepOut, Trainee};
 use crate::retriever::{RetrieverConfig, Target};
 use crate::LoraError;
 
@@ -263,78 +263,6 @@ impl Stage for TrainLora {
     }
 }
 
-/// Training progress kept in a checkpoint besides the parameters.
-pub(crate) struct Progress {
-    pub step: u64,
-    pub adam: AdamWState,
-    pub curve: Vec<CurvePoint>,
-    pub seconds: f64,
-    pub tokens: u64,
-}
-
-/// The checkpoint: adapter, moments, step, curve.
-struct Checkpoint {
-    params: LoraParams,
-    progress: Progress,
-}
-
-pub(crate) const CHECKPOINT: &str = "checkpoint.safetensors";
-
-/// Writes the trained tensors, the AdamW moments and the progress to `dir/checkpoint.safetensors`
-/// (through a temporary file, so a kill leaves the previous checkpoint whole).
-pub(crate) fn save_checkpoint(dir: &Path, tensors: &[&[f32]], c: &Progress) -> anyhow::Result<()> {
-    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let mut blobs: Vec<(String, Vec<u8>, usize)> = Vec::new();
-    for (k, t) in tensors.iter().enumerate() {
-        blobs.push((format!("p.{k}"), bytes(t), t.len()));
-        blobs.push((format!("m.{k}"), bytes(&c.adam.m[k]), t.len()));
-        blobs.push((format!("v.{k}"), bytes(&c.adam.v[k]), t.len()));
-    }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blobs.iter().map(|(k, b, n)| (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![*n], b).expect("sizes match"))).collect();
-    let meta = serde_json::json!({"step": c.step, "adam_step": c.adam.step, "curve": c.curve, "seconds": c.seconds, "tokens": c.tokens});
-    let data = safetensors::serialize(views, Some(HashMap::from([("state".to_string(), meta.to_string())])))?;
-    let tmp = dir.join(format!(".{CHECKPOINT}.tmp"));
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, dir.join(CHECKPOINT))?;
-    Ok(())
-}
-
-/// Reads a checkpoint into `tensors` (which must have the saved sizes); `None` when there is none.
-pub(crate) fn load_checkpoint(dir: &Path, tensors: &mut [&mut Vec<f32>]) -> anyhow::Result<Option<Progress>> {
-    let path = dir.join(CHECKPOINT);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let bytes = std::fs::read(&path)?;
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)?;
-    let meta: serde_json::Value = serde_json::from_str(header.metadata().as_ref().and_then(|m| m.get("state")).ok_or_else(|| anyhow::anyhow!("{}: no training state; delete it to start over", path.display()))?)?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)?;
-    let read = |k: String| -> anyhow::Result<Vec<f32>> { Ok(st.tensor(&k).map_err(|e| anyhow::anyhow!("{}: {k}: {e}; delete it to start over", path.display()))?.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()) };
-    let n = tensors.len();
-    let (mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for (k, t) in tensors.iter_mut().enumerate() {
-        let p = read(format!("p.{k}"))?;
-        anyhow::ensure!(p.len() == t.len(), "{}: tensor {k} has {} values, the model {}; delete it to start over", path.display(), p.len(), t.len());
-        **t = p;
-        m.push(read(format!("m.{k}"))?);
-        v.push(read(format!("v.{k}"))?);
-    }
-    let adam = AdamWState { step: meta["adam_step"].as_u64().unwrap_or(0), m, v };
-    Ok(Some(Progress { step: meta["step"].as_u64().unwrap_or(0), adam, curve: serde_json::from_value(meta["curve"].clone())?, seconds: meta["seconds"].as_f64().unwrap_or(0.0), tokens: meta["tokens"].as_u64().unwrap_or(0) }))
-}
-
-/// Seeded order of epoch `epoch`.
-pub(crate) fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    gauge_core::rng::SplitMix64::new(seed ^ 0x5EED_0000 ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)).shuffle(&mut order);
-    order
-}
-
 pub(crate) fn sample<T>(mut examples: Vec<T>, n: Option<usize>, seed: u64) -> Vec<T> {
     if let Some(n) = n.filter(|&n| n < examples.len()) {
         gauge_core::rng::SplitMix64::new(seed ^ 0xDA7A).shuffle(&mut examples);
@@ -365,6 +293,45 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// The decoder with its adapter, as the shared loop trains it.
+struct DecoderTrainee<'a> {
+    model: &'a TrainableLlama,
+    params: LoraParams,
+    train: &'a [Sequence],
+    dev: &'a [Sequence],
+    cfg: &'a TrainConfig,
+}
+
+impl Trainee for DecoderTrainee<'_> {
+    fn step(&mut self, examples: &[usize], step: u64) -> anyhow::Result<StepOut> {
+        let seqs: Vec<Sequence> = examples.iter().map(|&i| self.train[i].clone()).collect();
+        let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
+        let tokens: usize = seqs.iter().map(|s| s.ids.len()).sum();
+        let mut grads = self.params.zeros_like();
+        let mut nll = 0.0;
+        if n_targets > 0 {
+            let dropout = (self.cfg.lora_dropout > 0.0).then_some((self.cfg.lora_dropout, self.cfg.seed ^ step.wrapping_mul(0x2545_F491_4F6C_DD1D)));
+            for micro in seqs.chunks(self.cfg.batch_size) {
+                nll += self.model.accumulate_gradients(&self.params, micro, 1.0 / n_targets as f64, dropout, &mut grads)?;
+            }
+        }
+        let loss = if n_targets > 0 { nll / n_targets as f64 } else { f64::NAN };
+        Ok(StepOut { loss, grads, tokens, targets: n_targets as u64 })
+    }
+
+    fn eval(&self) -> anyhow::Result<Option<(f64, u64)>> {
+        Ok(eval_loss(self.model, &self.params, self.dev, self.cfg.batch_size)?)
+    }
+
+    fn params(&self) -> Vec<&[f32]> {
+        self.params.tensors()
+    }
+
+    fn params_mut(&mut self) -> Vec<&mut Vec<f32>> {
+        self.params.tensors_mut()
+    }
+}
+
 fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     let device = gauge_encoder::device::parse(&opts.device)?;
     let files = ModelFiles::open(&cfg.base, false)?;
@@ -390,123 +357,46 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     tracing::info!("base loaded in {:.1} s", loaded.elapsed().as_secs_f64());
     let fresh = model.init_lora(shape, cfg.seed);
 
-    let window = cfg.batch_size * cfg.grad_accum;
-    let steps_per_epoch = train.len().div_ceil(window) as u64;
-    let total = (steps_per_epoch * cfg.epochs as u64).min(cfg.max_steps.unwrap_or(u64::MAX));
     let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
-    let mut params = fresh;
-    let mut ck = match load_checkpoint(&ckpt_dir, &mut params.tensors_mut())? {
-        Some(progress) => {
-            tracing::info!("resuming from step {} of {total} ({})", progress.step, ckpt_dir.join(CHECKPOINT).display());
-            Checkpoint { params, progress }
-        }
-        None => {
-            let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
-            Checkpoint { params, progress: Progress { step: 0, adam: AdamWState::new(&lens), curve: Vec::new(), seconds: 0.0, tokens: 0 } }
-        }
-    };
-    let resumed_from = ck.progress.step;
-    if ck.progress.step == 0 {
-        if let Some((loss, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
-            ck.progress.curve.push(CurvePoint { step: 0, epoch: 0.0, split: "dev".into(), loss, learning_rate: 0.0, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
-            tracing::info!("held-out loss before training: {loss:.4}");
-        }
-    }
-    let pb = gauge_core::progress::bar(total, "steps");
-    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps {msg} (eta {eta})").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    pb.set_position(ck.progress.step);
-    let mut order_epoch = u64::MAX;
-    let mut order = Vec::new();
-    let mut ran_here = 0u64;
-    while ck.progress.step < total {
-        if opts.stop_after.is_some_and(|n| ran_here >= n) {
-            pb.abandon();
-            anyhow::bail!("stopped after {ran_here} steps as asked (--stop-after); rerun to resume from step {}", ck.progress.step);
-        }
-        let step = ck.progress.step;
-        let epoch = step / steps_per_epoch;
-        if epoch != order_epoch {
-            order = epoch_order(train.len(), cfg.seed, epoch);
-            order_epoch = epoch;
-        }
-        let k = (step % steps_per_epoch) as usize;
-        let idx = &order[k * window..((k + 1) * window).min(train.len())];
-        let seqs: Vec<Sequence> = idx.iter().map(|&i| train[i].clone()).collect();
-        let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
-        let tokens: usize = seqs.iter().map(|s| s.ids.len()).sum();
-        let started = Instant::now();
-        let mut grads = ck.params.zeros_like();
-        let mut nll = 0.0;
-        if n_targets > 0 {
-            let dropout = (cfg.lora_dropout > 0.0).then_some((cfg.lora_dropout, cfg.seed ^ step.wrapping_mul(0x2545_F491_4F6C_DD1D)));
-            for micro in seqs.chunks(cfg.batch_size) {
-                nll += model.accumulate_gradients(&ck.params, micro, 1.0 / n_targets as f64, dropout, &mut grads)?;
-            }
-        }
-        let grad_norm = clip_global_norm(&mut grads, cfg.max_grad_norm);
-        let lr = learning_rate(cfg.learning_rate, step, total, cfg.warmup_steps, cfg.decay);
-        ck.progress.adam.step(&cfg.adamw, lr, &mut ck.params.tensors_mut(), &grads);
-        let secs = started.elapsed().as_secs_f64();
-        ck.progress.seconds += secs;
-        ck.progress.tokens += tokens as u64;
-        ck.progress.step += 1;
-        ran_here += 1;
-        let loss = if n_targets > 0 { nll / n_targets as f64 } else { f64::NAN };
-        let tps = tokens as f64 / secs.max(1e-9);
-        let epoch_f = ck.progress.step as f64 / steps_per_epoch as f64;
-        ck.progress.curve.push(CurvePoint { step: ck.progress.step, epoch: epoch_f, split: "train".into(), loss, learning_rate: lr, grad_norm, target_tokens: n_targets as u64, tokens_per_second: tps });
-        pb.set_message(format!("loss {loss:.3}, {tps:.0} tok/s"));
-        if pb.is_hidden() {
-            tracing::info!("step {}/{total}: loss {loss:.4}, lr {lr:.2e}, grad norm {grad_norm:.3}, {tps:.0} tokens/s", ck.progress.step);
-        }
-        pb.set_position(ck.progress.step);
-        let last = ck.progress.step == total;
-        if last || (cfg.eval_every > 0 && ck.progress.step % cfg.eval_every == 0) {
-            if let Some((dl, n)) = eval_loss(&model, &ck.params, &dev, cfg.batch_size)? {
-                ck.progress.curve.push(CurvePoint { step: ck.progress.step, epoch: epoch_f, split: "dev".into(), loss: dl, learning_rate: lr, grad_norm: 0.0, target_tokens: n, tokens_per_second: 0.0 });
-                tracing::info!("step {}/{total}: held-out loss {dl:.4}", ck.progress.step);
-            }
-        }
-        if !last && cfg.checkpoint_every > 0 && ck.progress.step % cfg.checkpoint_every == 0 {
-            save_checkpoint(&ckpt_dir, &ck.params.tensors(), &ck.progress)?;
-        }
-    }
-    pb.finish_and_clear();
+    let (_, total) = total_steps(train.len(), cfg);
+    let mut trainee = DecoderTrainee { model: &model, params: fresh, train: &train, dev: &dev, cfg };
+    let (progress, resumed_from) = optimise(&mut trainee, train.len(), cfg, opts, &ckpt_dir)?;
+    let params = trainee.params;
 
     // Outputs.
-    let adapter = ck.params.to_adapter(cfg.lora_dropout, Some(cfg.base.clone()));
+    let adapter = params.to_adapter(cfg.lora_dropout, Some(cfg.base.clone()));
     adapter.save(&run.path("adapter"))?;
     run.add_output("adapter/adapter_config.json", None)?;
     run.add_output("adapter/adapter_model.safetensors", None)?;
-    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &ck.progress.curve)?;
+    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &progress.curve)?;
     run.add_output("loss_curve.parquet", Some(rows))?;
     let title = format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total);
-    curve::write_png(&run.path("loss_curve.png"), &ck.progress.curve, &title)?;
+    curve::write_png(&run.path("loss_curve.png"), &progress.curve, &title)?;
     run.add_output("loss_curve.png", None)?;
     if cfg.merge {
         crate::merge::write_merged(&cfg.base, &adapter, &template, &run.path("merged"))?;
         run.add_output("merged/model.safetensors", None)?;
     }
-    let dev_points: Vec<f64> = ck.progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
+    let dev_points: Vec<f64> = progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
     let (base_bytes, kinds) = model.base_bytes();
     let summary = TrainSummary {
         steps: total,
         train_examples: train.len(),
         dev_loss_start: dev_points.first().copied(),
         dev_loss_end: if dev_points.len() > 1 { dev_points.last().copied() } else { None },
-        tokens_per_second: ck.progress.tokens as f64 / ck.progress.seconds.max(1e-9),
+        tokens_per_second: progress.tokens as f64 / progress.seconds.max(1e-9),
         resumed_from_step: resumed_from,
     };
     run.set_stats(&summary);
-    run.set_stat("trainable_parameters", ck.params.count() as u64);
+    run.set_stat("trainable_parameters", params.count() as u64);
     run.set_stat("base_bytes_held", base_bytes as u64);
     run.set_stat("base_storage", kinds.join(","));
     run.set_stat("largest_layer_f32_bytes", model.layer_f32_bytes() as u64);
     run.set_stat("train_examples_too_long", train_stats.too_long as u64);
     run.set_stat("dev_examples", dev.len() as u64);
     run.set_stat("dev_examples_too_long", dev_stats.too_long as u64);
-    run.set_stat("training_seconds", ck.progress.seconds);
-    run.set_stat("training_tokens", ck.progress.tokens);
+    run.set_stat("training_seconds", progress.seconds);
+    run.set_stat("training_tokens", progress.tokens);
     if let Some(p) = peak_rss_mib() {
         run.set_stat("peak_rss_mib", p);
     }
