@@ -70,3 +70,12 @@ pub fn write_png(path: &Path, points: &[CurvePoint], title: &str) -> anyhow::Res
     std::fs::rename(&tmp, path)?;
     Ok(())
 }
+
+/// Writes `loss_curve.parquet` and `loss_curve.png` into a run and records both as outputs.
+pub fn write_outputs(run: &mut gauge_core::artifact::StageRun, points: &[CurvePoint], title: &str) -> anyhow::Result<()> {
+    let rows = write_parquet(&run.path("loss_curve.parquet"), points)?;
+    run.add_output("loss_curve.parquet", Some(rows))?;
+    write_png(&run.path("loss_curve.png"), points, title)?;
+    run.add_output("loss_curve.png", None)?;
+    Ok(())
+}

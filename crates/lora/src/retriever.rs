@@ -655,20 +655,9 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
             run.add_output(&format!("{deliverable}/{}", entry.file_name().to_string_lossy()), None)?;
         }
     }
-    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &progress.curve)?;
-    run.add_output("loss_curve.parquet", Some(rows))?;
     let title = format!("train-lora --target {target_name}: {} on {} questions, {} steps", if matches!(model.tuning, Tuning::Full) { "full".to_string() } else { format!("LoRA r {}", cfg.r) }, train.len(), total);
-    curve::write_png(&run.path("loss_curve.png"), &progress.curve, &title)?;
-    run.add_output("loss_curve.png", None)?;
-    let dev_points: Vec<f64> = progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
-    let summary = TrainSummary {
-        steps: total,
-        train_examples: train.len(),
-        dev_loss_start: dev_points.first().copied(),
-        dev_loss_end: if dev_points.len() > 1 { dev_points.last().copied() } else { None },
-        tokens_per_second: progress.tokens as f64 / progress.seconds.max(1e-9),
-        resumed_from_step: resumed_from,
-    };
+    curve::write_outputs(run, &progress.curve, &title)?;
+    let summary = TrainSummary::of(&progress, total, train.len(), resumed_from);
     run.set_stats(&summary);
     run.set_stat("target", target_name);
     run.set_stat("deliverable", deliverable);

@@ -21,7 +21,7 @@ use crate::data::{self, ReadStats};
 use crate::frozen::BaseStorage;
 use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
 use crate::optim::{AdamWConfig, Decay};
-use crate::steps::{optimise, total_steps, StepOut, Trainee};
+use crate::steps::{optimise, total_steps, Progress, StepOut, Trainee};
 use crate::retriever::{RetrieverConfig, Target};
 use crate::LoraError;
 
@@ -158,6 +158,21 @@ pub struct TrainSummary {
     pub tokens_per_second: f64,
     /// Step it resumed from (0: fresh).
     pub resumed_from_step: u64,
+}
+
+impl TrainSummary {
+    /// The summary of a finished run of `total` steps over `train_examples` examples.
+    pub(crate) fn of(progress: &Progress, total: u64, train_examples: usize, resumed_from: u64) -> TrainSummary {
+        let dev: Vec<f64> = progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
+        TrainSummary {
+            steps: total,
+            train_examples,
+            dev_loss_start: dev.first().copied(),
+            dev_loss_end: if dev.len() > 1 { dev.last().copied() } else { None },
+            tokens_per_second: progress.tokens as f64 / progress.seconds.max(1e-9),
+            resumed_from_step: resumed_from,
+        }
+    }
 }
 
 /// The stage.
@@ -368,25 +383,13 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     adapter.save(&run.path("adapter"))?;
     run.add_output("adapter/adapter_config.json", None)?;
     run.add_output("adapter/adapter_model.safetensors", None)?;
-    let rows = curve::write_parquet(&run.path("loss_curve.parquet"), &progress.curve)?;
-    run.add_output("loss_curve.parquet", Some(rows))?;
-    let title = format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total);
-    curve::write_png(&run.path("loss_curve.png"), &progress.curve, &title)?;
-    run.add_output("loss_curve.png", None)?;
+    curve::write_outputs(run, &progress.curve, &format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total))?;
     if cfg.merge {
         crate::merge::write_merged(&cfg.base, &adapter, &template, &run.path("merged"))?;
         run.add_output("merged/model.safetensors", None)?;
     }
-    let dev_points: Vec<f64> = progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
     let (base_bytes, kinds) = model.base_bytes();
-    let summary = TrainSummary {
-        steps: total,
-        train_examples: train.len(),
-        dev_loss_start: dev_points.first().copied(),
-        dev_loss_end: if dev_points.len() > 1 { dev_points.last().copied() } else { None },
-        tokens_per_second: progress.tokens as f64 / progress.seconds.max(1e-9),
-        resumed_from_step: resumed_from,
-    };
+    let summary = TrainSummary::of(&progress, total, train.len(), resumed_from);
     run.set_stats(&summary);
     run.set_stat("trainable_parameters", params.count() as u64);
     run.set_stat("base_bytes_held", base_bytes as u64);
