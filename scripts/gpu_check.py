@@ -356,7 +356,8 @@ def peft_logits(model_dir, adapter_dir, logits_json):
     with torch.no_grad():
         peft_logits_ = tuned(input_ids=ids).logits[0, -1].double().numpy()
     gauge = np.array(ref["last_logits"], dtype=np.float64)
-    gauge_base = np.array(ref["base_last_logits"], dtype=np.float64)
+    # The base alone too, when bench_train wrote it (bundles built before it did lack the field).
+    gauge_base = np.array(ref.get("base_last_logits", [np.nan] * len(base_logits)), dtype=np.float64)
     print(json.dumps({"max_abs_diff_gauge_vs_peft": float(np.abs(gauge - peft_logits_).max()),
                       "max_abs_diff_base_gauge_vs_transformers": float(np.abs(gauge_base - base_logits).max()),
                       "max_abs_change_by_adapter": float(np.abs(peft_logits_ - base_logits).max()),
