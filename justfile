@@ -243,11 +243,17 @@ gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
 # Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers, peft and sentence-transformers, outside the clone.
 torch-venv:
     test -x {{torch_venv}}/bin/python3 || python3 -m venv {{torch_venv}}
-    {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft sentence-transformers safetensors numpy
+    {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft sentence-transformers safetensors numpy pyarrow
 
-# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids) and PEFT loading gauge's adapter → OUT.
+# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids), PEFT loading gauge's decoder adapter and (after `just train-retrievers`) its embedder adapter → OUT.
 check-peft out="bench/gpu-check-cpu-peft": models torch-venv
     GAUGE_VENV={{torch_venv}} scripts/gpu-check.sh --cpu-only {{out}}
+    # With `just train-retrievers`' embedder adapter: PEFT's vectors vs `embed --adapter`'s.
+    if [ -d data/adapters/fra-embedder ]; then \
+      chunks=$({{just}} chunk | tail -n1); emb=$({{bin}}/embed "$chunks" --adapter data/adapters/fra-embedder --artifacts {{artifacts}} | tail -n1); \
+      {{torch_venv}}/bin/python scripts/gpu_check.py peft-embedder models/all-MiniLM-L6-v2 data/adapters/fra-embedder "$chunks/chunks.parquet" "$emb/embeddings.parquet" 2>> {{out}}/python.log | tee {{out}}/peft-embedder.json; \
+      {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["min_cosine_gauge_vs_peft"] >= 0.9999 and r["mean_cosine_distance_moved_by_adapter"] > 100 * (1 - r["min_cosine_gauge_vs_peft"]) else "check-peft: PEFT and gauge disagree on the embedder adapter")' {{out}}/peft-embedder.json; \
+    fi
 
 # Print the Parquet schema tables the README shows.
 schemas:

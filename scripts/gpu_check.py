@@ -23,6 +23,9 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
   gpu_check.py peft-step MODEL_DIR SEQ BATCH STEPS DTYPE [DEVICE: cuda (default) | cpu]
         PEFT LoRA (r 16, alpha 16, all seven projections) training steps on DEVICE on the same
         synthetic sequences as gauge's bench_train (AdamW, clipping), tokens/s as JSON
+  gpu_check.py peft-embedder BASE_DIR ADAPTER_DIR CHUNKS_PARQUET EMBEDDINGS_PARQUET [N]
+        PEFT loads an embedder adapter (train-lora --target embedder) onto transformers' AutoModel;
+        its mean-pooled vectors of the first N (64) chunks vs gauge's `embed --adapter`, as JSON
   gpu_check.py peft-logits MODEL_DIR ADAPTER_DIR LOGITS_JSON
         PEFT loads gauge's adapter folder onto the fp32 model; its last-position logits vs
         gauge's (LOGITS_JSON from bench_train --check-dir), and the base's, as JSON
@@ -364,6 +367,38 @@ def peft_logits(model_dir, adapter_dir, logits_json):
                       "argmax_equal": int(gauge.argmax()) == int(peft_logits_.argmax())}))
 
 
+def peft_embedder(base, adapter, chunks_parquet, embeddings_parquet, n=64):
+    """PEFT loads a `train-lora --target embedder` adapter onto transformers' AutoModel; its
+    mean-pooled, normalised vectors of the first chunks vs gauge's `embed --adapter` vectors."""
+    import pyarrow.parquet as pq
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModel, AutoTokenizer
+    n = int(n)
+    chunks = pq.read_table(chunks_parquet, columns=["chunk_id", "text"]).to_pylist()[:n]
+    gauge_vectors = {r["chunk_id"]: np.array(r["vector"], dtype=np.float64) for r in pq.read_table(embeddings_parquet).to_pylist()}
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModel.from_pretrained(base, dtype=torch.float32).eval()
+
+    def embed(m):
+        out = []
+        for i in range(0, len(chunks), 16):
+            b = tok([c["text"] for c in chunks[i:i + 16]], padding=True, truncation=True, max_length=256, return_tensors="pt")
+            with torch.no_grad():
+                h = m(**b).last_hidden_state
+            mask = b["attention_mask"].unsqueeze(-1).float()
+            out.append(torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1).double().numpy())
+        return np.concatenate(out)
+
+    plain = embed(model)
+    peft = embed(PeftModel.from_pretrained(model, adapter).eval())
+    gauge = np.stack([gauge_vectors[c["chunk_id"]] for c in chunks])
+    moved = 1 - (plain * peft).sum(1)
+    print(json.dumps({"rows": len(chunks), "min_cosine_gauge_vs_peft": float((gauge * peft).sum(1).min()),
+                      "max_abs_diff_gauge_vs_peft": float(np.abs(gauge - peft).max()),
+                      "mean_cosine_distance_moved_by_adapter": float(moved.mean()), "max_cosine_distance_moved_by_adapter": float(moved.max())}))
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "passages":
@@ -386,6 +421,8 @@ def main(argv):
         peft_step(*args)
     elif cmd == "peft-logits":
         peft_logits(*args)
+    elif cmd == "peft-embedder":
+        peft_embedder(*args)
     else:
         sys.exit(__doc__)
 
