@@ -245,7 +245,7 @@ torch-venv:
     test -x {{torch_venv}}/bin/python3 || python3 -m venv {{torch_venv}}
     {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft sentence-transformers safetensors numpy pyarrow
 
-# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids), PEFT loading gauge's decoder adapter and (after `just train-retrievers`) its embedder adapter → OUT.
+# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids), PEFT loading gauge's decoder adapter and (after `just train-retrievers`) its embedder adapter, transformers loading its reranker → OUT.
 check-peft out="bench/gpu-check-cpu-peft": models torch-venv
     GAUGE_VENV={{torch_venv}} scripts/gpu-check.sh --cpu-only {{out}}
     # With `just train-retrievers`' embedder adapter: PEFT's vectors vs `embed --adapter`'s.
@@ -253,6 +253,12 @@ check-peft out="bench/gpu-check-cpu-peft": models torch-venv
       chunks=$({{just}} chunk | tail -n1); emb=$({{bin}}/embed "$chunks" --adapter data/adapters/fra-embedder --artifacts {{artifacts}} | tail -n1); \
       {{torch_venv}}/bin/python scripts/gpu_check.py peft-embedder models/all-MiniLM-L6-v2 data/adapters/fra-embedder "$chunks/chunks.parquet" "$emb/embeddings.parquet" 2>> {{out}}/python.log | tee {{out}}/peft-embedder.json; \
       {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["min_cosine_gauge_vs_peft"] >= 0.9999 and r["mean_cosine_distance_moved_by_adapter"] > 100 * (1 - r["min_cosine_gauge_vs_peft"]) else "check-peft: PEFT and gauge disagree on the embedder adapter")' {{out}}/peft-embedder.json; \
+    fi
+    # With its reranker folder: transformers' logits vs gauge's reranker scores on one FRA question's passages.
+    if [ -d data/models/fra-reranker ]; then \
+      answer=$(mktemp); {{bin}}/query "What is the minimum height of guardrails on bridge walkways?" --index "$({{just}} index | tail -n1)" --rerank data/models/fra-reranker --json -k 10 > "$answer"; \
+      {{torch_venv}}/bin/python scripts/gpu_check.py hf-reranker "$answer" data/models/fra-reranker 2>> {{out}}/python.log | tee {{out}}/hf-reranker.json; rm -f "$answer"; \
+      {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["max_abs_diff_gauge_vs_transformers"] <= 1e-3 * max(1.0, r["score_range"]) and r["same_order"] else "check-peft: transformers and gauge disagree on the reranker")' {{out}}/hf-reranker.json; \
     fi
 
 # Print the Parquet schema tables the README shows.

@@ -26,6 +26,9 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
   gpu_check.py peft-embedder BASE_DIR ADAPTER_DIR CHUNKS_PARQUET EMBEDDINGS_PARQUET [N]
         PEFT loads an embedder adapter (train-lora --target embedder) onto transformers' AutoModel;
         its mean-pooled vectors of the first N (64) chunks vs gauge's `embed --adapter`, as JSON
+  gpu_check.py hf-reranker QUERY_JSON MODEL_DIR
+        transformers loads a reranker folder (train-lora --target reranker); its logits on the pairs
+        of a `query --rerank MODEL_DIR --json` answer vs gauge's scores, as JSON
   gpu_check.py peft-logits MODEL_DIR ADAPTER_DIR LOGITS_JSON
         PEFT loads gauge's adapter folder onto the fp32 model; its last-position logits vs
         gauge's (LOGITS_JSON from bench_train --check-dir), and the base's, as JSON
@@ -399,6 +402,24 @@ def peft_embedder(base, adapter, chunks_parquet, embeddings_parquet, n=64):
                       "mean_cosine_distance_moved_by_adapter": float(moved.mean()), "max_cosine_distance_moved_by_adapter": float(moved.max())}))
 
 
+def hf_reranker(query_json, model_dir):
+    """transformers' BertForSequenceClassification loads a `train-lora --target reranker` model
+    folder; its logits on the (question, passage) pairs of a `query --rerank --json` answer vs
+    the scores gauge's reranker gave them."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    r = json.load(open(query_json))
+    passages = r["passages"]
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
+    b = tok([r["question"]] * len(passages), [p["text"] for p in passages], padding=True, truncation=True, max_length=512, return_tensors="pt")
+    with torch.no_grad():
+        theirs = model(**b).logits[:, 0].double().numpy()
+    ours = np.array([p["score"] for p in passages], dtype=np.float64)
+    print(json.dumps({"pairs": len(passages), "max_abs_diff_gauge_vs_transformers": float(np.abs(ours - theirs).max()),
+                      "score_range": float(ours.max() - ours.min()), "same_order": bool((np.argsort(-ours) == np.argsort(-theirs)).all())}))
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "passages":
@@ -423,6 +444,8 @@ def main(argv):
         peft_logits(*args)
     elif cmd == "peft-embedder":
         peft_embedder(*args)
+    elif cmd == "hf-reranker":
+        hf_reranker(*args)
     else:
         sys.exit(__doc__)
 
