@@ -254,6 +254,12 @@ check-peft out="bench/gpu-check-cpu-peft": models torch-venv
       {{torch_venv}}/bin/python scripts/gpu_check.py peft-embedder models/all-MiniLM-L6-v2 data/adapters/fra-embedder "$chunks/chunks.parquet" "$emb/embeddings.parquet" 2>> {{out}}/python.log | tee {{out}}/peft-embedder.json; \
       {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["min_cosine_gauge_vs_peft"] >= 0.9999 and r["mean_cosine_distance_moved_by_adapter"] > 100 * (1 - r["min_cosine_gauge_vs_peft"]) else "check-peft: PEFT and gauge disagree on the embedder adapter")' {{out}}/peft-embedder.json; \
     fi
+    # train-lora --merge's folder (one step on 4 offline SFT examples, SmolLM2 Q4_1 base): transformers' logits vs gauge's decoder on it.
+    work=$(mktemp -d); sft=$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1); \
+      run=$({{bin}}/train-lora "$sft" --base models/SmolLM2-135M-Instruct.Q4_1.gguf --max-steps 1 --max-train-examples 4 --max-seq-len 1280 --grad-accum 1 --set eval_examples=2 --merge --artifacts "$work/artifacts" | tail -n1); \
+      {{bin}}/examples/bench_train "$run/merged" 64 1 1 "$work/step.json" --check-dir "$work/check" > /dev/null 2>> {{out}}/gpu_check.log; \
+      {{torch_venv}}/bin/python scripts/gpu_check.py peft-logits "$run/merged" "$work/check/adapter" "$work/check/logits.json" 2>> {{out}}/python.log | tee {{out}}/merged-folder.json; rm -rf "$work"; \
+      {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["max_abs_diff_base_gauge_vs_transformers"] <= 1e-3 and r["max_abs_diff_gauge_vs_peft"] <= 1e-3 else "check-peft: transformers reads train-lora --merge output differently from gauge")' {{out}}/merged-folder.json
     # With its reranker folder: transformers' logits vs gauge's reranker scores on one FRA question's passages.
     if [ -d data/models/fra-reranker ]; then \
       answer=$(mktemp); {{bin}}/query "What is the minimum height of guardrails on bridge walkways?" --index "$({{just}} index | tail -n1)" --rerank data/models/fra-reranker --json -k 10 > "$answer"; \
