@@ -35,7 +35,7 @@ use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
 use crate::curve;
-use crate::steps::{optimise, total_steps, StepOut, Trainee};
+use crate::steps::{optimise, StepOut, Trainee};
 use crate::train::{peak_rss_mib, sample, TrainConfig, TrainOptions, TrainSummary};
 use crate::LoraError;
 
@@ -628,10 +628,9 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
     let dev_batches: Vec<StepBatch> = dev.chunks(window).map(|c| step_batch(&c.iter().collect::<Vec<_>>(), task, &tok, rc, pre)).collect::<Result<_, _>>()?;
 
     let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
-    let (_, total) = total_steps(train.len(), cfg);
     let mut trainee = EncoderTrainee { model: &model, params, train: &train, dev_batches: &dev_batches, dev_examples: dev.len() as u64, task, tok: &tok, cfg: rc, prefixes: pre };
-    let (progress, resumed_from) = optimise(&mut trainee, train.len(), cfg, opts, &ckpt_dir)?;
-    let params = trainee.params;
+    let trained = optimise(&mut trainee, train.len(), cfg, opts, &ckpt_dir)?;
+    let (params, progress, total) = (trainee.params, &trained.progress, trained.steps);
 
     // Outputs.
     let pages: BTreeSet<String> = train.iter().flat_map(|e| e.pages.iter().map(|(s, p)| format!("{s}#{p}"))).collect();
@@ -657,7 +656,7 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
     }
     let title = format!("train-lora --target {target_name}: {} on {} questions, {} steps", if matches!(model.tuning, Tuning::Full) { "full".to_string() } else { format!("LoRA r {}", cfg.r) }, train.len(), total);
     curve::write_outputs(run, &progress.curve, &title)?;
-    let summary = TrainSummary::of(&progress, total, train.len(), resumed_from);
+    let summary = trained.summary(train.len());
     run.set_stats(&summary);
     run.set_stat("target", target_name);
     run.set_stat("deliverable", deliverable);

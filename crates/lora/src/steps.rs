@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::curve::CurvePoint;
 use crate::optim::{clip_global_norm, learning_rate, AdamWState};
-use crate::train::{TrainConfig, TrainOptions};
+use crate::train::{TrainConfig, TrainOptions, TrainSummary};
 
 /// Training progress kept in a checkpoint besides the parameters.
 pub struct Progress {
@@ -106,17 +106,42 @@ pub trait Trainee {
     fn params_mut(&mut self) -> Vec<&mut Vec<f32>>;
 }
 
-/// The optimiser steps a run takes over `n_train` examples: epochs × ⌈n / window⌉, capped at
-/// `max_steps`.
-pub fn total_steps(n_train: usize, cfg: &TrainConfig) -> (u64, u64) {
+/// What [`optimise`] leaves: the progress (curve, time, tokens), the run's step count and the
+/// step this session resumed from (0 for a fresh run).
+pub struct Trained {
+    /// Progress at the end of the schedule.
+    pub progress: Progress,
+    /// Optimiser steps of the whole run.
+    pub steps: u64,
+    /// Step the run resumed from in this session.
+    pub resumed_from: u64,
+}
+
+impl Trained {
+    /// The run's summary over `train_examples` examples.
+    pub fn summary(&self, train_examples: usize) -> TrainSummary {
+        let dev: Vec<f64> = self.progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
+        TrainSummary {
+            steps: self.steps,
+            train_examples,
+            dev_loss_start: dev.first().copied(),
+            dev_loss_end: if dev.len() > 1 { dev.last().copied() } else { None },
+            tokens_per_second: self.progress.tokens as f64 / self.progress.seconds.max(1e-9),
+            resumed_from_step: self.resumed_from,
+        }
+    }
+}
+
+/// (steps per epoch, steps of the run) over `n_train` examples: epochs × ⌈n / window⌉, capped
+/// at `max_steps`.
+fn total_steps(n_train: usize, cfg: &TrainConfig) -> (u64, u64) {
     let steps_per_epoch = n_train.div_ceil(cfg.batch_size * cfg.grad_accum) as u64;
     (steps_per_epoch, (steps_per_epoch * cfg.epochs as u64).min(cfg.max_steps.unwrap_or(u64::MAX)))
 }
 
 /// Trains `model` over `n_train` examples to the end of the schedule, resuming from the
-/// checkpoint in `ckpt_dir` when there is one; returns the progress (curve, time, tokens) and
-/// the step it resumed from (0 for a fresh run).
-pub fn optimise(model: &mut impl Trainee, n_train: usize, cfg: &TrainConfig, opts: &TrainOptions, ckpt_dir: &Path) -> anyhow::Result<(Progress, u64)> {
+/// checkpoint in `ckpt_dir` when there is one.
+pub fn optimise(model: &mut impl Trainee, n_train: usize, cfg: &TrainConfig, opts: &TrainOptions, ckpt_dir: &Path) -> anyhow::Result<Trained> {
     let window = cfg.batch_size * cfg.grad_accum;
     let (steps_per_epoch, total) = total_steps(n_train, cfg);
     let mut progress = match load_checkpoint(ckpt_dir, &mut model.params_mut())? {
@@ -183,5 +208,5 @@ pub fn optimise(model: &mut impl Trainee, n_train: usize, cfg: &TrainConfig, opt
         }
     }
     pb.finish_and_clear();
-    Ok((progress, resumed_from))
+    Ok(Trained { progress, steps: total, resumed_from })
 }

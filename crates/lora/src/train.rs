@@ -21,7 +21,7 @@ use crate::data::{self, ReadStats};
 use crate::frozen::BaseStorage;
 use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
 use crate::optim::{AdamWConfig, Decay};
-use crate::steps::{optimise, total_steps, Progress, StepOut, Trainee};
+use crate::steps::{optimise, StepOut, Trainee};
 use crate::retriever::{RetrieverConfig, Target};
 use crate::LoraError;
 
@@ -158,21 +158,6 @@ pub struct TrainSummary {
     pub tokens_per_second: f64,
     /// Step it resumed from (0: fresh).
     pub resumed_from_step: u64,
-}
-
-impl TrainSummary {
-    /// The summary of a finished run of `total` steps over `train_examples` examples.
-    pub(crate) fn of(progress: &Progress, total: u64, train_examples: usize, resumed_from: u64) -> TrainSummary {
-        let dev: Vec<f64> = progress.curve.iter().filter(|p| p.split == "dev").map(|p| p.loss).collect();
-        TrainSummary {
-            steps: total,
-            train_examples,
-            dev_loss_start: dev.first().copied(),
-            dev_loss_end: if dev.len() > 1 { dev.last().copied() } else { None },
-            tokens_per_second: progress.tokens as f64 / progress.seconds.max(1e-9),
-            resumed_from_step: resumed_from,
-        }
-    }
 }
 
 /// The stage.
@@ -373,10 +358,9 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     let fresh = model.init_lora(shape, cfg.seed);
 
     let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
-    let (_, total) = total_steps(train.len(), cfg);
     let mut trainee = DecoderTrainee { model: &model, params: fresh, train: &train, dev: &dev, cfg };
-    let (progress, resumed_from) = optimise(&mut trainee, train.len(), cfg, opts, &ckpt_dir)?;
-    let params = trainee.params;
+    let trained = optimise(&mut trainee, train.len(), cfg, opts, &ckpt_dir)?;
+    let (params, progress, total) = (trainee.params, &trained.progress, trained.steps);
 
     // Outputs.
     let adapter = params.to_adapter(cfg.lora_dropout, Some(cfg.base.clone()));
@@ -389,7 +373,7 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
         run.add_output("merged/model.safetensors", None)?;
     }
     let (base_bytes, kinds) = model.base_bytes();
-    let summary = TrainSummary::of(&progress, total, train.len(), resumed_from);
+    let summary = trained.summary(train.len());
     run.set_stats(&summary);
     run.set_stat("trainable_parameters", params.count() as u64);
     run.set_stat("base_bytes_held", base_bytes as u64);
