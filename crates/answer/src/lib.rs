@@ -223,10 +223,14 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &options.device)?);
     }
     let generator = Generator::open(&config.generator, &options.device, gauge_llm::RetryPolicy::default())?;
-    let opts = GenerateOptions { stream: options.stream, ..config.generation.clone() };
+    // Streaming shows one reply at a time, so it decodes one at a time.
+    let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };
     let mut cut_passages = 0usize;
-    let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
+    // Retrieval and prompts first (fast), then every prompt through the generator at once:
+    // the local decoder batches them (generation.batch_size), an endpoint takes them in turn.
     let mut rows = Vec::with_capacity(state.questions.len());
+    let mut chats: Vec<Vec<Message>> = Vec::new();
+    let mut asked: Vec<usize> = Vec::new();
     for q in &state.questions {
         let result = engine.search(&q.question, &cfg)?;
         let passages: Vec<(GivenPassage, String)> = result
@@ -247,7 +251,6 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
                 generation_seconds: 0.0,
                 finish_reason: "refused".into(),
             });
-            bar.inc(1);
             continue;
         }
         // Passages are shortened (longest first) when the prompt would not leave the reply
@@ -260,24 +263,33 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         };
         render_prompt(&state.template, &q.question, &passages)?;
         cut_passages += generator.fit(&mut texts, opts.max_new_tokens, messages)?;
-        let t = std::time::Instant::now();
-        let reply = generator.complete(&messages(&texts), &opts, None)?;
-        let (answer, prompt_tokens, completion_tokens, finish) = (reply.text, reply.prompt_tokens, reply.completion_tokens, reply.finish_reason);
-        let given: Vec<GivenPassage> = passages.into_iter().map(|(g, _)| g).collect();
-        let citations = check(&answer, &given);
+        chats.push(messages(&texts));
+        asked.push(rows.len());
         rows.push(AnswerRow {
             qid: q.qid.clone(),
             question: q.question.clone(),
-            answer,
+            answer: String::new(),
             refused: false,
-            passages: given,
-            citations,
-            prompt_tokens,
-            completion_tokens,
-            generation_seconds: t.elapsed().as_secs_f64(),
-            finish_reason: finish,
+            passages: passages.into_iter().map(|(g, _)| g).collect(),
+            citations: Vec::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            generation_seconds: 0.0,
+            finish_reason: String::new(),
         });
-        bar.inc(1);
+    }
+    let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
+    bar.inc((state.questions.len() - asked.len()) as u64);
+    let replies = generator.complete_batch(&chats, &opts, None, &|| bar.inc(1));
+    for (i, reply) in asked.into_iter().zip(replies) {
+        let reply = reply?;
+        let row = &mut rows[i];
+        row.citations = check(&reply.text, &row.passages);
+        row.answer = reply.text;
+        row.prompt_tokens = reply.prompt_tokens;
+        row.completion_tokens = reply.completion_tokens;
+        row.generation_seconds = reply.seconds;
+        row.finish_reason = reply.finish_reason;
     }
     bar.finish_and_clear();
     if cut_passages > 0 {

@@ -1,8 +1,8 @@
 //! Prefill and decode speed of the Burn decoder on a GGUF, single stream, with the machine's
 //! limits measured in the same run; llama.cpp's figures (from `llama-bench`, same GGUF and
 //! prompt lengths) are merged in by the `bench-generate` recipe.
-//! Usage: `bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--quantized]`
-//! (`--quantized`: keep Q8_0/Q4_1 blocks instead of dequantising at load).
+//! Usage: `bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--dequantize]`
+//! (`--dequantize`: f32 weights instead of the GGUF's blocks).
 use std::time::Instant;
 
 use gauge_decoder::generate::argmax;
@@ -40,8 +40,9 @@ fn main() -> anyhow::Result<()> {
     let usage = "usage: bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON";
     let (model, reference, n_decode, out) = (args.get(1).expect(usage), args.get(2).expect(usage), args.get(3).expect(usage).parse::<usize>()?, args.get(4).expect(usage));
     let t = Instant::now();
-    let keep_quantized = args.get(5).is_some_and(|a| a == "--quantized");
-    let lm = LanguageModel::load_with(model, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { keep_quantized, ..Default::default() })?;
+    let dequantize = args.get(5).is_some_and(|a| a == "--dequantize");
+    let keep_quantized = !dequantize;
+    let lm = LanguageModel::load_with(model, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { dequantize, ..Default::default() })?;
     let load_s = t.elapsed().as_secs_f64();
     let bytes = lm.model.weight_bytes() as f64;
     let params = lm.model.matrix_parameters() as f64;
@@ -71,12 +72,51 @@ fn main() -> anyhow::Result<()> {
             "decode_share_of_memory_bandwidth": tg * bytes / bandwidth,
         }));
     }
+    // Batched decoding, as llama-batched-bench measures it: B sequences of a 128-token prompt,
+    // then 64 tokens each in lock-step; throughput = B · 64 / decode seconds.
+    let first: serde_json::Value = serde_json::from_str(std::fs::read_to_string(reference)?.lines().last().expect("a prompt"))?;
+    let long: Vec<u32> = first["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let (pp, tg) = (128usize, 64usize);
+    let mut batched = Vec::new();
+    for b in [1usize, 4, 8] {
+        let mut caches: Vec<_> = (0..b).map(|_| lm.model.new_cache_with_capacity(pp + tg)).collect();
+        let mut tokens = Vec::with_capacity(b);
+        for (j, c) in caches.iter_mut().enumerate() {
+            let ids = &long[j * 8..j * 8 + pp];
+            tokens.push(argmax(&lm.model.forward(ids, c)?));
+        }
+        let t = Instant::now();
+        for _ in 0..tg {
+            let mut refs: Vec<_> = caches.iter_mut().collect();
+            let logits = lm.model.forward_batch(&tokens, &mut refs)?;
+            tokens = logits.iter().map(|l| argmax(l)).collect();
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let tps = (b * tg) as f64 / secs;
+        eprintln!("{:>24}: batch {b}, {pp}-token prompts, {tg} tokens each: {tps:>6.1} tok/s", "batched decode");
+        batched.push(serde_json::json!({ "batch": b, "prompt_tokens": pp, "decode_tokens": tg, "decode_tokens_per_s": tps }));
+    }
+    // Decoding after 40 and after 600 positions (the KV cache's share of a step).
+    let mut depth = Vec::new();
+    for d in [40usize, 600] {
+        let mut cache = lm.model.new_cache_with_capacity(d + n_decode);
+        let mut next = argmax(&lm.model.forward(&long[..d.min(long.len())], &mut cache)?);
+        let t = Instant::now();
+        for _ in 0..n_decode {
+            next = argmax(&lm.model.forward(&[next], &mut cache)?);
+        }
+        let tps = n_decode as f64 / t.elapsed().as_secs_f64();
+        eprintln!("{:>24}: after {d} positions: {tps:>6.1} tok/s", "decode depth");
+        depth.push(serde_json::json!({ "depth": d, "decode_tokens_per_s": tps }));
+    }
     let result = serde_json::json!({
-        "model": model, "load_seconds": load_s, "keep_quantized": keep_quantized, "decode_tokens": n_decode,
+        "model": model, "load_seconds": load_s, "keep_quantized": keep_quantized, "kernel_path": lm.model.kernel_path().map(|p| p.name()), "decode_tokens": n_decode,
         "threads": rayon::current_num_threads(),
         "weight_bytes_read_per_token": bytes, "matrix_parameters": params,
         "machine": { "read_bandwidth_bytes_per_s": bandwidth, "peak_f32_flops": peak, "peak_how": peak_how },
         "prompts": prompts,
+        "batched": batched,
+        "depth": depth,
     });
     std::fs::write(out, serde_json::to_string_pretty(&result)? + "\n")?;
     Ok(())

@@ -348,7 +348,7 @@ pub fn dequantize(ty: GgmlType, raw: &[u8], n: usize) -> Vec<f32> {
 }
 
 /// The 6-bit scale and minimum of sub-block `j` of a Q4_K block (ggml's `get_scale_min_k4`).
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

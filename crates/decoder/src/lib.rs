@@ -4,15 +4,18 @@
 //! templates (the model's own Jinja template, rendered by minijinja) and generation.
 //!
 //! Families: Llama 2/3 (Llama 3 `rope_scaling`), SmolLM2, TinyLlama, Mistral-style, Qwen2
-//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, dequantised
-//! to f32 at load (measured faster with the current kernels); with
-//! [`LoadOptions::keep_quantized`], Q8_0/Q4_0/Q4_1 stay in their blocks on the CPU.
+//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; on the host
+//! CPU the quantised ones stay in their blocks (memory = the file's size, as llama.cpp) and
+//! decoding runs integer kernels ([`kernels`]); [`LoadOptions::dequantize`] holds f32 instead.
+//! On Burn devices (CUDA) every tensor is dequantised to f32 at load.
 //!
 //! - [`config`]: `config.json` / GGUF `llama.*` metadata.
 //! - [`gguf`]: the GGUF reader and ggml dequantisation.
 //! - [`checkpoint`]: weights by Hugging Face name from either format.
-//! - [`llama`]: the model with its KV cache.
-//! - [`quant`]: linear layers over quantised blocks (Q8_0, Q4_0, Q4_1 stay quantised on the CPU).
+//! - [`llama`]: the model with its KV cache (host CPU path or Burn).
+//! - [`host`]: the host-CPU forward (fused projections, KV cache written in place, batches).
+//! - [`kernels`]: integer dot products of quantised weights and 8-bit activations, per CPU path.
+//! - [`quant`]: linear layers over quantised blocks.
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
 //! - [`chat`]: chat templates.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
@@ -24,6 +27,8 @@ pub mod config;
 pub mod constrain;
 pub mod generate;
 pub mod gguf;
+pub mod host;
+pub mod kernels;
 pub mod llama;
 pub mod quant;
 pub mod tokenizer;
@@ -36,6 +41,7 @@ pub use checkpoint::Checkpoint;
 pub use config::LlamaConfig;
 pub use constrain::{JsonConstraint, SchemaCompiler};
 pub use generate::{GenerateOptions, Generation};
+pub use kernels::KernelPath;
 pub use llama::{KvCache, Llama};
 
 use gauge_encoder::device::Device;
@@ -69,10 +75,14 @@ impl DecoderError {
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
-    /// Keep GGUF Q8_0/Q4_0/Q4_1 matrices in their blocks on the CPU (4–8x less memory).
-    /// Off by default: with the current kernels, dequantising at load decodes about twice as
-    /// fast and prefills 1.4x faster on the benchmark machine (README, "generation speed").
-    pub keep_quantized: bool,
+    /// Dequantise GGUF blocks to f32 at load instead of keeping them (4–8x the memory;
+    /// decoding then runs f32 dot products instead of the integer kernels). Off by default:
+    /// the blocks are what llama.cpp computes with, and decoding is memory-bound.
+    pub dequantize: bool,
+    /// Keys and values in f16 (half the cache memory, as llama.cpp's default) instead of f32.
+    pub kv_f16: bool,
+    /// The integer kernels' path (default: the fastest this CPU runs, or `GAUGE_KERNEL`).
+    pub kernel: Option<kernels::KernelPath>,
     /// A LoRA adapter (PEFT folder) merged into the weights at load (`W + s·B A`); the
     /// adapted matrices are held in f32.
     pub adapter: Option<PathBuf>,
@@ -182,7 +192,7 @@ impl LanguageModel {
     /// Loads a GGUF file or a Hugging Face folder onto `device`, with an adapter merged when
     /// one is given.
     pub fn load_with(spec: &str, device: &Device, options: &LoadOptions) -> Result<LanguageModel, DecoderError> {
-        let files = ModelFiles::open(spec, options.keep_quantized)?;
+        let files = ModelFiles::open(spec, !options.dequantize)?;
         let adapter = options.adapter.as_deref().map(LoraAdapter::load).transpose()?;
         if let Some(a) = &adapter {
             let c = &files.config;
@@ -193,7 +203,11 @@ impl LanguageModel {
                 }
             }
         }
-        let model = Llama::load_adapted(files.config, &files.checkpoint, adapter.as_ref(), device)?;
+        let mut model = Llama::load_adapted(files.config, &files.checkpoint, adapter.as_ref(), device)?;
+        if let Some(k) = options.kernel {
+            model.set_kernel_path(k)?;
+        }
+        model.set_kv_f16(options.kv_f16);
         Ok(LanguageModel { model, tokenizer: files.tokenizer, chat: files.chat, eos_ids: files.eos_ids, source: files.source })
     }
 }

@@ -1,11 +1,18 @@
-//! Linear layers whose weights stay quantised in memory (GGUF Q8_0, Q4_0, Q4_1 blocks), for the
-//! host CPU: decoding one token reads every weight once, so reading 4.5–8.5 bits instead of 32
-//! per weight is what bounds its speed. Few rows (decoding) use a fused dequantise-and-dot
-//! kernel over the blocks, threaded over output rows; many rows (a prompt) dequantise the
-//! matrix into a scratch buffer and run one gemm.
+//! Linear layers whose weights stay quantised in memory (GGUF Q8_0, Q4_0, Q4_1, Q4_K, Q6_K
+//! blocks), for the host CPU: decoding one token reads every weight once, so reading 4.5–8.5
+//! bits instead of 32 per weight is what bounds its speed.
+//!
+//! Two ways to multiply:
+//! - [`QuantMatrix::matmul_q8`] (decoding): the activation rows are quantised once to 8-bit
+//!   blocks and every weight row is dotted with them in integers ([`crate::kernels`]),
+//!   threaded over output rows; each output depends only on its own activation row, so a
+//!   batch of sequences gets exactly the numbers each would get alone.
+//! - [`QuantMatrix::matmul`] (prompts; f32 exact): many rows dequantise the matrix into a
+//!   scratch buffer and run one gemm; few rows use a fused dequantise-and-dot in f32.
 use rayon::prelude::*;
 
 use crate::gguf::GgmlType;
+use crate::kernels::{KernelPath, Q8Rows};
 
 /// Rows at least this many use dequantise + gemm instead of the fused kernel.
 const GEMM_ROWS: usize = 16;
@@ -22,13 +29,13 @@ pub struct QuantMatrix {
 impl QuantMatrix {
     /// Whether gauge keeps this type quantised (the others are dequantised at load).
     pub fn supports(ty: GgmlType) -> bool {
-        matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1)
+        crate::kernels::supports(ty)
     }
 
     /// A matrix from its raw blocks.
     pub fn new(ty: GgmlType, bytes: Vec<u8>, d_out: usize, d_in: usize) -> QuantMatrix {
-        assert!(Self::supports(ty) && d_in.is_multiple_of(32));
-        assert_eq!(bytes.len(), d_out * d_in / 32 * ty.block().1, "quantised matrix size");
+        assert!(Self::supports(ty) && d_in.is_multiple_of(ty.block().0));
+        assert_eq!(bytes.len(), d_out * d_in / ty.block().0 * ty.block().1, "quantised matrix size");
         QuantMatrix { ty, d_in, d_out, bytes }
     }
 
@@ -48,7 +55,55 @@ impl QuantMatrix {
     }
 
     fn row_bytes(&self) -> usize {
-        self.d_in / 32 * self.ty.block().1
+        self.d_in / self.ty.block().0 * self.ty.block().1
+    }
+
+    /// The block type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Another matrix of the same type and width stacked below this one (rows of `other`
+    /// after rows of `self`): fused q/k/v or gate/up projections. `None` when the types or
+    /// widths differ.
+    pub fn stacked(&self, other: &QuantMatrix) -> Option<QuantMatrix> {
+        (self.ty == other.ty && self.d_in == other.d_in).then(|| {
+            let mut bytes = Vec::with_capacity(self.bytes.len() + other.bytes.len());
+            bytes.extend_from_slice(&self.bytes);
+            bytes.extend_from_slice(&other.bytes);
+            QuantMatrix { ty: self.ty, d_in: self.d_in, d_out: self.d_out + other.d_out, bytes }
+        })
+    }
+
+    /// `x · Wᵀ` for the quantised activation rows `x` (`rows × d_in`), into `out`
+    /// (`rows × d_out`, row-major), with the integer kernels of `path`, threaded over output
+    /// rows on the current rayon pool (one parallel region).
+    pub fn matmul_q8(&self, x: &Q8Rows, rows: usize, out: &mut [f32], path: KernelPath) {
+        assert!(x.cols == self.d_in && out.len() == rows * self.d_out && x.q.len() >= rows * self.d_in);
+        let rb = self.row_bytes();
+        let d_out = self.d_out;
+        let threads = rayon::current_num_threads().max(1);
+        // A few chunks per thread (uneven cores), each a multiple of 8 rows.
+        let chunk = (d_out.div_ceil(threads * 4)).div_ceil(8) * 8;
+        let n_chunks = d_out.div_ceil(chunk);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let work = |c: usize| {
+            let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(d_out));
+            for o in o0..o1 {
+                let w = &self.bytes[o * rb..(o + 1) * rb];
+                for r in 0..rows {
+                    let (q, d, s) = x.row(r);
+                    let v = crate::kernels::dot(path, self.ty, w, q, d, s);
+                    // SAFETY: (r, o) is written by this chunk only; `out` holds rows × d_out.
+                    unsafe { *out_ptr.get().add(r * d_out + o) = v };
+                }
+            }
+        };
+        if n_chunks == 1 || rows * self.bytes.len() < 32 * 1024 {
+            (0..n_chunks).for_each(work);
+        } else {
+            (0..n_chunks).into_par_iter().for_each(work);
+        }
     }
 
     /// One row, dequantised into `out`.
@@ -79,6 +134,13 @@ impl QuantMatrix {
                 let mut acc = vec![0f32; (o1 - o0) * rows];
                 for o in o0..o1 {
                     let w = &self.bytes[o * rb..(o + 1) * rb];
+                    if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+                        let wf = crate::gguf::dequantize(ty, w, self.d_in);
+                        for r in 0..rows {
+                            acc[(o - o0) * rows + r] = crate::kernels::dot_f32(&wf, &x[r * self.d_in..(r + 1) * self.d_in]);
+                        }
+                        continue;
+                    }
                     for r in 0..rows {
                         let xr = &x[r * self.d_in..(r + 1) * self.d_in];
                         let sr = &sums[r * nb..(r + 1) * nb];
@@ -116,6 +178,21 @@ impl QuantMatrix {
             );
         }
         out
+    }
+}
+
+/// A raw pointer shared by the chunks of one parallel matmul (each writes its own cells).
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: used only for disjoint writes inside one parallel region that the owner waits for.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
     }
 }
 
@@ -197,6 +274,41 @@ mod tests {
                         let want: f32 = (0..d_in).map(|k| w[k] * x[r * d_in + k]).sum();
                         assert!((got[r * d_out + o] - want).abs() <= 1e-4 * (1.0 + want.abs()), "{ty:?} rows {rows}: {} vs {want}", got[r * d_out + o]);
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_kernels_on_every_path_match_the_scalar_reference_and_are_batch_invariant() {
+        let (d_in, d_out) = (512, 150);
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
+            let n_blocks = d_out * d_in / ty.block().0;
+            let m = QuantMatrix::new(ty, crate::kernels::tests::random_blocks(ty, n_blocks, 11), d_out, d_in);
+            let rows = 3;
+            let x: Vec<f32> = (0..rows * d_in).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let mut q8 = Q8Rows::default();
+            q8.quantize(&x, d_in);
+            let mut reference = vec![0f32; rows * d_out];
+            m.matmul_q8(&q8, rows, &mut reference, KernelPath::Scalar);
+            // Against f32 on the dequantised weights (the activations' 8-bit rounding aside).
+            let exact = m.matmul(&x, rows);
+            let scale = exact.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let worst = exact.iter().zip(&reference).fold(0f32, |a, (e, r)| a.max((e - r).abs()));
+            assert!(worst <= 0.02 * scale, "{ty:?}: 8-bit activations off by {worst} (scale {scale})");
+            for path in KernelPath::available() {
+                let mut got = vec![0f32; rows * d_out];
+                m.matmul_q8(&q8, rows, &mut got, path);
+                for (g, r) in got.iter().zip(&reference) {
+                    assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "{ty:?} {}: {g} vs scalar {r}", path.name());
+                }
+                // A row alone gets exactly the numbers it gets in the batch.
+                for r in 0..rows {
+                    let mut one = Q8Rows::default();
+                    one.quantize(&x[r * d_in..(r + 1) * d_in], d_in);
+                    let mut alone = vec![0f32; d_out];
+                    m.matmul_q8(&one, 1, &mut alone, path);
+                    assert_eq!(alone[..], got[r * d_out..(r + 1) * d_out], "{ty:?} {}: row {r} alone vs batched", path.name());
                 }
             }
         }

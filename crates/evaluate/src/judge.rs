@@ -202,7 +202,7 @@ impl Judge {
             top_p: 1.0,
             seed: self.section.seed,
             stop: Vec::new(),
-            stream: false,
+            ..Default::default()
         };
         let mut calls = 0;
         let messages = vec![Message::user(prompt)];

@@ -126,7 +126,7 @@ impl CallCache {
         let key = Self::key(model, messages, opts, schema);
         if let Some(c) = self.get(&key) {
             self.hits.fetch_add(1, Ordering::Relaxed);
-            let completion = Completion { text: c.text, prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, finish_reason: c.finish_reason, attempts: 0 };
+            let completion = Completion { text: c.text, prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, finish_reason: c.finish_reason, attempts: 0, seconds: 0.0 };
             return Ok(CachedReply { completion, hit: true, original_latency_ms: c.latency_ms });
         }
         let started = Instant::now();
@@ -146,6 +146,47 @@ impl CallCache {
         Ok(CachedReply { completion, hit: false, original_latency_ms: latency_ms })
     }
 
+    /// Replies to several chats: those in the cache from it, the others from
+    /// [`Generator::complete_batch`] (batched on the local decoder), each stored as it would
+    /// be by [`Self::complete`] (its latency is its own prefill and decoding). `done` is
+    /// called once per chat.
+    pub fn complete_batch(&self, generator: &Generator, model: &str, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, done: &dyn Fn()) -> Vec<Result<CachedReply, GeneratorError>> {
+        let keys: Vec<String> = chats.iter().map(|m| Self::key(model, m, opts, schema)).collect();
+        let mut out: Vec<Option<Result<CachedReply, GeneratorError>>> = (0..chats.len()).map(|_| None).collect();
+        let mut missing = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            match self.get(key) {
+                Some(c) => {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    let completion = Completion { text: c.text, prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, finish_reason: c.finish_reason, attempts: 0, seconds: 0.0 };
+                    out[i] = Some(Ok(CachedReply { completion, hit: true, original_latency_ms: c.latency_ms }));
+                    done();
+                }
+                None => missing.push(i),
+            }
+        }
+        let asked: Vec<Vec<Message>> = missing.iter().map(|&i| chats[i].clone()).collect();
+        let replies = generator.complete_batch(&asked, opts, schema, done);
+        for (&i, reply) in missing.iter().zip(replies) {
+            out[i] = Some(reply.and_then(|completion| {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                let latency_ms = completion.seconds * 1e3;
+                let call = CachedCall {
+                    model: model.to_string(),
+                    messages: chats[i].clone(),
+                    text: completion.text.clone(),
+                    prompt_tokens: completion.prompt_tokens,
+                    completion_tokens: completion.completion_tokens,
+                    finish_reason: completion.finish_reason.clone(),
+                    latency_ms,
+                };
+                self.put(&keys[i], &call)?;
+                Ok(CachedReply { completion, hit: false, original_latency_ms: latency_ms })
+            }));
+        }
+        out.into_iter().map(|r| r.expect("every chat answered")).collect()
+    }
+
     /// Calls served from the cache so far.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
@@ -162,7 +203,7 @@ mod tests {
     use super::*;
 
     fn opts() -> GenerateOptions {
-        GenerateOptions { max_new_tokens: 16, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 1, stop: vec![], stream: false }
+        GenerateOptions { max_new_tokens: 16, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 1, stop: vec![], ..Default::default() }
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct Completion {
     pub finish_reason: String,
     /// HTTP attempts (0 for the local model).
     pub attempts: u32,
+    /// Seconds this reply took: the call (endpoint), or its prefill plus its decoding (local;
+    /// in a batch, the decoding overlaps its neighbours').
+    pub seconds: f64,
 }
 
 enum Backend {
@@ -179,10 +182,10 @@ impl Generator {
                 };
                 let _one_at_a_time = busy.lock().expect("generator lock");
                 let g = lm.generate_with(&ids, opts, constraint.as_mut())?;
-                let completion_tokens = g.ids.len();
-                Ok(Completion { text: g.text.trim().to_string(), prompt_tokens: g.prompt_tokens, completion_tokens, finish_reason: g.finish_reason, attempts: 0 })
+                Ok(Self::local_completion(g))
             }
             Backend::Api(client) => {
+                let started = std::time::Instant::now();
                 let sampling = Sampling { temperature: opts.temperature, max_tokens: Some(opts.max_new_tokens as u32), seed: Some(opts.seed) };
                 let reply = match schema {
                     Some(s) => client.complete_json(messages, &sampling, s)?,
@@ -194,8 +197,62 @@ impl Generator {
                     completion_tokens: reply.usage.completion_tokens as usize,
                     finish_reason: "api".into(),
                     attempts: reply.attempts,
+                    seconds: started.elapsed().as_secs_f64(),
                 })
             }
+        }
+    }
+
+    fn local_completion(g: gauge_decoder::Generation) -> Completion {
+        Completion { text: g.text.trim().to_string(), prompt_tokens: g.prompt_tokens, completion_tokens: g.ids.len(), finish_reason: g.finish_reason, attempts: 0, seconds: g.prefill_seconds + g.decode_seconds }
+    }
+
+    /// Replies to several chats, in their order: the local decoder decodes
+    /// `opts.batch_size` of them in lock-step (continuous batching; each reply is the one
+    /// [`Self::complete`] gives alone); an endpoint is called once per chat. `done` is called
+    /// as each reply finishes (progress bars).
+    pub fn complete_batch(&self, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, done: &dyn Fn()) -> Vec<Result<Completion, GeneratorError>> {
+        match &self.backend {
+            Backend::Local { lm, compiler, busy } => {
+                let mut out: Vec<Option<Result<Completion, GeneratorError>>> = (0..chats.len()).map(|_| None).collect();
+                let mut prompts = Vec::new();
+                for (i, m) in chats.iter().enumerate() {
+                    let prepared = Self::local_prompt(lm, m).and_then(|ids| {
+                        let constraint = match schema {
+                            Some(s) => {
+                                let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Prompt(e.clone()))?;
+                                Some(compiler.constraint(&s.schema)?)
+                            }
+                            None => None,
+                        };
+                        Ok((ids, constraint))
+                    });
+                    match prepared {
+                        Ok(p) => prompts.push((i, p)),
+                        Err(e) => {
+                            out[i] = Some(Err(e));
+                            done();
+                        }
+                    }
+                }
+                let index: Vec<usize> = prompts.iter().map(|(i, _)| *i).collect();
+                let mut held: Vec<(Vec<u32>, Option<gauge_decoder::JsonConstraint>)> = prompts.into_iter().map(|(_, p)| p).collect();
+                let items = held.iter_mut().map(|(ids, c)| gauge_decoder::generate::BatchItem { prompt_ids: ids, constraint: c.as_mut() }).collect();
+                let _one_batch_at_a_time = busy.lock().expect("generator lock");
+                let results = lm.generate_batch_observed(items, opts, opts.batch_size, &|_| done());
+                for (i, r) in index.into_iter().zip(results) {
+                    out[i] = Some(r.map(Self::local_completion).map_err(GeneratorError::from));
+                }
+                out.into_iter().map(|r| r.expect("every chat answered")).collect()
+            }
+            Backend::Api(_) => chats
+                .iter()
+                .map(|m| {
+                    let r = self.complete(m, opts, schema);
+                    done();
+                    r
+                })
+                .collect(),
         }
     }
 

@@ -64,7 +64,7 @@ mod tests {
     use super::*;
 
     fn completion(text: &str) -> Completion {
-        Completion { text: text.into(), prompt_tokens: 1, completion_tokens: 1, finish_reason: "api".into(), attempts: 1 }
+        Completion { text: text.into(), prompt_tokens: 1, completion_tokens: 1, finish_reason: "api".into(), attempts: 1, seconds: 0.0 }
     }
 
     fn parse(s: &str) -> Result<u32, String> {

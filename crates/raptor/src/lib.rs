@@ -214,12 +214,32 @@ impl Level<'_> {
             top_p: 1.0,
             seed: self.cfg.seed,
             stop: Vec::new(),
+            batch_size: gauge_decoder::generate::DEFAULT_BATCH_SIZE,
             stream: false,
         };
         let replies: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; groups.len()]);
         let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
         let next = AtomicUsize::new(0);
-        let workers = if self.generator.is_local() { 1 } else { self.concurrency.max(1) };
+        if self.generator.is_local() {
+            // The local decoder: every cluster's prompt in one continuous batch.
+            let mut chats = Vec::with_capacity(groups.len());
+            for (g, group) in groups.iter().enumerate() {
+                let members: Vec<(String, String)> = group.members.iter().map(|&i| (label(&nodes[i]), nodes[i].text.clone())).collect();
+                let prompt = render_prompt(self.template, &members, self.cfg).map_err(|e| e.context(format!("level-{level} summary {} of {}", g + 1, groups.len())))?;
+                chats.push(vec![Message::user(prompt)]);
+            }
+            let results = self.cache.complete_batch(self.generator, self.identity, &chats, &opts, None, &|| bar.inc(1));
+            let mut slots = replies.lock().expect("lock");
+            for (g, r) in results.into_iter().enumerate() {
+                match r {
+                    Ok(reply) => slots[g] = Some(reply.completion.text),
+                    Err(e) => {
+                        failure.lock().expect("lock").get_or_insert(anyhow::Error::from(e).context(format!("level-{level} summary {} of {}", g + 1, groups.len())));
+                    }
+                }
+            }
+        }
+        let workers = if self.generator.is_local() { 0 } else { self.concurrency.max(1) };
         std::thread::scope(|s| {
             for _ in 0..workers.min(groups.len()) {
                 s.spawn(|| loop {

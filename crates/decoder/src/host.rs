@@ -1,0 +1,544 @@
+//! The Llama forward on the host CPU, without Burn: plain buffers reused from step to step,
+//! RoPE tables computed at load, q/k/v and gate/up fused into one matrix each (at load, so
+//! checkpoints keep their names), a KV cache per layer written in place (f32, or f16 as
+//! llama.cpp keeps it by default), and one parallel region per matmul and per attention.
+//!
+//! Two precisions, chosen per call by what is run:
+//! - a prompt (several positions of one sequence) runs in f32: quantised matrices are
+//!   dequantised for one gemm (or a fused f32 dot for few rows), attention is a gemm per head;
+//! - a decoding step (one position of each of one or more sequences) quantises the
+//!   activations to 8 bits and runs the integer kernels of [`crate::kernels`] (as llama.cpp
+//!   does); every output depends only on its own sequence, so a batch decodes each sequence
+//!   exactly as it would decode alone.
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
+
+use crate::config::LlamaConfig;
+use crate::kernels::{dot_f32, KernelPath, Q8Rows};
+use crate::quant::{QuantMatrix, SendPtr};
+use crate::DecoderError;
+
+/// Rows at least this many run a gemm (f32 weights; quantised ones decide in [`QuantMatrix::matmul`]).
+const GEMM_ROWS: usize = 16;
+
+/// RoPE positions tabulated at load (later positions compute their angles on the fly).
+const ROPE_TABLE_POSITIONS: usize = 8192;
+
+/// A weight matrix `[out, in]`.
+pub(crate) enum Weight {
+    /// f32, row-major.
+    F32(Vec<f32>),
+    /// ggml blocks.
+    Quant(QuantMatrix),
+}
+
+/// A linear layer on the host.
+pub(crate) struct HostLinear {
+    w: Weight,
+    d_in: usize,
+    d_out: usize,
+    bias: Option<Vec<f32>>,
+}
+
+impl HostLinear {
+    /// A layer over f32 weights `[d_out, d_in]`.
+    pub(crate) fn f32(w: Vec<f32>, bias: Option<Vec<f32>>, d_in: usize, d_out: usize) -> HostLinear {
+        assert_eq!(w.len(), d_in * d_out);
+        HostLinear { w: Weight::F32(w), d_in, d_out, bias }
+    }
+
+    /// A layer over quantised blocks.
+    pub(crate) fn quant(q: QuantMatrix, bias: Option<Vec<f32>>) -> HostLinear {
+        HostLinear { d_in: q.d_in(), d_out: q.d_out(), w: Weight::Quant(q), bias }
+    }
+
+    /// Bytes of weights.
+    pub(crate) fn n_bytes(&self) -> usize {
+        match &self.w {
+            Weight::F32(w) => w.len() * 4,
+            Weight::Quant(q) => q.n_bytes(),
+        }
+    }
+
+    /// Weights.
+    pub(crate) fn parameters(&self) -> usize {
+        self.d_in * self.d_out
+    }
+
+    /// Layers with the same input stacked into as few matrices as their formats allow (one
+    /// when all are f32 or all share a block type).
+    pub(crate) fn stack(parts: Vec<HostLinear>) -> Vec<HostLinear> {
+        let mut out: Vec<HostLinear> = Vec::new();
+        for p in parts {
+            let Some(last) = out.last_mut() else {
+                out.push(p);
+                continue;
+            };
+            let merged = match (&last.w, &p.w) {
+                (Weight::F32(a), Weight::F32(b)) if last.d_in == p.d_in => Some(Weight::F32([a.as_slice(), b.as_slice()].concat())),
+                (Weight::Quant(a), Weight::Quant(b)) => a.stacked(b).map(Weight::Quant),
+                _ => None,
+            };
+            match merged {
+                Some(w) => {
+                    let bias = match (&last.bias, &p.bias) {
+                        (None, None) => None,
+                        (a, b) => Some([a.clone().unwrap_or_else(|| vec![0.0; last.d_out]), b.clone().unwrap_or_else(|| vec![0.0; p.d_out])].concat()),
+                    };
+                    *last = HostLinear { w, d_in: last.d_in, d_out: last.d_out + p.d_out, bias };
+                }
+                None => out.push(p),
+            }
+        }
+        out
+    }
+
+    /// `x · Wᵀ (+ b)` for `rows` rows into `out` (`rows × d_out`): with `q8` (the same rows,
+    /// quantised) on the integer kernels, else in f32.
+    fn forward(&self, x: &[f32], rows: usize, q8: Option<&Q8Rows>, path: KernelPath, out: &mut [f32]) {
+        debug_assert_eq!(out.len(), rows * self.d_out);
+        match (&self.w, q8) {
+            (Weight::Quant(m), Some(q8)) => m.matmul_q8(q8, rows, out, path),
+            (Weight::Quant(m), None) => out.copy_from_slice(&m.matmul(x, rows)),
+            (Weight::F32(w), _) if rows >= GEMM_ROWS => gemm_f32(x, rows, w, self.d_in, self.d_out, out),
+            (Weight::F32(w), _) => {
+                let (d_in, d_out) = (self.d_in, self.d_out);
+                let ptr = SendPtr(out.as_mut_ptr());
+                let chunk = 32;
+                let work = |c: usize| {
+                    for o in c * chunk..((c + 1) * chunk).min(d_out) {
+                        let wr = &w[o * d_in..(o + 1) * d_in];
+                        for r in 0..rows {
+                            // SAFETY: (r, o) belongs to this chunk only.
+                            unsafe { *ptr.get().add(r * d_out + o) = dot_f32(wr, &x[r * d_in..(r + 1) * d_in]) };
+                        }
+                    }
+                };
+                (0..d_out.div_ceil(chunk)).into_par_iter().for_each(work);
+            }
+        }
+        if let Some(b) = &self.bias {
+            for row in out.chunks_exact_mut(self.d_out) {
+                row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+            }
+        }
+    }
+}
+
+/// `out[rows, d_out] = x[rows, d_in] · w[d_out, d_in]ᵀ` by gemm.
+fn gemm_f32(x: &[f32], rows: usize, w: &[f32], d_in: usize, d_out: usize, out: &mut [f32]) {
+    // SAFETY: dst rows × d_out (row stride d_out); lhs rows × d_in; rhs W viewed as
+    // [d_in, d_out] (column stride d_in, row stride 1); all sized by the caller.
+    unsafe {
+        gemm::gemm(
+            rows, d_out, d_in,
+            out.as_mut_ptr(), 1, d_out as isize, false,
+            x.as_ptr(), 1, d_in as isize,
+            w.as_ptr(), d_in as isize, 1,
+            0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(0),
+        );
+    }
+}
+
+/// Runs several layers that read the same input, writing their outputs side by side
+/// (`rows × Σ d_out`).
+fn forward_stacked(parts: &[HostLinear], x: &[f32], rows: usize, q8: Option<&Q8Rows>, path: KernelPath, out: &mut Vec<f32>, tmp: &mut Vec<f32>) {
+    let total: usize = parts.iter().map(|p| p.d_out).sum();
+    out.resize(rows * total, 0.0);
+    if let [one] = parts {
+        one.forward(x, rows, q8, path, out);
+        return;
+    }
+    let mut col = 0;
+    for p in parts {
+        tmp.resize(rows * p.d_out, 0.0);
+        p.forward(x, rows, q8, path, tmp);
+        for r in 0..rows {
+            out[r * total + col..r * total + col + p.d_out].copy_from_slice(&tmp[r * p.d_out..(r + 1) * p.d_out]);
+        }
+        col += p.d_out;
+    }
+}
+
+/// The token embedding table.
+pub(crate) enum HostEmbedding {
+    /// f32 rows.
+    F32(Vec<f32>),
+    /// Quantised rows, dequantised one at a time.
+    Quant(QuantMatrix),
+}
+
+/// One transformer block's weights.
+pub(crate) struct HostBlock {
+    pub(crate) attn_norm: Vec<f32>,
+    /// q, k, v (fused when their formats allow).
+    pub(crate) qkv: Vec<HostLinear>,
+    pub(crate) o: HostLinear,
+    pub(crate) ffn_norm: Vec<f32>,
+    /// gate, up (fused when their formats allow).
+    pub(crate) gate_up: Vec<HostLinear>,
+    pub(crate) down: HostLinear,
+}
+
+/// The whole model on the host.
+pub(crate) struct HostModel {
+    pub(crate) embed: HostEmbedding,
+    pub(crate) layers: Vec<HostBlock>,
+    pub(crate) norm: Vec<f32>,
+    pub(crate) lm_head: HostLinear,
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+    inv_freq: Vec<f64>,
+    /// The integer kernels' path.
+    pub(crate) kernel: KernelPath,
+    /// Keys and values in f16.
+    pub(crate) kv_f16: bool,
+}
+
+/// Keys or values of one layer, position-major (`[positions, kv_heads · head_dim]`).
+#[derive(Clone, Debug)]
+enum KvStore {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+}
+
+impl KvStore {
+    fn push(&mut self, row: &[f32]) {
+        match self {
+            KvStore::F32(v) => v.extend_from_slice(row),
+            KvStore::F16(v) => {
+                let start = v.len();
+                v.resize(start + row.len(), half::f16::ZERO);
+                v[start..].convert_from_f32_slice(row);
+            }
+        }
+    }
+
+    /// Rows `[0, n)` as f32 (borrowed, or converted into `buf`).
+    fn as_f32<'a>(&'a self, n: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        match self {
+            KvStore::F32(v) => &v[..n],
+            KvStore::F16(v) => {
+                buf.resize(n, 0.0);
+                v[..n].convert_to_f32_slice(buf);
+                &buf[..]
+            }
+        }
+    }
+}
+
+/// Buffers of one forward call, kept between calls.
+#[derive(Default, Clone, Debug)]
+struct Scratch {
+    x: Vec<f32>,
+    a: Vec<f32>,
+    big: Vec<f32>,
+    tmp: Vec<f32>,
+    attn: Vec<f32>,
+    act: Vec<f32>,
+    q8: Q8Rows,
+}
+
+/// A sequence's keys and values on the host, with its buffers.
+#[derive(Clone, Debug)]
+pub struct HostCache {
+    k: Vec<KvStore>,
+    v: Vec<KvStore>,
+    len: usize,
+    scratch: Scratch,
+}
+
+impl HostCache {
+    /// Positions cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of keys and values held.
+    pub fn n_bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(|s| match s {
+            KvStore::F32(v) => v.len() * 4,
+            KvStore::F16(v) => v.len() * 2,
+        }).sum()
+    }
+}
+
+/// One sequence's share of a forward call.
+pub(crate) struct Step<'a> {
+    pub(crate) ids: &'a [u32],
+    pub(crate) cache: &'a mut HostCache,
+}
+
+impl HostModel {
+    pub(crate) fn new(c: &LlamaConfig, embed: HostEmbedding, layers: Vec<HostBlock>, norm: Vec<f32>, lm_head: HostLinear, kernel: KernelPath, kv_f16: bool) -> HostModel {
+        let half = c.head_dim() / 2;
+        let inv_freq = c.inv_freq();
+        let positions = c.max_position_embeddings.clamp(1, ROPE_TABLE_POSITIONS);
+        let (mut rope_cos, mut rope_sin) = (Vec::with_capacity(positions * half), Vec::with_capacity(positions * half));
+        for pos in 0..positions {
+            for f in &inv_freq[..half] {
+                let angle = pos as f64 * f;
+                rope_cos.push(angle.cos() as f32);
+                rope_sin.push(angle.sin() as f32);
+            }
+        }
+        HostModel { embed, layers, norm, lm_head, rope_cos, rope_sin, inv_freq, kernel, kv_f16 }
+    }
+
+    /// An empty cache with room for `capacity` positions before it grows.
+    pub(crate) fn new_cache(&self, c: &LlamaConfig, capacity: usize) -> HostCache {
+        let row = c.kv_heads() * c.head_dim();
+        let store = || if self.kv_f16 { KvStore::F16(Vec::with_capacity(capacity * row)) } else { KvStore::F32(Vec::with_capacity(capacity * row)) };
+        HostCache { k: (0..self.layers.len()).map(|_| store()).collect(), v: (0..self.layers.len()).map(|_| store()).collect(), len: 0, scratch: Scratch::default() }
+    }
+
+    fn rope(&self, x: &mut [f32], pos: usize, hd: usize) {
+        let half = hd / 2;
+        let mut cs = [0f32; 256];
+        let (cos, sin): (&[f32], &[f32]) = if (pos + 1) * half <= self.rope_cos.len() {
+            (&self.rope_cos[pos * half..(pos + 1) * half], &self.rope_sin[pos * half..(pos + 1) * half])
+        } else {
+            let (c, s) = cs.split_at_mut(128);
+            for i in 0..half {
+                let angle = pos as f64 * self.inv_freq[i];
+                c[i] = angle.cos() as f32;
+                s[i] = angle.sin() as f32;
+            }
+            (&c[..half], &s[..half])
+        };
+        for head in x.chunks_exact_mut(hd) {
+            let (a, b) = head.split_at_mut(half);
+            for i in 0..half {
+                let (x1, x2) = (a[i], b[i]);
+                a[i] = x1 * cos[i] - x2 * sin[i];
+                b[i] = x2 * cos[i] + x1 * sin[i];
+            }
+        }
+    }
+
+    /// Runs each step's tokens (the positions after those in its cache), appends their keys
+    /// and values, and returns each step's last-position logits.
+    pub(crate) fn forward(&self, c: &LlamaConfig, steps: &mut [Step<'_>]) -> Result<Vec<Vec<f32>>, DecoderError> {
+        // The whole step on a pool thread: its ~150 parallel regions then fork from a worker
+        // (the others steal while still spinning) instead of waking a sleeping caller each time.
+        if rayon::current_thread_index().is_none() {
+            return rayon::scope(|_| self.forward_on_pool(c, steps));
+        }
+        self.forward_on_pool(c, steps)
+    }
+
+    fn forward_on_pool(&self, c: &LlamaConfig, steps: &mut [Step<'_>]) -> Result<Vec<Vec<f32>>, DecoderError> {
+        let (h, hd, nh, nkv, ff) = (c.hidden_size, c.head_dim(), c.num_attention_heads, c.kv_heads(), c.intermediate_size);
+        if hd / 2 > 128 {
+            return Err(DecoderError::Model(format!("head_dim {hd} is above the host path's 256")));
+        }
+        let rows: usize = steps.iter().map(|s| s.ids.len()).sum();
+        // Decoding steps (one position per sequence) run on the integer kernels; prompts in f32.
+        let decode = rows == steps.len();
+        let mut sc = std::mem::take(&mut steps[0].cache.scratch);
+        let Scratch { x, a, big, tmp, attn, act, q8 } = &mut sc;
+        x.clear();
+        for s in steps.iter() {
+            for &id in s.ids {
+                let id = id as usize;
+                if id >= c.vocab_size {
+                    return Err(DecoderError::Model(format!("token id {id} is outside the vocabulary ({})", c.vocab_size)));
+                }
+                match &self.embed {
+                    HostEmbedding::F32(e) => x.extend_from_slice(&e[id * h..(id + 1) * h]),
+                    HostEmbedding::Quant(q) => {
+                        let start = x.len();
+                        x.resize(start + h, 0.0);
+                        q.dequantize_row(id, &mut x[start..]);
+                    }
+                }
+            }
+        }
+        let path = self.kernel;
+        let qkv_w = (nh + 2 * nkv) * hd;
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (l, b) in self.layers.iter().enumerate() {
+            rms_norm(x, &b.attn_norm, c.rms_norm_eps as f32, a);
+            let q8a = if decode {
+                q8.quantize(a, h);
+                Some(&*q8)
+            } else {
+                None
+            };
+            forward_stacked(&b.qkv, a, rows, q8a, path, big, tmp);
+            // RoPE on q and k, then k and v into each sequence's cache.
+            let mut r0 = 0;
+            for s in steps.iter_mut() {
+                let start = s.cache.len;
+                for i in 0..s.ids.len() {
+                    let row = &mut big[(r0 + i) * qkv_w..(r0 + i + 1) * qkv_w];
+                    self.rope(&mut row[..(nh + nkv) * hd], start + i, hd);
+                    s.cache.k[l].push(&row[nh * hd..(nh + nkv) * hd]);
+                    s.cache.v[l].push(&row[(nh + nkv) * hd..]);
+                }
+                r0 += s.ids.len();
+            }
+            attn.resize(rows * nh * hd, 0.0);
+            let mut r0 = 0;
+            for s in steps.iter() {
+                let (t, start) = (s.ids.len(), s.cache.len);
+                attention(&s.cache.k[l], &s.cache.v[l], &big[r0 * qkv_w..(r0 + t) * qkv_w], qkv_w, t, start, nh, nkv, hd, scale, &mut attn[r0 * nh * hd..(r0 + t) * nh * hd]);
+                r0 += t;
+            }
+            let q8o = if decode {
+                q8.quantize(attn, nh * hd);
+                Some(&*q8)
+            } else {
+                None
+            };
+            tmp.resize(rows * h, 0.0);
+            b.o.forward(attn, rows, q8o, path, tmp);
+            x.iter_mut().zip(tmp.iter()).for_each(|(x, o)| *x += o);
+            rms_norm(x, &b.ffn_norm, c.rms_norm_eps as f32, a);
+            let q8m = if decode {
+                q8.quantize(a, h);
+                Some(&*q8)
+            } else {
+                None
+            };
+            forward_stacked(&b.gate_up, a, rows, q8m, path, big, tmp);
+            act.resize(rows * ff, 0.0);
+            for (r, out) in act.chunks_exact_mut(ff).enumerate() {
+                let gu = &big[r * 2 * ff..(r + 1) * 2 * ff];
+                let (g, u) = gu.split_at(ff);
+                for j in 0..ff {
+                    out[j] = g[j] / (1.0 + (-g[j]).exp()) * u[j];
+                }
+            }
+            let q8d = if decode {
+                q8.quantize(act, ff);
+                Some(&*q8)
+            } else {
+                None
+            };
+            tmp.resize(rows * h, 0.0);
+            b.down.forward(act, rows, q8d, path, tmp);
+            x.iter_mut().zip(tmp.iter()).for_each(|(x, o)| *x += o);
+        }
+        // Last row of each step, normed, through the head.
+        let n = steps.len();
+        let mut last = Vec::with_capacity(n * h);
+        let mut r0 = 0;
+        for s in steps.iter() {
+            r0 += s.ids.len();
+            last.extend_from_slice(&x[(r0 - 1) * h..r0 * h]);
+        }
+        rms_norm(&last, &self.norm, c.rms_norm_eps as f32, a);
+        let q8h = if decode {
+                q8.quantize(a, h);
+                Some(&*q8)
+            } else {
+                None
+            };
+        let v = self.lm_head.d_out;
+        let mut logits = vec![0f32; n * v];
+        self.lm_head.forward(a, n, q8h, path, &mut logits);
+        for s in steps.iter_mut() {
+            s.cache.len += s.ids.len();
+        }
+        steps[0].cache.scratch = sc;
+        Ok(logits.chunks_exact(v).map(<[f32]>::to_vec).collect())
+    }
+}
+
+/// RMSNorm of each row of `x` into `out`.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+    let h = w.len();
+    out.resize(x.len(), 0.0);
+    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
+            *o = v * inv * g;
+        }
+    }
+}
+
+/// Causal grouped-query attention of `t` query rows (positions `start..start+t`, rows of
+/// width `stride` with the query heads first) over the cache's `start + t` positions, into
+/// `out` (`t × nh·hd`).
+#[allow(clippy::too_many_arguments)]
+fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start: usize, nh: usize, nkv: usize, hd: usize, scale: f32, out: &mut [f32]) {
+    let s = start + t;
+    let row = nkv * hd;
+    let group = nh / nkv;
+    let (mut kb, mut vb) = (Vec::new(), Vec::new());
+    let keys = k.as_f32(s * row, &mut kb);
+    let values = v.as_f32(s * row, &mut vb);
+    let out_w = nh * hd;
+    let ptr = SendPtr(out.as_mut_ptr());
+    if t == 1 {
+        // One query per head: dot products and a weighted sum over the positions.
+        let work = |head: usize| {
+            let g = head / group;
+            let qh = &q[head * hd..(head + 1) * hd];
+            let mut scores: Vec<f32> = (0..s).map(|p| dot_f32(qh, &keys[p * row + g * hd..p * row + (g + 1) * hd]) * scale).collect();
+            softmax(&mut scores);
+            let mut acc = vec![0f32; hd];
+            for (p, &w) in scores.iter().enumerate() {
+                crate::kernels::axpy(w, &values[p * row + g * hd..p * row + (g + 1) * hd], &mut acc);
+            }
+            // SAFETY: head `head` writes only its own hd columns.
+            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), ptr.get().add(head * hd), hd) };
+        };
+        if s * nh * hd < 1 << 14 {
+            (0..nh).for_each(work);
+        } else {
+            (0..nh).into_par_iter().for_each(work);
+        }
+        return;
+    }
+    // A prompt: per head, scores = Q Kᵀ by gemm, causal softmax, then · V by gemm.
+    (0..nh).into_par_iter().for_each(|head| {
+        let g = head / group;
+        let mut scores = vec![0f32; t * s];
+        // SAFETY: scores t × s; Q rows of this head (stride `stride`); Kᵀ read from the cache
+        // rows of this kv head (column stride `row`); all within their buffers.
+        unsafe {
+            gemm::gemm(
+                t, s, hd,
+                scores.as_mut_ptr(), 1, s as isize, false,
+                q.as_ptr().add(head * hd), 1, stride as isize,
+                keys.as_ptr().add(g * hd), row as isize, 1,
+                0.0, scale, false, false, false, gemm::Parallelism::None,
+            );
+        }
+        for (i, r) in scores.chunks_exact_mut(s).enumerate() {
+            let visible = start + i + 1;
+            softmax(&mut r[..visible]);
+            r[visible..].iter_mut().for_each(|v| *v = 0.0);
+        }
+        // SAFETY: out rows of this head's hd columns (row stride out_w); V rows of this kv head.
+        unsafe {
+            gemm::gemm(
+                t, hd, s,
+                ptr.get().add(head * hd), 1, out_w as isize, false,
+                scores.as_ptr(), 1, s as isize,
+                values.as_ptr().add(g * hd), 1, row as isize,
+                0.0, 1.0, false, false, false, gemm::Parallelism::None,
+            );
+        }
+    });
+}
+
+/// In-place softmax.
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
