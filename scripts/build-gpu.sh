@@ -27,6 +27,7 @@ echo "build-gpu: CUDA_PATH=$CUDA_PATH CUDAARCHS=$CUDAARCHS ($("$CUDACXX" --versi
 cargo build --release -p gauge-embed -p gauge-index -p gauge-engine --bins --features "$features"
 cargo build --release -p gauge-engine --example gpu_check --features "$features"
 cargo build --release -p gauge-lora --example bench_train --features "$features,gauge-lora/cuda"
+cargo build --release -p gauge-decoder --example bench_generate --features "gauge-decoder/cuda"
 elapsed=$(( $(date +%s) - started ))
 
 rel=$CARGO_TARGET_DIR/release
@@ -34,7 +35,7 @@ rm -rf dist/gpu.partial
 mkdir -p dist/gpu.partial/bin
 for b in embed index query; do strip -o "dist/gpu.partial/bin/$b" "$rel/$b"; done
 rm -rf dist/gpu && mv dist/gpu.partial dist/gpu
-scripts/pack-gpu-check.sh "$rel/examples/gpu_check" "$rel/examples/bench_train"
+scripts/pack-gpu-check.sh "$rel/examples/gpu_check" "$rel/examples/bench_train" "$rel/examples/bench_generate"
 {
   echo "build-gpu: cargo build took ${elapsed} s on $(nproc) cores"
   echo "build-gpu: dist/gpu/bin (stripped):"; ls -l dist/gpu/bin | awk 'NR>1 {printf "  %-8s %6.1f MiB\n", $9, $5/1048576}'

@@ -220,6 +220,32 @@ if [ -n "$train_bin" ]; then
   fi
 fi
 
+# --- 6. Generation (decode/prefill) ---------------------------------------------------------------
+# gauge's decoder (bench_generate) vs transformers on the same random-weight Llama of SmolLM2's
+# shape, the SmolLM2 fixture prompts' token ids, prefill + 32 greedy steps with a KV cache: on the
+# GPU, gauge CUDA (Burn) vs transformers CUDA fp32; with --cpu-only, gauge's host path vs
+# transformers CPU. A failure here is logged and does not stop the check.
+gen_bin=${GAUGE_GENERATE_BIN:-}
+if [ -z "$gen_bin" ] && [ $local_build -eq 1 ]; then
+  cargo build --release -q --workspace --examples
+  gen_bin=$CARGO_TARGET_DIR/release/examples/bench_generate
+fi
+if [ -z "$gen_bin" ] && [ -x "$bundle/bin/bench_generate" ]; then gen_bin=$bundle/bin/bench_generate; fi
+gen_ref=../shared/fixtures/smollm2/reference.jsonl
+[ -f "$gen_ref" ] || gen_ref=$bundle/smollm2-reference.jsonl
+if [ -n "$gen_bin" ] && [ $has_torch -eq 1 ] && [ -f "$gen_ref" ]; then
+  gen_dev=cuda; [ $cpu_only -eq 1 ] && gen_dev=cpu
+  log "generate: random-weight Llama of SmolLM2-135M's shape, gauge $gen_dev vs transformers $gen_dev (fp32), fixture prompts, 32 decode steps"
+  [ -d "$work/llama-random" ] || pyc make-llama "$work/llama-random" "$assets"
+  if "$gen_bin" "$work/llama-random" "$gen_ref" 32 "$work/generate-gauge.json" --device "$gen_dev" 2>> "$out/gpu_check.log" \
+     && hf=$(pyc hf-generate "$work/llama-random" "$gen_ref" 32 "$gen_dev" 2>> "$out/python.log"); then
+    record "generate/gauge-$gen_dev" "$(compact "$work/generate-gauge.json")"
+    record "generate/transformers-$gen_dev" "$hf"
+  else
+    log "generate: failed (see gpu_check.log / python.log)"
+  fi
+fi
+
 # --- report ----------------------------------------------------------------------------------
 "$py" - "$results" "$out" "$cpu_only" "$bin" "$(( $(date +%s) - started ))" <<'PY'
 import json, os, sys
@@ -244,7 +270,8 @@ if "gauge-cuda" in tp:
 report = {"mode": "cpu-only" if cpu_only else "gpu", "pass": ok, "seconds": seconds,
           "binary": {"name": os.path.basename(binary), "bytes": os.path.getsize(binary)},
           "parity": parity, "throughput": tp, "throughput_ratios": ratios, "faiss": by.get("faiss"),
-          "train": train, "train_parity": train_parity}
+          "train": train, "train_parity": train_parity,
+          "generate": {k.split("/", 1)[1]: v for k, v in by.items() if k.startswith("generate/")}}
 json.dump(report, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
 md = [f"# gpu-check ({report['mode']}, {seconds} s) — {'PASS' if ok else 'FAIL'}", "",
       "| parity | rows | min cosine | min centred cosine | max abs diff |", "|---|---:|---:|---:|---:|"]
@@ -269,6 +296,18 @@ if train_parity:
     md += ["", f"PEFT loads gauge's adapter: max |Δ logit| gauge vs PEFT {train_parity['max_abs_diff_gauge_vs_peft']:.2e} "
            f"(the adapter moves logits by up to {train_parity['max_abs_change_by_adapter']:.2e}); argmax equal: {train_parity['argmax_equal']}; "
            f"the base alone, gauge vs transformers: {train_parity['max_abs_diff_base_gauge_vs_transformers']:.2e}"]
+gen = report["generate"]
+if gen:
+    md += ["", "| generation (fixture prompts) | prompt tokens | prefill tok/s | decode tok/s |", "|---|---:|---:|---:|"]
+    for k, v in gen.items():
+        for p in v["prompts"]:
+            md.append(f"| {k} {p['name']} | {p['prompt_tokens']} | {p['prefill_tokens_per_s']:,.0f} | {p['decode_tokens_per_s']:,.1f} |")
+    names = list(gen)
+    if len(names) == 2:
+        a, b = gen[names[0]]["prompts"], gen[names[1]]["prompts"]
+        dec = [x["decode_tokens_per_s"] / y["decode_tokens_per_s"] for x, y in zip(a, b)]
+        pre = [x["prefill_tokens_per_s"] / y["prefill_tokens_per_s"] for x, y in zip(a, b)]
+        md.append(f"| ratio {names[0]} / {names[1]} | | {min(pre):.2f}–{max(pre):.2f}× | {min(dec):.2f}–{max(dec):.2f}× |")
 open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if ok else 1)

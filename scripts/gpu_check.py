@@ -29,6 +29,9 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
   gpu_check.py hf-reranker QUERY_JSON MODEL_DIR
         transformers loads a reranker folder (train-lora --target reranker); its logits on the pairs
         of a `query --rerank MODEL_DIR --json` answer vs gauge's scores, as JSON
+  gpu_check.py hf-generate MODEL_DIR REFERENCE_JSONL N_DECODE [DEVICE: cuda (default) | cpu]
+        transformers (fp32) prefill and N_DECODE greedy steps with its KV cache on each fixture
+        prompt (the SmolLM2 reference's token ids), tokens/s as JSON (as gauge's bench_generate)
   gpu_check.py peft-logits MODEL_DIR ADAPTER_DIR LOGITS_JSON
         PEFT loads gauge's adapter folder onto the fp32 model; its last-position logits vs
         gauge's (LOGITS_JSON from bench_train --check-dir), and the base's, as JSON
@@ -420,6 +423,38 @@ def hf_reranker(query_json, model_dir):
                       "score_range": float(ours.max() - ours.min()), "same_order": bool((np.argsort(-ours) == np.argsort(-theirs)).all())}))
 
 
+def hf_generate(model_dir, reference, n_decode, device="cuda"):
+    """transformers' prefill and greedy decoding (KV cache) on the fixture prompts, fp32:
+    the same measurement as gauge's bench_generate, for the same random-weight model."""
+    import time, torch
+    from transformers import AutoModelForCausalLM
+    dev = torch.device(device)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(dev).eval()
+    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+    prompts = []
+    with torch.no_grad():
+        for line in open(reference):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            ids = torch.tensor([r["prompt_ids"]], device=dev)
+            model(ids[:, :8])  # warm-up
+            sync()
+            t = time.time()
+            out = model(ids, use_cache=True)
+            sync()
+            prefill = time.time() - t
+            past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            t = time.time()
+            for _ in range(n_decode):
+                out = model(nxt, past_key_values=past, use_cache=True)
+                past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            sync()
+            decode = time.time() - t
+            prompts.append({"name": r["name"], "prompt_tokens": ids.shape[1], "prefill_tokens_per_s": ids.shape[1] / prefill, "decode_tokens_per_s": n_decode / decode})
+    return {"device": device, "dtype": "fp32", "decode_tokens": n_decode, "prompts": prompts}
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "passages":
@@ -446,6 +481,8 @@ def main(argv):
         peft_embedder(*args)
     elif cmd == "hf-reranker":
         hf_reranker(*args)
+    elif cmd == "hf-generate":
+        print(json.dumps(hf_generate(args[0], args[1], int(args[2]), *args[3:])))
     else:
         sys.exit(__doc__)
 

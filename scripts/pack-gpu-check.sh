@@ -3,7 +3,7 @@
 # `just build-gpu`): the binary (stripped), the shared libraries it links that a CUDA machine
 # may lack (BLAS/LAPACK for faiss's CPU side, OpenMP, the Fortran runtime, libstdc++; never glibc or
 # CUDA's own), MiniLM's tokenizer files and the fixture texts. scripts/gpu-check.sh unpacks it.
-#   scripts/pack-gpu-check.sh GPU_CHECK_BINARY [BENCH_TRAIN_BINARY]
+#   scripts/pack-gpu-check.sh GPU_CHECK_BINARY [BENCH_TRAIN_BINARY] [BENCH_GENERATE_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=${1:?usage: scripts/pack-gpu-check.sh GPU_CHECK_BINARY}
@@ -13,6 +13,9 @@ stage=dist/gpu-check.partial
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/assets"
 strip -o "$stage/bin/gpu_check" "$binary"
 if [ -n "${2:-}" ]; then strip -o "$stage/bin/bench_train" "$2"; fi
+if [ -n "${3:-}" ]; then strip -o "$stage/bin/bench_generate" "$3"; fi
+# The SmolLM2 fixture prompts (token ids) for the decode/prefill section.
+cp ../shared/fixtures/smollm2/reference.jsonl "$stage/smollm2-reference.jsonl"
 ldd "$binary" | awk '/=> \// {print $1, $3}' | while read -r name path; do
   case "$name" in
     libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libgcc_s.so*|ld-linux*|libcudart.so*|libcublas*.so*|libcuda.so*|libnvrtc*.so*) ;;

@@ -1,8 +1,9 @@
 //! Prefill and decode speed of the Burn decoder on a GGUF, single stream, with the machine's
 //! limits measured in the same run; llama.cpp's figures (from `llama-bench`, same GGUF and
 //! prompt lengths) are merged in by the `bench-generate` recipe.
-//! Usage: `bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--dequantize]`
-//! (`--dequantize`: f32 weights instead of the GGUF's blocks).
+//! Usage: `bench_generate MODEL REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--dequantize] [--device D]`
+//! (MODEL: a GGUF or a Hugging Face folder; `--dequantize`: f32 weights instead of the GGUF's
+//! blocks; `--device cuda`: the Burn CUDA path, as the GPU check runs it).
 use std::time::Instant;
 
 use gauge_decoder::generate::argmax;
@@ -40,9 +41,11 @@ fn main() -> anyhow::Result<()> {
     let usage = "usage: bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON";
     let (model, reference, n_decode, out) = (args.get(1).expect(usage), args.get(2).expect(usage), args.get(3).expect(usage).parse::<usize>()?, args.get(4).expect(usage));
     let t = Instant::now();
-    let dequantize = args.get(5).is_some_and(|a| a == "--dequantize");
+    let dequantize = args.iter().any(|a| a == "--dequantize");
     let keep_quantized = !dequantize;
-    let lm = LanguageModel::load_with(model, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { dequantize, ..Default::default() })?;
+    let device_name = args.iter().position(|a| a == "--device").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "cpu".into());
+    let device = gauge_encoder::device::parse(&device_name).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let lm = LanguageModel::load_with(model, &device, &gauge_decoder::LoadOptions { dequantize, ..Default::default() })?;
     let load_s = t.elapsed().as_secs_f64();
     let bytes = lm.model.weight_bytes() as f64;
     let params = lm.model.matrix_parameters() as f64;
@@ -110,7 +113,7 @@ fn main() -> anyhow::Result<()> {
         depth.push(serde_json::json!({ "depth": d, "decode_tokens_per_s": tps }));
     }
     let result = serde_json::json!({
-        "model": model, "load_seconds": load_s, "keep_quantized": keep_quantized, "kernel_path": lm.model.kernel_path().map(|p| p.name()), "decode_tokens": n_decode,
+        "model": model, "device": device_name, "load_seconds": load_s, "keep_quantized": keep_quantized, "kernel_path": lm.model.kernel_path().map(|p| p.name()), "decode_tokens": n_decode,
         "threads": rayon::current_num_threads(),
         "weight_bytes_read_per_token": bytes, "matrix_parameters": params,
         "machine": { "read_bandwidth_bytes_per_s": bandwidth, "peak_f32_flops": peak, "peak_how": peak_how },
