@@ -171,7 +171,7 @@ fn k_sub_block(ty: GgmlType, b: &[u8], j: usize, out: &mut [i8; 32]) -> (i32, i3
         GgmlType::Q4K => {
             let (sc, m) = crate::gguf::scale_min_k4(j, &b[4..16]);
             let qs = &b[16 + (j / 2) * 32..16 + (j / 2) * 32 + 32];
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 for l in 0..32 {
                     out[l] = (qs[l] & 0x0f) as i8;
                 }

@@ -128,12 +128,12 @@ fn check_reference_with(lm: &LanguageModel, prompts: usize, prefill_logits: bool
         let mut greedy = Vec::new();
         let mut logits = logits;
         let want_lp: Vec<f64> = r["greedy_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        for step in 0..want.len() {
+        for (step, want_step) in want_lp.iter().enumerate().take(want.len()) {
             let next = argmax(&logits);
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
             let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
             if step > 0 || !prefill_logits {
-                worst = worst.max((logits[next as usize] as f64 - lse - want_lp[step]).abs());
+                worst = worst.max((logits[next as usize] as f64 - lse - want_step).abs());
             }
             greedy.push(next);
             logits = lm.model.forward(&[next], &mut cache).unwrap();
