@@ -163,7 +163,7 @@ bench-embed: setup models bench-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
-# Decoder speed: prefill/decode tokens/s of gauge and llama.cpp on SmolLM2 Q4_1, same prompts, same run → bench/generate.json.
+# Decoder speed against llama.cpp on SmolLM2 Q4_1, same run: prefill/decode (llama-bench), decode at depth 40/600, batched decode at 1/4/8 sequences (llama-batched-bench) → bench/generate.json.
 bench-generate: setup models
     scripts/bench-generate.sh
 
