@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::config::LlamaConfig;
 use crate::kernels::{dot_f32, KernelPath, Q8Rows};
-use crate::quant::{QuantMatrix, SendPtr};
+use crate::quant::{gemm_f32, QuantMatrix, SendPtr};
 use crate::DecoderError;
 
 /// Rows at least this many run a gemm (f32 weights; quantised ones decide in [`QuantMatrix::matmul`]).
@@ -125,21 +125,6 @@ impl HostLinear {
     }
 }
 
-/// `out[rows, d_out] = x[rows, d_in] · w[d_out, d_in]ᵀ` by gemm.
-fn gemm_f32(x: &[f32], rows: usize, w: &[f32], d_in: usize, d_out: usize, out: &mut [f32]) {
-    // SAFETY: dst rows × d_out (row stride d_out); lhs rows × d_in; rhs W viewed as
-    // [d_in, d_out] (column stride d_in, row stride 1); all sized by the caller.
-    unsafe {
-        gemm::gemm(
-            rows, d_out, d_in,
-            out.as_mut_ptr(), 1, d_out as isize, false,
-            x.as_ptr(), 1, d_in as isize,
-            w.as_ptr(), d_in as isize, 1,
-            0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(0),
-        );
-    }
-}
-
 /// Runs several layers that read the same input, writing their outputs side by side
 /// (`rows × Σ d_out`).
 fn forward_stacked(parts: &[HostLinear], x: &[f32], rows: usize, q8: Option<&Q8Rows>, path: KernelPath, out: &mut Vec<f32>, tmp: &mut Vec<f32>) {
@@ -160,12 +145,34 @@ fn forward_stacked(parts: &[HostLinear], x: &[f32], rows: usize, q8: Option<&Q8R
     }
 }
 
-/// The token embedding table.
-pub(crate) enum HostEmbedding {
+/// The token embedding table (quantised only on the host).
+pub(crate) enum Embedding {
     /// f32 rows.
     F32(Vec<f32>),
     /// Quantised rows, dequantised one at a time.
     Quant(QuantMatrix),
+}
+
+impl Embedding {
+    /// Appends the rows of `ids` to `out`; ids outside the vocabulary are an error.
+    pub(crate) fn rows(&self, ids: &[u32], c: &LlamaConfig, out: &mut Vec<f32>) -> Result<(), DecoderError> {
+        let h = c.hidden_size;
+        for &id in ids {
+            let id = id as usize;
+            if id >= c.vocab_size {
+                return Err(DecoderError::Model(format!("token id {id} is outside the vocabulary ({})", c.vocab_size)));
+            }
+            let start = out.len();
+            match self {
+                Embedding::F32(e) => out.extend_from_slice(&e[id * h..(id + 1) * h]),
+                Embedding::Quant(q) => {
+                    out.resize(start + h, 0.0);
+                    q.dequantize_row(id, &mut out[start..]);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One transformer block's weights.
@@ -182,7 +189,7 @@ pub(crate) struct HostBlock {
 
 /// The whole model on the host.
 pub(crate) struct HostModel {
-    pub(crate) embed: HostEmbedding,
+    pub(crate) embed: Embedding,
     pub(crate) layers: Vec<HostBlock>,
     pub(crate) norm: Vec<f32>,
     pub(crate) lm_head: HostLinear,
@@ -275,7 +282,7 @@ pub(crate) struct Step<'a> {
 }
 
 impl HostModel {
-    pub(crate) fn new(c: &LlamaConfig, embed: HostEmbedding, layers: Vec<HostBlock>, norm: Vec<f32>, lm_head: HostLinear, kernel: KernelPath, kv_f16: bool) -> HostModel {
+    pub(crate) fn new(c: &LlamaConfig, embed: Embedding, layers: Vec<HostBlock>, norm: Vec<f32>, lm_head: HostLinear, kernel: KernelPath, kv_f16: bool) -> HostModel {
         let half = c.head_dim() / 2;
         let inv_freq = c.inv_freq();
         let positions = c.max_position_embeddings.clamp(1, ROPE_TABLE_POSITIONS);
@@ -344,32 +351,14 @@ impl HostModel {
         let Scratch { x, a, big, tmp, attn, act, q8 } = &mut sc;
         x.clear();
         for s in steps.iter() {
-            for &id in s.ids {
-                let id = id as usize;
-                if id >= c.vocab_size {
-                    return Err(DecoderError::Model(format!("token id {id} is outside the vocabulary ({})", c.vocab_size)));
-                }
-                match &self.embed {
-                    HostEmbedding::F32(e) => x.extend_from_slice(&e[id * h..(id + 1) * h]),
-                    HostEmbedding::Quant(q) => {
-                        let start = x.len();
-                        x.resize(start + h, 0.0);
-                        q.dequantize_row(id, &mut x[start..]);
-                    }
-                }
-            }
+            self.embed.rows(s.ids, c, x)?;
         }
         let path = self.kernel;
         let qkv_w = (nh + 2 * nkv) * hd;
         let scale = 1.0 / (hd as f32).sqrt();
         for (l, b) in self.layers.iter().enumerate() {
             rms_norm(x, &b.attn_norm, c.rms_norm_eps as f32, a);
-            let q8a = if decode {
-                q8.quantize(a, h);
-                Some(&*q8)
-            } else {
-                None
-            };
+            let q8a = quantized(decode, q8, a, h);
             forward_stacked(&b.qkv, a, rows, q8a, path, big, tmp);
             // RoPE on q and k, then k and v into each sequence's cache.
             let mut r0 = 0;
@@ -390,22 +379,12 @@ impl HostModel {
                 attention(&s.cache.k[l], &s.cache.v[l], &big[r0 * qkv_w..(r0 + t) * qkv_w], qkv_w, t, start, nh, nkv, hd, scale, &mut attn[r0 * nh * hd..(r0 + t) * nh * hd]);
                 r0 += t;
             }
-            let q8o = if decode {
-                q8.quantize(attn, nh * hd);
-                Some(&*q8)
-            } else {
-                None
-            };
+            let q8o = quantized(decode, q8, attn, nh * hd);
             tmp.resize(rows * h, 0.0);
             b.o.forward(attn, rows, q8o, path, tmp);
             x.iter_mut().zip(tmp.iter()).for_each(|(x, o)| *x += o);
             rms_norm(x, &b.ffn_norm, c.rms_norm_eps as f32, a);
-            let q8m = if decode {
-                q8.quantize(a, h);
-                Some(&*q8)
-            } else {
-                None
-            };
+            let q8m = quantized(decode, q8, a, h);
             forward_stacked(&b.gate_up, a, rows, q8m, path, big, tmp);
             act.resize(rows * ff, 0.0);
             for (r, out) in act.chunks_exact_mut(ff).enumerate() {
@@ -415,12 +394,7 @@ impl HostModel {
                     out[j] = g[j] / (1.0 + (-g[j]).exp()) * u[j];
                 }
             }
-            let q8d = if decode {
-                q8.quantize(act, ff);
-                Some(&*q8)
-            } else {
-                None
-            };
+            let q8d = quantized(decode, q8, act, ff);
             tmp.resize(rows * h, 0.0);
             b.down.forward(act, rows, q8d, path, tmp);
             x.iter_mut().zip(tmp.iter()).for_each(|(x, o)| *x += o);
@@ -434,12 +408,7 @@ impl HostModel {
             last.extend_from_slice(&x[(r0 - 1) * h..r0 * h]);
         }
         rms_norm(&last, &self.norm, c.rms_norm_eps as f32, a);
-        let q8h = if decode {
-                q8.quantize(a, h);
-                Some(&*q8)
-            } else {
-                None
-            };
+        let q8h = quantized(decode, q8, a, h);
         let v = self.lm_head.d_out;
         let mut logits = vec![0f32; n * v];
         self.lm_head.forward(a, n, q8h, path, &mut logits);
@@ -449,6 +418,14 @@ impl HostModel {
         steps[0].cache.scratch = sc;
         Ok(logits.chunks_exact(v).map(<[f32]>::to_vec).collect())
     }
+}
+
+/// `x` quantised into `q8` for a decoding step (the integer kernels), `None` for a prompt (f32).
+fn quantized<'a>(decode: bool, q8: &'a mut Q8Rows, x: &[f32], cols: usize) -> Option<&'a Q8Rows> {
+    decode.then(|| {
+        q8.quantize(x, cols);
+        &*q8
+    })
 }
 
 /// RMSNorm of each row of `x` into `out`.

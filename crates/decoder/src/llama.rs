@@ -9,9 +9,8 @@ use gauge_encoder::device::{is_host_cpu, Device, Tensor};
 
 use crate::adapter::LoraAdapter;
 use crate::checkpoint::Checkpoint;
-use crate::host::{HostBlock, HostCache, HostEmbedding, HostLinear, HostModel, Step};
+use crate::host::{Embedding, HostBlock, HostCache, HostLinear, HostModel, Step};
 use crate::kernels::KernelPath;
-use crate::quant::QuantMatrix;
 use crate::config::LlamaConfig;
 use crate::DecoderError;
 
@@ -41,32 +40,8 @@ pub fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
     x * cos.clone() + rotated * sin.clone()
 }
 
-/// A linear layer: f32 (Burn, or gemm on the host), or quantised blocks on the host CPU.
-#[allow(clippy::large_enum_variant)] // a few hundred per model, built once
-enum Linear {
-    Dense(Dense),
-    Quant { weight: QuantMatrix, bias: Option<Vec<f32>> },
-}
-
-impl Linear {
-    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        match self {
-            Linear::Dense(d) => d.forward(x),
-            Linear::Quant { weight, bias } => {
-                let [rows, _] = x.dims();
-                let device = x.device();
-                let data = x.into_data().convert::<f32>();
-                let mut out = weight.matmul(data.as_slice::<f32>().expect("f32 after convert"), rows);
-                if let Some(b) = bias {
-                    for row in out.chunks_exact_mut(b.len()) {
-                        row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
-                    }
-                }
-                Tensor::from_data(TensorData::new(out, [rows, weight.d_out()]), &device)
-            }
-        }
-    }
-}
+/// A linear layer on a Burn device (f32; quantised blocks are a host-CPU matter, [`crate::host`]).
+type Linear = Dense;
 
 /// A host linear layer from a checkpoint's `[out, in]` weight (and bias): GGUF blocks stay
 /// quantised unless an adapter is merged into the matrix (then f32).
@@ -102,22 +77,11 @@ fn linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, adapter: Optio
     let bias_name = format!("{name}.bias");
     let bias = if ck.has(&bias_name) { Some(ck.get(&bias_name, &[d_out])?) } else { None };
     let delta = adapter_delta(name, d_in, d_out, adapter)?;
-    if is_host_cpu(device) && delta.is_none() {
-        if let Some(weight) = ck.quantized(&format!("{name}.weight"), d_out, d_in) {
-            return Ok(Linear::Quant { weight, bias });
-        }
-    }
     let mut w = ck.get(&format!("{name}.weight"), &[d_out, d_in])?;
     if let Some(d) = delta {
         w.iter_mut().zip(d).for_each(|(w, d)| *w += d);
     }
-    Ok(Linear::Dense(Dense::new(transpose(&w, d_out, d_in), bias.unwrap_or_else(|| vec![0.0; d_out]), d_in, d_out, device)))
-}
-
-/// The token embedding table: f32 rows, or quantised blocks dequantised a row at a time.
-enum Embedding {
-    F32(Vec<f32>),
-    Quant(QuantMatrix),
+    Ok(Dense::new(transpose(&w, d_out, d_in), bias.unwrap_or_else(|| vec![0.0; d_out]), d_in, d_out, device))
 }
 
 struct Block {
@@ -211,11 +175,7 @@ impl Llama {
             return Ok(Llama { config, net: Net::Host(host) });
         }
         let (h, hd, nh, nkv, ff, v) = (config.hidden_size, config.head_dim(), config.num_attention_heads, config.kv_heads(), config.intermediate_size, config.vocab_size);
-        let quant_embed = if is_host_cpu(device) { ck.quantized("model.embed_tokens.weight", v, h) } else { None };
-        let embed_tokens = match quant_embed {
-            Some(q) => Embedding::Quant(q),
-            None => Embedding::F32(ck.get("model.embed_tokens.weight", &[v, h])?),
-        };
+        let embed_tokens = Embedding::F32(ck.get("model.embed_tokens.weight", &[v, h])?);
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {
             let p = format!("model.layers.{l}");
@@ -233,10 +193,8 @@ impl Llama {
         }
         let norm = vector(ck, "model.norm.weight", h, device)?;
         let lm_head = if config.tie_word_embeddings || !ck.has("lm_head.weight") {
-            match &embed_tokens {
-                Embedding::Quant(q) => Linear::Quant { weight: q.clone(), bias: None },
-                Embedding::F32(e) => Linear::Dense(Dense::new(transpose(e, v, h), vec![0.0; v], h, v, device)),
-            }
+            let Embedding::F32(e) = &embed_tokens else { unreachable!("f32 on Burn devices") };
+            Dense::new(transpose(e, v, h), vec![0.0; v], h, v, device)
         } else {
             linear(ck, "lm_head", h, v, None, device)?
         };
@@ -247,8 +205,8 @@ impl Llama {
     fn load_host(config: &LlamaConfig, ck: &Checkpoint, adapter: Option<&LoraAdapter>) -> Result<HostModel, DecoderError> {
         let (h, hd, nh, nkv, ff, v) = (config.hidden_size, config.head_dim(), config.num_attention_heads, config.kv_heads(), config.intermediate_size, config.vocab_size);
         let embed = match ck.quantized("model.embed_tokens.weight", v, h) {
-            Some(q) => HostEmbedding::Quant(q),
-            None => HostEmbedding::F32(ck.get("model.embed_tokens.weight", &[v, h])?),
+            Some(q) => Embedding::Quant(q),
+            None => Embedding::F32(ck.get("model.embed_tokens.weight", &[v, h])?),
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for l in 0..config.num_hidden_layers {
@@ -266,8 +224,8 @@ impl Llama {
         let norm = ck.get("model.norm.weight", &[h])?;
         let lm_head = if config.tie_word_embeddings || !ck.has("lm_head.weight") {
             match &embed {
-                HostEmbedding::Quant(q) => HostLinear::quant(q.clone(), None),
-                HostEmbedding::F32(e) => HostLinear::f32(e.clone(), None, h, v),
+                Embedding::Quant(q) => HostLinear::quant(q.clone(), None),
+                Embedding::F32(e) => HostLinear::f32(e.clone(), None, h, v),
             }
         } else {
             host_linear(ck, "lm_head", h, v, None)?
@@ -317,10 +275,7 @@ impl Llama {
             }
             Net::Burn(n) => n,
         };
-        let lin = |l: &Linear| match l {
-            Linear::Dense(d) => d.d_out() * d.d_in() * 4,
-            Linear::Quant { weight, .. } => weight.n_bytes(),
-        };
+        let lin = |d: &Linear| d.d_out() * d.d_in() * 4;
         let per_layer: usize = net.layers.iter().map(|b| [&b.q_proj, &b.k_proj, &b.v_proj, &b.o_proj, &b.gate_proj, &b.up_proj, &b.down_proj].into_iter().map(lin).sum::<usize>() + 2 * self.config.hidden_size * 4).sum();
         per_layer + lin(&net.lm_head) + self.config.hidden_size * 4
     }
@@ -333,10 +288,7 @@ impl Llama {
             }
             Net::Burn(n) => n,
         };
-        let lin = |l: &Linear| match l {
-            Linear::Dense(d) => d.d_out() * d.d_in(),
-            Linear::Quant { weight, .. } => weight.d_out() * weight.d_in(),
-        };
+        let lin = |d: &Linear| d.d_out() * d.d_in();
         net.layers.iter().map(|b| [&b.q_proj, &b.k_proj, &b.v_proj, &b.o_proj, &b.gate_proj, &b.up_proj, &b.down_proj].into_iter().map(lin).sum::<usize>()).sum::<usize>() + lin(&net.lm_head)
     }
 
@@ -427,20 +379,7 @@ impl BurnNet {
         let (h, hd, nh, nkv) = (c.hidden_size, c.head_dim(), c.num_attention_heads, c.kv_heads());
         let (t, start) = (ids.len(), *cache_len);
         let mut rows = Vec::with_capacity(t * h);
-        for &id in ids {
-            let id = id as usize;
-            if id >= c.vocab_size {
-                return Err(DecoderError::Model(format!("token id {id} is outside the vocabulary ({})", c.vocab_size)));
-            }
-            match &self.embed_tokens {
-                Embedding::F32(e) => rows.extend_from_slice(&e[id * h..(id + 1) * h]),
-                Embedding::Quant(q) => {
-                    let start = rows.len();
-                    rows.resize(start + h, 0.0);
-                    q.dequantize_row(id, &mut rows[start..]);
-                }
-            }
-        }
+        self.embed_tokens.rows(ids, c, &mut rows)?;
         let mut x: Tensor<2> = Tensor::from_data(TensorData::new(rows, [t, h]), &self.device);
         let (cos, sin) = self.rope_tables(c, start, t);
         let s = start + t;

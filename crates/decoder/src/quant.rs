@@ -166,18 +166,24 @@ impl QuantMatrix {
         let mut w = vec![0f32; d_out * d_in];
         w.par_chunks_mut(d_in).enumerate().for_each(|(o, row)| self.dequantize_row(o, row));
         let mut out = vec![0f32; rows * d_out];
-        // SAFETY: dst rows × d_out (row stride d_out); lhs rows × d_in (row stride d_in); rhs is
-        // W viewed as [d_in, d_out] with column stride d_in and row stride 1; all sized above.
-        unsafe {
-            gemm::gemm(
-                rows, d_out, d_in,
-                out.as_mut_ptr(), 1, d_out as isize, false,
-                x.as_ptr(), 1, d_in as isize,
-                w.as_ptr(), d_in as isize, 1,
-                0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(0),
-            );
-        }
+        gemm_f32(x, rows, &w, d_in, d_out, &mut out);
         out
+    }
+}
+
+/// `out[rows, d_out] = x[rows, d_in] · w[d_out, d_in]ᵀ` by gemm (threaded on the rayon pool).
+pub(crate) fn gemm_f32(x: &[f32], rows: usize, w: &[f32], d_in: usize, d_out: usize, out: &mut [f32]) {
+    assert!(x.len() >= rows * d_in && w.len() >= d_out * d_in && out.len() >= rows * d_out);
+    // SAFETY: dst rows × d_out (row stride d_out); lhs rows × d_in; rhs W viewed as
+    // [d_in, d_out] (column stride d_in, row stride 1); sizes checked above.
+    unsafe {
+        gemm::gemm(
+            rows, d_out, d_in,
+            out.as_mut_ptr(), 1, d_out as isize, false,
+            x.as_ptr(), 1, d_in as isize,
+            w.as_ptr(), d_in as isize, 1,
+            0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(0),
+        );
     }
 }
 
