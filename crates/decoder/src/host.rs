@@ -114,7 +114,7 @@ impl HostLinear {
                         }
                     }
                 };
-                (0..d_out.div_ceil(chunk)).into_par_iter().for_each(work);
+                crate::pool::parallel_for(d_out.div_ceil(chunk), work);
             }
         }
         if let Some(b) = &self.bias {
@@ -331,8 +331,14 @@ impl HostModel {
     /// Runs each step's tokens (the positions after those in its cache), appends their keys
     /// and values, and returns each step's last-position logits.
     pub(crate) fn forward(&self, c: &LlamaConfig, steps: &mut [Step<'_>]) -> Result<Vec<Vec<f32>>, DecoderError> {
-        // The whole step on a pool thread: its ~150 parallel regions then fork from a worker
-        // (the others steal while still spinning) instead of waking a sleeping caller each time.
+        let decode = steps.iter().all(|s| s.ids.len() == 1);
+        if decode {
+            // A decoding step's ~150 small regions run on the spinning pool.
+            let _session = crate::pool::session();
+            return self.forward_on_pool(c, steps);
+        }
+        // A prompt: gemm and attention on rayon, from a pool thread (the regions fork from a
+        // worker instead of waking a sleeping caller each time).
         if rayon::current_thread_index().is_none() {
             return rayon::scope(|_| self.forward_on_pool(c, steps));
         }
@@ -471,7 +477,7 @@ fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start
         if s * nh * hd < 1 << 14 {
             (0..nh).for_each(work);
         } else {
-            (0..nh).into_par_iter().for_each(work);
+            crate::pool::parallel_for(nh, work);
         }
         return;
     }

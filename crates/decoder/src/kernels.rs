@@ -140,21 +140,37 @@ pub fn supports(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
 }
 
-/// The dot product of one weight row (`w`: its blocks of type `ty`) with one quantised
-/// activation row, on `path` (which the caller has checked is supported).
-#[inline]
-pub fn dot(path: KernelPath, ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
+/// One quantised activation row: values, block scales, block sums.
+pub type Row<'a> = (&'a [i8], &'a [f32], &'a [i32]);
+
+/// The dot products of the weight rows in `w` (consecutive rows of `rb` bytes, blocks of type
+/// `ty`) with the activation rows `xs`, into `out` (`[weight row][activation row]`), on `path`
+/// (which the caller has checked is supported). Each weight block is unpacked once for up to
+/// four activation rows, and each row's result has the same bits whatever rows it is computed
+/// with (a batch decodes each sequence exactly as alone).
+pub fn dot_matrix(path: KernelPath, ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
+    assert!(w.len().is_multiple_of(rb) && out.len() == w.len() / rb * xs.len());
     match path {
-        KernelPath::Scalar => scalar::dot(ty, w, q, d, sum),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the caller runs only supported paths (`KernelPath::supported`).
-        KernelPath::Avx2 => unsafe { x86::dot_avx2(ty, w, q, d, sum) },
+        KernelPath::Avx2 => unsafe { x86::matrix_avx2(ty, w, rb, xs, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        KernelPath::Avx512Vnni => unsafe { x86::dot_vnni(ty, w, q, d, sum) },
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => scalar::dot(ty, w, q, d, sum),
+        KernelPath::Avx512Vnni => unsafe { x86::matrix_vnni(ty, w, rb, xs, out) },
+        _ => {
+            for (wr, dst) in w.chunks_exact(rb).zip(out.chunks_exact_mut(xs.len().max(1))) {
+                xs.iter().zip(dst.iter_mut()).for_each(|((q, d, s), v)| *v = scalar::dot(ty, wr, q, d, s));
+            }
+        }
     }
+}
+
+/// The dot product of one weight row with one quantised activation row (`q`, block scales
+/// `d`, block sums `sum`), on `path` (a convenience over [`dot_matrix`]).
+pub fn dot(path: KernelPath, ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
+    let mut out = [0f32];
+    dot_matrix(path, ty, w, w.len(), &[(q, d, sum)], &mut out);
+    out[0]
 }
 
 #[inline(always)]
@@ -310,7 +326,66 @@ mod x86 {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
     }
 
-    /// One block's integer sums and its scale (and, for Q4_0 / Q4_1, the offset term).
+    use super::Row;
+
+    /// Block `i` of weight row `wp` against block `i` of each of the `R` activation rows,
+    /// accumulated into `acc` / `extra`: the block is unpacked (and its f16 scales converted)
+    /// once for all rows.
+    #[inline(always)]
+    unsafe fn step<const R: usize>(ty: GgmlType, wp: *const u8, i: usize, xs: &[Row<'_>; R], acc: &mut [__m256; R], extra: &mut [f32; R], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
+        let b = wp.add(i * ty.block().1);
+        let dw = half::f16::from_le_bytes([*b, *b.add(1)]).to_f32();
+        let (wv, m) = match ty {
+            GgmlType::Q8_0 => (_mm256_loadu_si256(b.add(2) as *const __m256i), 0.0),
+            GgmlType::Q4_0 => (nibbles(b.add(2)), 0.0),
+            _ => (nibbles(b.add(4)), half::f16::from_le_bytes([*b.add(2), *b.add(3)]).to_f32()),
+        };
+        // Q8_0's weights are signed: |w| against x with w's sign (vpmaddubsw / vpdpbusd take
+        // one unsigned operand).
+        let u = if ty == GgmlType::Q8_0 { _mm256_sign_epi8(wv, wv) } else { wv };
+        for r in 0..R {
+            let (q, d, sum) = xs[r];
+            let x = _mm256_loadu_si256(q.as_ptr().add(i * 32) as *const __m256i);
+            let s = if ty == GgmlType::Q8_0 { _mm256_sign_epi8(x, wv) } else { x };
+            let (d, sum) = (*d.get_unchecked(i), *sum.get_unchecked(i));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d), _mm256_cvtepi32_ps(dot_us(u, s)), acc[r]);
+            extra[r] += match ty {
+                GgmlType::Q4_0 => -8.0 * dw * d * sum as f32,
+                GgmlType::Q4_1 => m * d * sum as f32,
+                _ => 0.0,
+            };
+        }
+    }
+
+    /// One weight row against `R` activation rows into `out[..R]`. Blocks alternate between
+    /// two accumulators (independent dependency chains); every row's sum is formed in the
+    /// same order whatever `R`, so a row gets the same bits alone or in a batch.
+    #[inline(always)]
+    unsafe fn body<const R: usize>(ty: GgmlType, w: &[u8], xs: &[Row<'_>; R], out: &mut [f32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
+        let nb = w.len() / ty.block().1;
+        for (q, d, sum) in xs {
+            assert!(q.len() >= nb * 32 && d.len() >= nb && sum.len() >= nb);
+        }
+        assert!(out.len() >= R);
+        let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+        let (mut extra0, mut extra1) = ([0f32; R], [0f32; R]);
+        let wp = w.as_ptr();
+        let mut i = 0;
+        while i + 1 < nb {
+            step(ty, wp, i, xs, &mut acc0, &mut extra0, dot_us);
+            step(ty, wp, i + 1, xs, &mut acc1, &mut extra1, dot_us);
+            i += 2;
+        }
+        if i < nb {
+            step(ty, wp, i, xs, &mut acc0, &mut extra0, dot_us);
+        }
+        for r in 0..R {
+            out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + (extra0[r] + extra1[r]);
+        }
+    }
+
+    /// One block against one activation row: the integer sums, their scale and the offset
+    /// term (the same expressions as [`step`], so one row alone gets the bits it gets in a batch).
     #[inline(always)]
     unsafe fn block(ty: GgmlType, b: *const u8, x: __m256i, d: f32, sum: i32, dot_us: unsafe fn(__m256i, __m256i) -> __m256i) -> (__m256i, f32, f32) {
         let dw = half::f16::from_le_bytes([*b, *b.add(1)]).to_f32();
@@ -327,12 +402,13 @@ mod x86 {
         }
     }
 
+    /// [`body`] for one activation row, with pointers hoisted (measured 1.6× faster than
+    /// `body::<1>` on one token); same accumulation order.
     #[inline(always)]
-    unsafe fn body(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) -> f32 {
+    unsafe fn body1(ty: GgmlType, w: &[u8], (q, d, sum): Row<'_>, dot_us: unsafe fn(__m256i, __m256i) -> __m256i) -> f32 {
         let bs = ty.block().1;
         let nb = w.len() / bs;
         assert!(q.len() >= nb * 32 && d.len() >= nb && sum.len() >= nb);
-        // Two blocks per iteration into two accumulators (independent dependency chains).
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let (mut extra0, mut extra1) = (0f32, 0f32);
         let (wp, qp, dp, sp) = (w.as_ptr(), q.as_ptr(), d.as_ptr(), sum.as_ptr());
@@ -357,20 +433,42 @@ mod x86 {
         hsum(_mm256_add_ps(acc0, acc1)) + (extra0 + extra1)
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_avx2(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
-        if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
-            return k_quant_dot(ty, w, q, d, sum);
+    /// `body` for 1–4 rows (`xs.len()`).
+    #[inline(always)]
+    unsafe fn rows(ty: GgmlType, w: &[u8], xs: &[Row<'_>], out: &mut [f32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
+        match xs.len() {
+            1 => out[0] = body1(ty, w, xs[0], dot_us),
+            2 => body::<2>(ty, w, &[xs[0], xs[1]], out, dot_us),
+            3 => body::<3>(ty, w, &[xs[0], xs[1], xs[2]], out, dot_us),
+            _ => body::<4>(ty, w, &[xs[0], xs[1], xs[2], xs[3]], out, dot_us),
         }
-        body(ty, w, q, d, sum, dot_us_avx2)
+    }
+
+    /// Every weight row of `w` (rows of `rb` bytes) against every row of `xs`, into `out`
+    /// (`[weight row][activation row]`), four activation rows per pass.
+    #[inline(always)]
+    unsafe fn matrix(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
+        let n = xs.len();
+        for (o, wr) in w.chunks_exact(rb).enumerate() {
+            let dst = &mut out[o * n..(o + 1) * n];
+            if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+                xs.iter().zip(dst.iter_mut()).for_each(|((q, d, s), v)| *v = k_quant_dot(ty, wr, q, d, s));
+                continue;
+            }
+            for (xc, dc) in xs.chunks(4).zip(dst.chunks_mut(4)) {
+                rows(ty, wr, xc, dc, dot_us);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn matrix_avx2(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
+        matrix(ty, w, rb, xs, out, dot_us_avx2)
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn dot_vnni(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
-        if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
-            return k_quant_dot(ty, w, q, d, sum);
-        }
-        body(ty, w, q, d, sum, dot_us_vnni)
+    pub unsafe fn matrix_vnni(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
+        matrix(ty, w, rb, xs, out, dot_us_vnni)
     }
 }
 

@@ -16,6 +16,7 @@
 //! - [`host`]: the host-CPU forward (fused projections, KV cache written in place, batches).
 //! - [`kernels`]: integer dot products of quantised weights and 8-bit activations, per CPU path.
 //! - [`quant`]: linear layers over quantised blocks.
+//! - [`pool`]: the spinning thread pool a decoding step runs on.
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
 //! - [`chat`]: chat templates.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
@@ -30,6 +31,7 @@ pub mod gguf;
 pub mod host;
 pub mod kernels;
 pub mod llama;
+pub mod pool;
 pub mod quant;
 pub mod tokenizer;
 

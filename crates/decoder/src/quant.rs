@@ -82,27 +82,27 @@ impl QuantMatrix {
         assert!(x.cols == self.d_in && out.len() == rows * self.d_out && x.q.len() >= rows * self.d_in);
         let rb = self.row_bytes();
         let d_out = self.d_out;
-        let threads = rayon::current_num_threads().max(1);
+        let threads = crate::pool::threads();
         // A few chunks per thread (uneven cores), each a multiple of 8 rows.
         let chunk = (d_out.div_ceil(threads * 4)).div_ceil(8) * 8;
         let n_chunks = d_out.div_ceil(chunk);
         let out_ptr = SendPtr(out.as_mut_ptr());
+        let xs: Vec<crate::kernels::Row<'_>> = (0..rows).map(|r| x.row(r)).collect();
         let work = |c: usize| {
             let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(d_out));
-            for o in o0..o1 {
-                let w = &self.bytes[o * rb..(o + 1) * rb];
-                for r in 0..rows {
-                    let (q, d, s) = x.row(r);
-                    let v = crate::kernels::dot(path, self.ty, w, q, d, s);
-                    // SAFETY: (r, o) is written by this chunk only; `out` holds rows × d_out.
-                    unsafe { *out_ptr.get().add(r * d_out + o) = v };
+            let mut vals = vec![0f32; (o1 - o0) * rows];
+            crate::kernels::dot_matrix(path, self.ty, &self.bytes[o0 * rb..o1 * rb], rb, &xs, &mut vals);
+            for (i, v) in vals.chunks_exact(rows).enumerate() {
+                for (r, &v) in v.iter().enumerate() {
+                    // SAFETY: (r, o0 + i) is written by this chunk only; `out` holds rows × d_out.
+                    unsafe { *out_ptr.get().add(r * d_out + o0 + i) = v };
                 }
             }
         };
         if n_chunks == 1 || rows * self.bytes.len() < 32 * 1024 {
             (0..n_chunks).for_each(work);
         } else {
-            (0..n_chunks).into_par_iter().for_each(work);
+            crate::pool::parallel_for(n_chunks, work);
         }
     }
 
