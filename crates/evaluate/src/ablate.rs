@@ -382,17 +382,25 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
             let mut row_verdicts = Vec::new();
             if let (Some(judge), Some(js)) = (&judge, &pipeline.judge) {
                 let bar = gauge_core::progress::bar(answered.len() as u64, &format!("judge: {}", a.name()));
+                // Every answered question's grade in one batch (refusals are not graded).
+                let passages: Vec<Vec<crate::judge::JudgedPassage>> = answered.iter().map(|aq| contexts.get(&(a.config.clone(), aq.qid.clone())).cloned().unwrap_or_default()).collect();
+                let items: Vec<crate::judge::Graded<'_>> = answered
+                    .iter()
+                    .zip(&passages)
+                    .filter(|(aq, _)| !aq.refused)
+                    .map(|(aq, p)| {
+                        let q = golden.iter().find(|q| q.qid == aq.qid);
+                        crate::judge::Graded { question: q.map_or("", |q| q.question.as_str()), reference: q.and_then(|q| q.reference_answer.as_deref()), passages: p, answer: &aq.answer }
+                    })
+                    .collect();
+                bar.inc((answered.len() - items.len()) as u64);
+                let mut graded = judge.grade_all(&items, &|| bar.inc(1)).into_iter();
                 for aq in &answered {
-                    let q = golden.iter().find(|q| q.qid == aq.qid);
-                    let verdict = (!aq.refused).then(|| {
-                        let passages = contexts.get(&(a.config.clone(), aq.qid.clone())).cloned().unwrap_or_default();
-                        judge.grade(q.map_or("", |q| q.question.as_str()), q.and_then(|q| q.reference_answer.as_deref()), &passages, &aq.answer)
-                    });
+                    let verdict = (!aq.refused).then(|| graded.next().expect("one verdict per answered question"));
                     if let Some(e) = verdict.as_ref().and_then(|v| v.error.as_ref()) {
                         eprintln!("evaluate: judge: {} question `{}`: no grade ({e})", a.name(), aq.qid);
                     }
                     row_verdicts.push(verdict);
-                    bar.inc(1);
                 }
                 bar.finish_and_clear();
                 for (i, name) in crate::judge::METRIC_NAMES.iter().enumerate() {

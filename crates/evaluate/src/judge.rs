@@ -190,10 +190,14 @@ impl Judge {
 
     /// Grades one answer. Never fails: a grade that cannot be had is a [`Verdict`] with the reason.
     pub fn grade(&self, question: &str, reference: Option<&str>, passages: &[JudgedPassage], answer: &str) -> Verdict {
-        let prompt = match self.prompt(question, reference, passages, answer) {
-            Ok(p) => p,
-            Err(e) => return Verdict { reply: None, error: Some(e.to_string()), model_calls: 0 },
-        };
+        self.grade_all(&[Graded { question, reference, passages, answer }], &|| {}).remove(0)
+    }
+
+    /// Grades several answers: the first round of every prompt goes to the model at once (the
+    /// local decoder batches them), then each reply is parsed and, when invalid, repaired on
+    /// its own. `done` is called once per answer. Grades, cache keys and call counts are those
+    /// of [`Self::grade`] one by one.
+    pub fn grade_all(&self, items: &[Graded<'_>], done: &(dyn Fn() + Sync)) -> Vec<Verdict> {
         let schema = ResponseSchema::of::<JudgeReply>("judge_reply");
         let opts = gauge_decoder::GenerateOptions {
             max_new_tokens: self.section.max_new_tokens,
@@ -204,23 +208,53 @@ impl Judge {
             stop: Vec::new(),
             ..Default::default()
         };
-        let mut calls = 0;
-        let messages = vec![Message::user(prompt)];
-        let out = complete_with_repair(
-            messages.clone(),
-            |m| {
-                let r = self.cache.complete(&self.generator, &self.identity, m, &opts, Some(&schema))?;
-                calls += usize::from(!r.hit);
-                Ok(r.completion)
-            },
-            parse_judge_reply,
-            |reply, error| Ok(repair_conversation(&messages, reply, render(&self.repair, minijinja::context! { error => error }).map_err(|e| e.to_string())?)),
-        );
-        match out.result {
-            Ok(r) => Verdict { reply: Some(r), error: None, model_calls: calls },
-            Err(e) => Verdict { reply: None, error: Some(e), model_calls: calls },
-        }
+        let prompts: Vec<anyhow::Result<Vec<Message>>> = items.iter().map(|g| self.prompt(g.question, g.reference, g.passages, g.answer).map(|p| vec![Message::user(p)])).collect();
+        let chats: Vec<Vec<Message>> = prompts.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+        let mut firsts = self.cache.complete_batch(&self.generator, &self.identity, &chats, &opts, Some(&schema), &|| {}).into_iter();
+        let verdicts = prompts
+            .into_iter()
+            .map(|p| {
+                let messages = match p {
+                    Ok(m) => m,
+                    Err(e) => return Verdict { reply: None, error: Some(e.to_string()), model_calls: 0 },
+                };
+                let mut first = firsts.next();
+                let mut calls = 0;
+                let out = complete_with_repair(
+                    messages.clone(),
+                    |m| {
+                        let r = match first.take() {
+                            Some(r) => r?,
+                            None => self.cache.complete(&self.generator, &self.identity, m, &opts, Some(&schema))?,
+                        };
+                        calls += usize::from(!r.hit);
+                        Ok(r.completion)
+                    },
+                    parse_judge_reply,
+                    |reply, error| Ok(repair_conversation(&messages, reply, render(&self.repair, minijinja::context! { error => error }).map_err(|e| e.to_string())?)),
+                );
+                done();
+                match out.result {
+                    Ok(r) => Verdict { reply: Some(r), error: None, model_calls: calls },
+                    Err(e) => Verdict { reply: None, error: Some(e), model_calls: calls },
+                }
+            })
+            .collect();
+        verdicts
     }
+}
+
+/// One answer to grade.
+#[derive(Debug, Clone, Copy)]
+pub struct Graded<'a> {
+    /// The question.
+    pub question: &'a str,
+    /// Its reference answer, when the golden set has one.
+    pub reference: Option<&'a str>,
+    /// The passages the answer was given.
+    pub passages: &'a [JudgedPassage],
+    /// The answer.
+    pub answer: &'a str,
 }
 
 /// How the judge's faithfulness agrees with the deterministic citation check, for one answer
