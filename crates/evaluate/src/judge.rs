@@ -211,7 +211,7 @@ impl Judge {
         let prompts: Vec<anyhow::Result<Vec<Message>>> = items.iter().map(|g| self.prompt(g.question, g.reference, g.passages, g.answer).map(|p| vec![Message::user(p)])).collect();
         let chats: Vec<Vec<Message>> = prompts.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
         let mut firsts = self.cache.complete_batch(&self.generator, &self.identity, &chats, &opts, Some(&schema), &|| {}).into_iter();
-        let verdicts = prompts
+        prompts
             .into_iter()
             .map(|p| {
                 let messages = match p {
@@ -239,8 +239,7 @@ impl Judge {
                     Err(e) => Verdict { reply: None, error: Some(e), model_calls: calls },
                 }
             })
-            .collect();
-        verdicts
+            .collect()
     }
 }
 
