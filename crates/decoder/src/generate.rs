@@ -1,9 +1,12 @@
-//! Generation: greedy or seeded sampling (temperature, top-k, top-p), stopping on end-of-
-//! sequence ids, stop strings or a token budget, optionally streaming text to stderr.
+//! Generation: greedy or seeded sampling (temperature, top-k, top-p, min-p) after the
+//! repetition controls of [`crate::sampling`], stopping on end-of-sequence ids, stop strings,
+//! a loop or a token budget, optionally streaming text to stderr.
 use std::io::Write;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sampling::{self, Dry, DrySettings, LoopDetector, LoopStop};
 use crate::{DecoderError, JsonConstraint, LanguageModel};
 
 /// How to generate (serde, with defaults: greedy, 256 new tokens).
@@ -22,6 +25,40 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// Texts that end generation (not included in the output).
     pub stop: Vec<String>,
+    /// Repetition penalty (transformers' `repetition_penalty`, llama.cpp's `repeat_penalty`):
+    /// the logit of each token among the last `repeat_last_n` (prompt included) is divided
+    /// by it when positive, multiplied when not. 1: off.
+    pub repetition_penalty: f32,
+    /// Tokens the repetition penalty looks back over (llama.cpp's `repeat_last_n`, 64);
+    /// −1: the whole sequence (transformers); 0: none.
+    pub repeat_last_n: i32,
+    /// OpenAI's `frequency_penalty`: each generated token's logit loses this times its count.
+    pub frequency_penalty: f32,
+    /// OpenAI's `presence_penalty`: each token generated at least once loses this.
+    pub presence_penalty: f32,
+    /// transformers' `no_repeat_ngram_size`: no n-gram of the sequence (prompt included)
+    /// occurs twice. 0: off.
+    pub no_repeat_ngram_size: usize,
+    /// llama.cpp's `min_p`: sample among tokens at least this times as likely as the best
+    /// (0: off; greedy decoding ignores it).
+    pub min_p: f32,
+    /// llama.cpp's DRY: a token extending a repeat of `n` > `dry_allowed_length` tokens loses
+    /// `dry_multiplier × dry_base^(n − dry_allowed_length)`. 0: off.
+    pub dry_multiplier: f32,
+    /// DRY's growth per token (llama.cpp 1.75).
+    pub dry_base: f32,
+    /// DRY: repeats this long or shorter are free (llama.cpp 2).
+    pub dry_allowed_length: usize,
+    /// DRY: tokens scanned, prompt included (llama.cpp 64); −1: all; 0: off.
+    pub dry_penalty_last_n: i32,
+    /// DRY: texts that end a repeat (llama.cpp's `["\n", ":", "\"", "*"]`).
+    pub dry_sequence_breakers: Vec<String>,
+    /// Ends generation (finish reason `loop`) when the reply's last tokens repeat one span
+    /// (see [`LoopStop`]); the reply keeps the first copy. Unset: the local decoder's
+    /// default ([`LoopStop::default`]); endpoints have none (they return whole replies), so
+    /// setting it for one is refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_stop: Option<LoopStop>,
     /// Sequences the local decoder decodes in lock-step when a stage has several prompts
     /// (continuous batching; replies are identical at any size). 8 measured fastest per
     /// token on 2 cores (README, "generation speed"); endpoints ignore it.
@@ -36,7 +73,98 @@ pub const DEFAULT_BATCH_SIZE: usize = 8;
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_new_tokens: 256, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 42, stop: Vec::new(), batch_size: DEFAULT_BATCH_SIZE, stream: false }
+        GenerateOptions {
+            max_new_tokens: 256,
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 42,
+            stop: Vec::new(),
+            repetition_penalty: 1.0,
+            repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            no_repeat_ngram_size: 0,
+            min_p: 0.0,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: 64,
+            dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
+            loop_stop: None,
+            batch_size: DEFAULT_BATCH_SIZE,
+            stream: false,
+        }
+    }
+}
+
+impl GenerateOptions {
+    /// Refuses settings no engine accepts (one line naming the field and its range).
+    pub fn validate(&self) -> Result<(), DecoderError> {
+        let bad = |field: &str, value: String, range: &str| Err(DecoderError::Model(format!("generation: {field} = {value} is out of range ({range})")));
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad("temperature", self.temperature.to_string(), "0 for greedy, or above");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", self.top_p.to_string(), "above 0, at most 1");
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return bad("repetition_penalty", self.repetition_penalty.to_string(), "above 0; 1 is off");
+        }
+        for (field, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(field, v.to_string(), "-2 to 2, as the OpenAI API");
+            }
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", self.min_p.to_string(), "0 to 1");
+        }
+        if !(self.dry_multiplier >= 0.0 && self.dry_multiplier.is_finite()) {
+            return bad("dry_multiplier", self.dry_multiplier.to_string(), "0 (off) or above");
+        }
+        if self.dry_multiplier > 0.0 && !(self.dry_base >= 1.0 && self.dry_base.is_finite()) {
+            return bad("dry_base", self.dry_base.to_string(), "1 or above");
+        }
+        for (field, v) in [("repeat_last_n", self.repeat_last_n), ("dry_penalty_last_n", self.dry_penalty_last_n)] {
+            if v < -1 {
+                return bad(field, v.to_string(), "-1 for the whole sequence, 0 for none, or a token count");
+            }
+        }
+        Ok(())
+    }
+
+    /// The DRY settings.
+    pub fn dry(&self) -> DrySettings {
+        DrySettings { multiplier: self.dry_multiplier, base: self.dry_base, allowed_length: self.dry_allowed_length, penalty_last_n: self.dry_penalty_last_n }
+    }
+
+    /// The loop stop in force on the local decoder.
+    pub fn local_loop_stop(&self) -> LoopStop {
+        self.loop_stop.unwrap_or_default()
+    }
+}
+
+/// Applies the repetition controls of `opts` to `logits` (in this order: repetition
+/// penalty, frequency and presence, DRY, n-gram bans), for `sequence` = the prompt followed
+/// by the `generated` tokens so far. An n-gram ban that would leave no token possible (under
+/// a JSON constraint) is skipped.
+pub fn apply_penalties(logits: &mut [f32], sequence: &[u32], generated: usize, opts: &GenerateOptions, dry: Option<&Dry>) {
+    let window = match opts.repeat_last_n {
+        n if n < 0 => sequence,
+        n => &sequence[sequence.len().saturating_sub(n as usize)..],
+    };
+    sampling::repetition_penalty(logits, window, opts.repetition_penalty);
+    sampling::frequency_presence_penalty(logits, &sequence[sequence.len() - generated..], opts.frequency_penalty, opts.presence_penalty);
+    if let Some(d) = dry {
+        d.apply(logits, sequence);
+    }
+    let bans = sampling::no_repeat_ngram_bans(sequence, opts.no_repeat_ngram_size);
+    if !bans.is_empty() && logits.iter().enumerate().any(|(i, l)| *l > f32::NEG_INFINITY && bans.binary_search(&(i as u32)).is_err()) {
+        for b in bans {
+            if let Some(l) = logits.get_mut(b as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
     }
 }
 
@@ -49,7 +177,7 @@ pub struct Generation {
     pub text: String,
     /// Prompt tokens.
     pub prompt_tokens: usize,
-    /// Why it stopped: `eos`, `stop`, `length`.
+    /// Why it stopped: `eos`, `stop`, `loop`, `length`.
     pub finish_reason: String,
     /// Seconds spent on the prompt.
     pub prefill_seconds: f64,
@@ -57,7 +185,8 @@ pub struct Generation {
     pub decode_seconds: f64,
 }
 
-/// Picks the next token from logits.
+/// Picks the next token from logits: the best (temperature 0), or a draw among the top-k,
+/// min-p (on the logits as given) and top-p (at the temperature) survivors.
 pub fn pick(logits: &[f32], opts: &GenerateOptions, rng: &mut gauge_core::rng::SplitMix64) -> u32 {
     if opts.temperature <= 0.0 {
         return argmax(logits);
@@ -81,6 +210,10 @@ pub fn pick(logits: &[f32], opts: &GenerateOptions, rng: &mut gauge_core::rng::S
         probs.truncate(keep);
         idx.truncate(keep);
     }
+    // min-p after top-p, as llama.cpp's chain.
+    let keep = sampling::min_p_keep(logits, &idx, opts.min_p);
+    probs.truncate(keep);
+    idx.truncate(keep);
     let total: f64 = probs.iter().sum();
     let mut r = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
     for (p, &i) in probs.iter().zip(&idx) {
@@ -118,6 +251,11 @@ struct Active<'a> {
     cache: crate::KvCache,
     rng: gauge_core::rng::SplitMix64,
     ids: Vec<u32>,
+    /// The prompt followed by `ids` (what the repetition controls look at).
+    sequence: Vec<u32>,
+    loops: LoopDetector,
+    /// Tokens of `ids` the reply keeps (a loop's extra copies cut).
+    keep: Option<usize>,
     text: String,
     logits: Vec<f32>,
     constraint: Option<&'a mut JsonConstraint>,
@@ -160,6 +298,17 @@ impl LanguageModel {
     /// [`Self::generate_batch`], calling `done(index)` as each item finishes (progress bars).
     pub fn generate_batch_observed<'a>(&self, items: Vec<BatchItem<'a>>, opts: &GenerateOptions, batch_size: usize, done: &dyn Fn(usize)) -> Vec<Result<Generation, DecoderError>> {
         let n = items.len();
+        if let Err(e) = opts.validate() {
+            let message = e.to_string();
+            return (0..n)
+                .map(|i| {
+                    done(i);
+                    Err(DecoderError::Model(message.clone()))
+                })
+                .collect();
+        }
+        let dry = self.dry(opts);
+        let dry = dry.as_deref();
         let batch_size = batch_size.max(1);
         let stream = opts.stream && batch_size == 1;
         let mut results: Vec<Option<Result<Generation, DecoderError>>> = (0..n).map(|_| None).collect();
@@ -183,7 +332,7 @@ impl LanguageModel {
             let mut tokens = Vec::with_capacity(active.len());
             let mut still = Vec::with_capacity(active.len());
             for mut a in active.drain(..) {
-                match self.pick_next(&mut a, opts, stream) {
+                match self.pick_next(&mut a, opts, dry, stream) {
                     Ok(Next::Run(t)) => {
                         tokens.push(t);
                         still.push(a);
@@ -228,6 +377,9 @@ impl LanguageModel {
             cache,
             rng: gauge_core::rng::SplitMix64::new(opts.seed),
             ids: Vec::new(),
+            sequence: item.prompt_ids.to_vec(),
+            loops: LoopDetector::default(),
+            keep: None,
             text: String::new(),
             logits,
             constraint: item.constraint,
@@ -237,15 +389,37 @@ impl LanguageModel {
         })
     }
 
-    fn pick_next(&self, a: &mut Active<'_>, opts: &GenerateOptions, stream: bool) -> Result<Next, DecoderError> {
+    /// DRY resolved for this model's vocabulary (prepared once per breaker list and
+    /// settings), when `opts` turns it on.
+    fn dry(&self, opts: &GenerateOptions) -> Option<Arc<Dry>> {
+        let settings = opts.dry();
+        if !settings.enabled() {
+            return None;
+        }
+        let mut cache = self.dry_cache.lock().expect("dry cache lock");
+        if let Some((breakers, d)) = cache.as_ref() {
+            if *breakers == opts.dry_sequence_breakers && *d.settings() == settings {
+                return Some(d.clone());
+            }
+        }
+        let texts = sampling::token_texts(&self.tokenizer);
+        let tokenize = |s: &str| self.tokenizer.encode(s, false).map(|e| e.get_ids().to_vec()).unwrap_or_default();
+        let d = Arc::new(Dry::new(settings, &opts.dry_sequence_breakers, &texts, &tokenize));
+        *cache = Some((opts.dry_sequence_breakers.clone(), d.clone()));
+        Some(d)
+    }
+
+    fn pick_next(&self, a: &mut Active<'_>, opts: &GenerateOptions, dry: Option<&Dry>, stream: bool) -> Result<Next, DecoderError> {
         if a.ids.len() >= opts.max_new_tokens {
             return Ok(Next::Done("length"));
         }
         if let Some(c) = a.constraint.as_deref_mut() {
             c.mask(&mut a.logits)?;
         }
+        apply_penalties(&mut a.logits, &a.sequence, a.ids.len(), opts, dry);
         let next = pick(&a.logits, opts, &mut a.rng);
         a.ids.push(next);
+        a.sequence.push(next);
         if let Some(c) = a.constraint.as_deref_mut() {
             c.advance(next)?;
         }
@@ -265,6 +439,13 @@ impl LanguageModel {
                 return Ok(Next::Done("stop"));
             }
         }
+        let loop_stop = opts.local_loop_stop();
+        if loop_stop.enabled() {
+            if let Some(keep) = a.loops.observe(&a.ids, &loop_stop) {
+                a.keep = Some(keep);
+                return Ok(Next::Done("loop"));
+            }
+        }
         if a.ids.len() >= opts.max_new_tokens {
             return Ok(Next::Done("length"));
         }
@@ -274,7 +455,8 @@ impl LanguageModel {
     fn finish(&self, a: Active<'_>, reason: &'static str, stream: bool) -> Result<Generation, DecoderError> {
         let mut text = a.text;
         if reason != "stop" {
-            let content: Vec<u32> = a.ids.iter().copied().filter(|i| !self.eos_ids.contains(i)).collect();
+            let kept = &a.ids[..a.keep.unwrap_or(a.ids.len())];
+            let content: Vec<u32> = kept.iter().copied().filter(|i| !self.eos_ids.contains(i)).collect();
             text = self.tokenizer.decode(&content, true).map_err(|e| DecoderError::Model(format!("decode: {e}")))?;
         }
         if stream {
@@ -305,5 +487,69 @@ mod tests {
         assert_eq!(draws, again, "a seed fixes the draws");
         let nucleus = GenerateOptions { temperature: 1.0, top_p: 0.3, ..Default::default() };
         assert!((0..50).all(|_| pick(&logits, &nucleus, &mut rng) == 1));
+    }
+
+    #[test]
+    fn min_p_narrows_sampling_and_greedy_ignores_it() {
+        // Probabilities ∝ e^0, e^-0.1, e^-3: min_p 0.5 keeps the first two only.
+        let logits = [0.0, -0.1, -3.0];
+        let opts = GenerateOptions { temperature: 1.0, min_p: 0.5, ..Default::default() };
+        let mut rng = gauge_core::rng::SplitMix64::new(3);
+        let draws: Vec<u32> = (0..300).map(|_| pick(&logits, &opts, &mut rng)).collect();
+        assert!(draws.contains(&0) && draws.contains(&1) && !draws.contains(&2));
+        let loose = GenerateOptions { temperature: 1.0, ..Default::default() };
+        assert!((0..300).any(|_| pick(&logits, &loose, &mut rng) == 2), "without min_p the third is drawn sometimes");
+        assert_eq!(pick(&logits, &GenerateOptions { min_p: 0.9, ..Default::default() }, &mut rng), 0);
+    }
+
+    #[test]
+    fn penalties_change_the_greedy_choice_in_their_order() {
+        // Prompt 1 2, generated 3 3: token 3 leads by a little.
+        let sequence = [1u32, 2, 3, 3];
+        let base = vec![0.0f32, 0.5, 0.5, 1.0, 0.9];
+        let run = |opts: GenerateOptions| {
+            let mut l = base.clone();
+            apply_penalties(&mut l, &sequence, 2, &opts, None);
+            l
+        };
+        // Off by default: nothing changes.
+        assert_eq!(run(GenerateOptions::default()), base);
+        // Repetition 2 over the window (prompt included): 1, 2, 3 halved; 4 now wins.
+        let l = run(GenerateOptions { repetition_penalty: 2.0, ..Default::default() });
+        assert_eq!(l, vec![0.0, 0.25, 0.25, 0.5, 0.9]);
+        assert_eq!(argmax(&l), 4);
+        // A window of 1 token sees only the last 3.
+        assert_eq!(run(GenerateOptions { repetition_penalty: 2.0, repeat_last_n: 1, ..Default::default() }), vec![0.0, 0.5, 0.5, 0.5, 0.9]);
+        assert_eq!(run(GenerateOptions { repetition_penalty: 2.0, repeat_last_n: 0, ..Default::default() }), base);
+        // Frequency/presence count the generated tokens only (3 twice), not the prompt.
+        assert_eq!(run(GenerateOptions { frequency_penalty: 0.1, presence_penalty: 0.05, ..Default::default() }), vec![0.0, 0.5, 0.5, 1.0 - 0.2 - 0.05, 0.9]);
+        // Repetition then frequency, as llama.cpp's penalties sampler.
+        let l = run(GenerateOptions { repetition_penalty: 2.0, frequency_penalty: 0.1, ..Default::default() });
+        assert_eq!(l[3], 0.5 - 0.2);
+        // n-gram 2: "3 3" was seen, so 3 after 3 is banned.
+        let l = run(GenerateOptions { no_repeat_ngram_size: 2, ..Default::default() });
+        assert_eq!(l[3], f32::NEG_INFINITY);
+        assert_eq!(argmax(&l), 4);
+        // A ban that would leave nothing (a constraint allows 3 only) is skipped.
+        let mut only = vec![f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, f32::NEG_INFINITY];
+        apply_penalties(&mut only, &sequence, 2, &GenerateOptions { no_repeat_ngram_size: 2, ..Default::default() }, None);
+        assert_eq!(argmax(&only), 3);
+    }
+
+    #[test]
+    fn out_of_range_settings_are_refused_by_name() {
+        let err = |o: GenerateOptions| o.validate().unwrap_err().to_string();
+        assert!(GenerateOptions::default().validate().is_ok());
+        assert!(err(GenerateOptions { repetition_penalty: 0.0, ..Default::default() }).contains("repetition_penalty"));
+        assert!(err(GenerateOptions { frequency_penalty: 2.5, ..Default::default() }).contains("frequency_penalty"));
+        assert!(err(GenerateOptions { min_p: 1.5, ..Default::default() }).contains("min_p"));
+        assert!(err(GenerateOptions { dry_multiplier: 0.8, dry_base: 0.5, ..Default::default() }).contains("dry_base"));
+        assert!(err(GenerateOptions { repeat_last_n: -2, ..Default::default() }).contains("repeat_last_n"));
+        assert!(err(GenerateOptions { top_p: 0.0, ..Default::default() }).contains("top_p"));
+        // Unknown fields are refused by the config reader.
+        assert!(serde_json::from_str::<GenerateOptions>(r#"{"repetition_penalty": 1.1, "repeat_penalty": 1.1}"#).is_err());
+        let o: GenerateOptions = serde_json::from_str(r#"{"dry_multiplier": 0.8, "loop_stop": {"repeats": 0}}"#).unwrap();
+        assert_eq!(o.dry_multiplier, 0.8);
+        assert!(!o.local_loop_stop().enabled());
     }
 }

@@ -20,6 +20,7 @@
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
 //! - [`chat`]: chat templates.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
+//! - [`sampling`]: repetition, frequency/presence, n-gram, min-p and DRY controls; the loop stop.
 #![deny(missing_docs)]
 pub mod adapter;
 pub mod chat;
@@ -33,6 +34,7 @@ pub mod kernels;
 pub mod llama;
 pub mod pool;
 pub mod quant;
+pub mod sampling;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
@@ -102,6 +104,8 @@ pub struct LanguageModel {
     pub eos_ids: Vec<u32>,
     /// Where it was loaded from.
     pub source: PathBuf,
+    /// DRY's sequence breakers resolved against the vocabulary (the last list asked for).
+    dry_cache: std::sync::Mutex<Option<(Vec<String>, std::sync::Arc<sampling::Dry>)>>,
 }
 
 /// Finds a model: a GGUF file, a model folder, or a name in the models directory / Hugging
@@ -210,7 +214,7 @@ impl LanguageModel {
             model.set_kernel_path(k)?;
         }
         model.set_kv_f16(options.kv_f16);
-        Ok(LanguageModel { model, tokenizer: files.tokenizer, chat: files.chat, eos_ids: files.eos_ids, source: files.source })
+        Ok(LanguageModel { model, tokenizer: files.tokenizer, chat: files.chat, eos_ids: files.eos_ids, source: files.source, dry_cache: Default::default() })
     }
 }
 

@@ -214,8 +214,7 @@ impl Level<'_> {
             top_p: 1.0,
             seed: self.cfg.seed,
             stop: Vec::new(),
-            batch_size: gauge_decoder::generate::DEFAULT_BATCH_SIZE,
-            stream: false,
+            ..Default::default()
         };
         let replies: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; groups.len()]);
         let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
