@@ -110,6 +110,23 @@ fn api_answers_have_their_citations_checked_and_refusals_skip_the_model() {
     let (one, all) = (by_limit("1"), by_limit("0"));
     assert_ne!(one, all);
     assert_eq!((rows(&one).len(), rows(&all).len()), (1, 2));
+    // Sampling controls reach the endpoint under the names it reads (OpenAI's, llama.cpp
+    // server's); what no endpoint has is refused in one line; an unknown field is refused.
+    let before = server.requests().len();
+    let out = api(&["-k", "2", "--frequency-penalty", "0.5", "--repetition-penalty", "1.2", "--set", "generation.dry_multiplier=0.8"]);
+    let dir = last_line(&out);
+    let body = &server.requests()[before].body;
+    assert_eq!((body["frequency_penalty"].as_f64(), body["repeat_penalty"].as_f64().map(|v| v as f32), body["dry_multiplier"].as_f64().map(|v| v as f32)), (Some(0.5), Some(1.2), Some(0.8)), "{body}");
+    assert!(body.get("presence_penalty").is_none() && body.get("min_p").is_none(), "{body}");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(PathBuf::from(&dir).join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["config"]["generation"]["frequency_penalty"], 0.5, "the manifest echoes the controls");
+    let out = run("answer", &["when are gate arms lowered", "--index", &index, "--artifacts", art.to_str().unwrap(), "--no-repeat-ngram-size", "3", "--set", "generator.kind=api", "--set", "generator.model=scripted", "--set", "generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", url.as_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no_repeat_ngram_size"), "{err}");
+    let out = run("answer", &["when are gate arms lowered", "--index", &index, "--artifacts", art.to_str().unwrap(), "--set", "generation.repeat_penalty=1.1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("repeat_penalty"), "{}", String::from_utf8_lossy(&out.stderr));
     // Bad input: neither a question nor a golden set.
     let out = run("answer", &["--index", &index, "--artifacts", art.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));

@@ -109,7 +109,7 @@ pub struct AnswerRow {
     pub completion_tokens: usize,
     /// Generation seconds (prompt and decoding).
     pub generation_seconds: f64,
-    /// `eos`, `stop`, `length`, `refused`, `api`.
+    /// `eos`, `stop`, `loop` (the loop stop ended it), `length`, `refused`, `api`.
     pub finish_reason: String,
 }
 
@@ -131,6 +131,8 @@ pub struct AnswerSummary {
     pub citations: usize,
     /// Of which invented.
     pub invented: usize,
+    /// Replies the loop stop ended.
+    pub loops: usize,
     /// Seconds generating.
     pub seconds: f64,
 }
@@ -190,9 +192,10 @@ impl Stage for Answer {
         run.add_output("answers.parquet", Some(n))?;
         let citations: usize = rows.iter().map(|r| r.citations.len()).sum();
         let invented: usize = rows.iter().map(|r| r.citations.iter().filter(|c| !c.verified).count()).sum();
-        let summary = AnswerSummary { questions: rows.len(), refused: rows.iter().filter(|r| r.refused).count(), citations, invented, seconds: started.elapsed().as_secs_f64() };
+        let summary = AnswerSummary { questions: rows.len(), refused: rows.iter().filter(|r| r.refused).count(), citations, invented, loops: rows.iter().filter(|r| r.finish_reason == "loop").count(), seconds: started.elapsed().as_secs_f64() };
         run.set_stat("questions", summary.questions);
         run.set_stat("refused", summary.refused);
+        run.set_stat("loops", summary.loops);
         run.set_stat("passages_cut_to_fit_context", cut_passages);
         run.set_stat("citations", citations);
         run.set_stat("invented_citations", invented);
@@ -202,7 +205,7 @@ impl Stage for Answer {
     }
 
     fn summary_line(s: &AnswerSummary) -> String {
-        format!("{} questions answered ({} refused) in {:.1} s; {} citations, {} invented", s.questions, s.refused, s.seconds, s.citations, s.invented)
+        format!("{} questions answered ({} refused, {} ended in a loop) in {:.1} s; {} citations, {} invented", s.questions, s.refused, s.loops, s.seconds, s.citations, s.invented)
     }
 }
 

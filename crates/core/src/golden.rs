@@ -117,6 +117,50 @@ pub struct GoldenQuestion {
     pub category: Option<String>,
 }
 
+/// Splits questions into two halves by page group, so that no gold page (nor a page next to
+/// one, which often continues it) is judged in both: questions whose gold pages are equal or
+/// adjacent in the same source form one group; the groups are shuffled with `seed` and each
+/// joins the half holding fewer questions so far. Returns, per question, whether it is in the
+/// second half (the held-out one). Questions without gold pages are groups of their own.
+pub fn page_halves(questions: &[GoldenQuestion], seed: u64) -> Vec<bool> {
+    let pages: Vec<Vec<(&str, i32)>> = questions.iter().map(|q| q.gold.iter().filter_map(|g| g.pages().map(|(a, b)| (a..=b).map(move |p| (g.source(), p)))).flatten().collect()).collect();
+    let mut group: Vec<usize> = (0..questions.len()).collect();
+    fn root(group: &mut [usize], mut i: usize) -> usize {
+        while group[i] != i {
+            group[i] = group[group[i]];
+            i = group[i];
+        }
+        i
+    }
+    for i in 0..questions.len() {
+        for j in 0..i {
+            let near = pages[i].iter().any(|(s, p)| pages[j].iter().any(|(t, q)| s == t && (p - q).abs() <= 1));
+            if near {
+                let (a, b) = (root(&mut group, i), root(&mut group, j));
+                group[a] = b;
+            }
+        }
+    }
+    let mut groups: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+    for i in 0..questions.len() {
+        let r = root(&mut group, i);
+        groups.entry(r).or_default().push(i);
+    }
+    let mut groups: Vec<Vec<usize>> = groups.into_values().collect();
+    crate::rng::SplitMix64::new(seed).shuffle(&mut groups);
+    let mut second = vec![false; questions.len()];
+    let (mut first_n, mut second_n) = (0, 0);
+    for g in groups {
+        if second_n < first_n {
+            second_n += g.len();
+            g.iter().for_each(|&i| second[i] = true);
+        } else {
+            first_n += g.len();
+        }
+    }
+    second
+}
+
 /// Sources named by the gold passages that the corpus does not hold, each with up to three
 /// closest existing sources (by edit distance), so a typo is refused instead of scoring 0.
 pub fn unknown_sources<'a>(questions: &[GoldenQuestion], corpus_sources: impl IntoIterator<Item = &'a str>) -> Vec<(String, Vec<String>)> {
@@ -255,6 +299,22 @@ fn read_parquet(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn page_halves_never_share_a_page_or_its_neighbour() {
+        let q = |id: &str, src: &str, pages: &[i32]| GoldenQuestion { qid: id.into(), question: id.into(), gold: pages.iter().map(|&p| GoldItem::Page { source: src.into(), page: p }).collect(), keywords: vec![], reference_answer: None, category: None };
+        let qs = vec![q("a", "m.pdf", &[10]), q("b", "m.pdf", &[11]), q("c", "m.pdf", &[30]), q("d", "n.pdf", &[10]), q("e", "m.pdf", &[10, 50]), q("f", "m.pdf", &[51]), q("g", "n.pdf", &[90]), q("h", "m.pdf", &[70])];
+        for seed in 0..20 {
+            let h = page_halves(&qs, seed);
+            // a, b (adjacent), e (same page 10), f (next to e's 50) travel together.
+            assert!(h[0] == h[1] && h[0] == h[4] && h[4] == h[5], "seed {seed}: {h:?}");
+            let n = h.iter().filter(|&&x| x).count();
+            assert!((1..qs.len()).contains(&n), "both halves hold questions: {h:?}");
+            assert_eq!(h, page_halves(&qs, seed), "a seed fixes the split");
+        }
+        assert_ne!((0..20).map(|s| page_halves(&qs, s)).collect::<std::collections::BTreeSet<_>>().len(), 1, "seeds differ");
+    }
+
     use super::*;
 
     fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

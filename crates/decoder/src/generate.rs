@@ -133,6 +133,40 @@ impl GenerateOptions {
         Ok(())
     }
 
+    /// The repetition controls that differ from the defaults, for reports
+    /// (`repetition_penalty 1.3, loop_stop off`), or `default controls`.
+    pub fn describe_controls(&self) -> String {
+        let d = GenerateOptions::default();
+        let mut out = Vec::new();
+        if self.temperature != d.temperature {
+            out.push(format!("temperature {}", self.temperature));
+        }
+        if self.repetition_penalty != d.repetition_penalty || self.repeat_last_n != d.repeat_last_n {
+            out.push(format!("repetition_penalty {} over {}", self.repetition_penalty, if self.repeat_last_n < 0 { "all".to_string() } else { self.repeat_last_n.to_string() }));
+        }
+        for (name, v, dv) in [("frequency_penalty", self.frequency_penalty, d.frequency_penalty), ("presence_penalty", self.presence_penalty, d.presence_penalty), ("min_p", self.min_p, d.min_p)] {
+            if v != dv {
+                out.push(format!("{name} {v}"));
+            }
+        }
+        if self.no_repeat_ngram_size != d.no_repeat_ngram_size {
+            out.push(format!("no_repeat_ngram_size {}", self.no_repeat_ngram_size));
+        }
+        if self.dry().enabled() {
+            out.push(format!("DRY {} × {}^(n − {}) over {}", self.dry_multiplier, self.dry_base, self.dry_allowed_length, self.dry_penalty_last_n));
+        }
+        match self.loop_stop {
+            Some(l) if !l.enabled() => out.push("loop_stop off".into()),
+            Some(l) if l != LoopStop::default() => out.push(format!("loop_stop {} copies ≥ {} tokens", l.repeats, l.min_tokens)),
+            _ => {}
+        }
+        if out.is_empty() {
+            "default controls".into()
+        } else {
+            out.join(", ")
+        }
+    }
+
     /// The DRY settings.
     pub fn dry(&self) -> DrySettings {
         DrySettings { multiplier: self.dry_multiplier, base: self.dry_base, allowed_length: self.dry_allowed_length, penalty_last_n: self.dry_penalty_last_n }

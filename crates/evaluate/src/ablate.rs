@@ -248,9 +248,9 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
             let i = pipeline.variants.iter().position(|v| &v.name == name).expect("checked at load");
             let (v, u) = (&pipeline.variants[i], &ups[i]);
             let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, limit: section.limit };
-            for (generator_name, generator) in section.generator_list() {
+            for (generator_name, generator, generation) in section.generator_list() {
                 let row = crate::answers::AnswerRun { config: name.clone(), generator: generator_name, dir: PathBuf::new() };
-                let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;
+                let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator, &generation), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;
                 answers.push(crate::answers::AnswerRun { dir, ..row });
             }
         }
@@ -367,6 +367,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let mut answer_tables = Vec::new();
     let mut answer_deltas = Vec::new();
     let mut judge_report = String::new();
+    let mut split_report = String::new();
     if let Some(section) = &pipeline.answer {
         let mut per_run = Vec::new();
         let judge = match &pipeline.judge {
@@ -441,9 +442,33 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         answer_deltas = crate::answers::paired_deltas(&per_run, pipeline.resamples, pipeline.seed);
         for d in &answer_deltas {
             let metric = format!("answer/{}", d.metric);
-            if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric) {
+            if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric && m.category == "all") {
                 row.delta = Some(d.comparison);
             }
+        }
+        if let Some(split_seed) = section.split_seed {
+            let halves = gauge_core::golden::page_halves(golden, split_seed);
+            let mut sections = Vec::new();
+            for (half, name) in [(false, "tuning"), (true, "held_out")] {
+                let keep: BTreeSet<String> = golden.iter().zip(&halves).filter(|(_, h)| **h == half).map(|(q, _)| q.qid.clone()).collect();
+                let runs: Vec<crate::answers::RunMetrics> = per_run.iter().map(|r| crate::answers::restrict(r, &keep)).collect();
+                let mut tables = Vec::new();
+                for (a, answered, m) in &runs {
+                    let rows = crate::answers::metric_rows_in(&a.name(), name, m, pipeline.resamples, pipeline.seed);
+                    let asked = answered.iter().filter(|q| keep.contains(&q.qid)).count();
+                    tables.push((a.name(), asked, m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
+                    metrics.extend(rows);
+                }
+                let deltas = crate::answers::paired_deltas(&runs, pipeline.resamples, pipeline.seed);
+                for d in &deltas {
+                    let metric = format!("answer/{}", d.metric);
+                    if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric && m.category == name) {
+                        row.delta = Some(d.comparison);
+                    }
+                }
+                sections.push((name, keep.len(), tables, deltas));
+            }
+            split_report = report::answers_split_markdown(split_seed, &sections);
         }
     }
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
@@ -464,7 +489,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &judge_report)?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report)?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;

@@ -33,16 +33,26 @@ pub struct AnswerSection {
     /// (paired). Empty: `generator` alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub generators: Vec<NamedGenerator>,
+    /// Also report every answer metric on two halves of the questions split by page group
+    /// ([`gauge_core::golden::page_halves`] with this seed): choose settings on the tuning
+    /// half, judge them on the held-out half, whose pages the choice never saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_seed: Option<u64>,
 }
 
-/// A generator with the name its answer rows carry.
+/// A generator with the name its answer rows carry, and optionally its own generation
+/// settings (an A/B test of sampling controls on one model).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NamedGenerator {
-    /// Short name (`base`, `+ adapter`).
+    /// Short name (`base`, `+ adapter`, `dry 0.8`).
     pub name: String,
-    /// The generator.
-    pub generator: GeneratorConfig,
+    /// The generator (default: the section's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorConfig>,
+    /// Generation settings replacing the section's `generation` for this row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerateOptions>,
 }
 
 /// An answer row: the retrieval config, the generator's name (`None` for a single
@@ -70,22 +80,23 @@ impl AnswerRun {
 impl Default for AnswerSection {
     fn default() -> Self {
         let a = AnswerConfig::default();
-        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0, generators: Vec::new() }
+        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0, generators: Vec::new(), split_seed: None }
     }
 }
 
 impl AnswerSection {
-    /// The answer stage's config for a retrieval config and a generator.
-    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig, generator: &GeneratorConfig) -> AnswerConfig {
-        AnswerConfig { retrieval: retrieval.clone(), generator: generator.clone(), template: self.template.clone(), generation: self.generation.clone(), refusal: self.refusal.clone() }
+    /// The answer stage's config for a retrieval config, a generator and its settings.
+    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig, generator: &GeneratorConfig, generation: &GenerateOptions) -> AnswerConfig {
+        AnswerConfig { retrieval: retrieval.clone(), generator: generator.clone(), template: self.template.clone(), generation: generation.clone(), refusal: self.refusal.clone() }
     }
 
-    /// The generators to run: the named list, or `generator` alone (unnamed).
-    pub fn generator_list(&self) -> Vec<(Option<String>, GeneratorConfig)> {
+    /// The generators to run with their settings: the named list, or `generator` alone
+    /// (unnamed).
+    pub fn generator_list(&self) -> Vec<(Option<String>, GeneratorConfig, GenerateOptions)> {
         if self.generators.is_empty() {
-            vec![(None, self.generator.clone())]
+            vec![(None, self.generator.clone(), self.generation.clone())]
         } else {
-            self.generators.iter().map(|g| (Some(g.name.clone()), g.generator.clone())).collect()
+            self.generators.iter().map(|g| (Some(g.name.clone()), g.generator.clone().unwrap_or_else(|| self.generator.clone()), g.generation.clone().unwrap_or_else(|| self.generation.clone()))).collect()
         }
     }
 }
@@ -107,6 +118,12 @@ pub struct AnsweredQuestion {
     pub refused: bool,
     /// Citations.
     pub citations: Vec<CitedPages>,
+    /// Generated tokens (0 when refused).
+    pub completion_tokens: i64,
+    /// Seconds generating (prompt and decoding).
+    pub seconds: f64,
+    /// Why generation ended (`eos`, `stop`, `loop`, `length`, `refused`, `api`).
+    pub finish_reason: String,
 }
 
 /// Reads an `answers.parquet`.
@@ -114,6 +131,10 @@ pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
     let batch = read_parquet_any(path)?;
     let c = Columns::new(&batch);
     let (qid, answer, refused, cites) = (c.strings_required("qid"), c.strings_required("answer"), c.bools("refused"), c.strings_required("citations"));
+    let n = batch.num_rows();
+    let tokens = if c.has("completion_tokens") { c.i32s("completion_tokens").into_iter().map(i64::from).collect() } else { vec![0; n] };
+    let seconds = if c.has("generation_seconds") { c.f64s("generation_seconds").into_iter().map(|s| s.unwrap_or(0.0)).collect() } else { vec![0.0; n] };
+    let finish = if c.has("finish_reason") { c.strings_required("finish_reason") } else { vec![String::new(); n] };
     (0..batch.num_rows())
         .map(|i| {
             let list: Vec<serde_json::Value> = serde_json::from_str(&cites[i])?;
@@ -121,7 +142,7 @@ pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
                 .iter()
                 .map(|v| (v["source"].as_str().unwrap_or_default().to_string(), v["page_start"].as_i64().unwrap_or(0) as i32, v["page_end"].as_i64().unwrap_or(0) as i32, v["verified"].as_bool().unwrap_or(false)))
                 .collect();
-            Ok(AnsweredQuestion { qid: qid[i].clone(), answer: answer[i].clone(), refused: refused[i], citations })
+            Ok(AnsweredQuestion { qid: qid[i].clone(), answer: answer[i].clone(), refused: refused[i], citations, completion_tokens: tokens[i], seconds: seconds[i], finish_reason: finish[i].clone() })
         })
         .collect()
 }
@@ -203,6 +224,10 @@ pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], f
     if golden.iter().any(|q| q.reference_answer.is_some()) {
         out.push(("reference_token_f1", "Token F1 vs reference", per(&|a, q| q.and_then(|q| q.reference_answer.as_ref()).map(|r| token_f1(&a.answer, r)))));
     }
+    out.push(("tokens_generated", "Tokens generated", per(&|a, _| (!a.refused).then_some(a.completion_tokens as f64))));
+    out.push(("loop_rate", "Ended in a loop", per(&|a, _| (!a.refused).then(|| if a.finish_reason == "loop" { 1.0 } else { 0.0 }))));
+    out.push(("length_rate", "Ran out of tokens", per(&|a, _| (!a.refused).then(|| if a.finish_reason == "length" { 1.0 } else { 0.0 }))));
+    out.push(("seconds_per_answer", "Seconds per answer", per(&|a, _| (!a.refused).then_some(a.seconds))));
     if golden.iter().any(|q| !q.keywords.is_empty()) {
         out.push(("answer_keyword_recall", "Keywords in the answer", per(&|a, q| q.filter(|q| !q.keywords.is_empty()).map(|q| {
             let lower = a.answer.to_lowercase();
@@ -262,8 +287,22 @@ pub fn paired_deltas(runs: &[RunMetrics], resamples: usize, seed: u64) -> Vec<An
     out
 }
 
+/// The metrics of `run` with every value outside `keep` (question ids) dropped: the same
+/// rows on a subset of the questions.
+pub fn restrict(run: &RunMetrics, keep: &std::collections::BTreeSet<String>) -> RunMetrics {
+    let (r, answered, metrics) = run;
+    let inside: Vec<bool> = answered.iter().map(|a| keep.contains(&a.qid)).collect();
+    let metrics = metrics.iter().map(|(n, l, v)| (*n, *l, v.iter().zip(&inside).map(|(v, &i)| if i { *v } else { None }).collect())).collect();
+    (r.clone(), answered.clone(), metrics)
+}
+
 /// Metric rows (category `all`) for one answered config.
 pub fn metric_rows(config: &str, metrics: &[(&'static str, &'static str, Vec<Option<f64>>)], resamples: usize, seed: u64) -> Vec<MetricRow> {
+    metric_rows_in(config, "all", metrics, resamples, seed)
+}
+
+/// Metric rows of one answered config under `category` (`all`, or a half of a split).
+pub fn metric_rows_in(config: &str, category: &str, metrics: &[(&'static str, &'static str, Vec<Option<f64>>)], resamples: usize, seed: u64) -> Vec<MetricRow> {
     metrics
         .iter()
         .enumerate()
@@ -271,7 +310,7 @@ pub fn metric_rows(config: &str, metrics: &[(&'static str, &'static str, Vec<Opt
             let v: Vec<f64> = values.iter().flatten().copied().collect();
             MetricRow {
                 config: config.to_string(),
-                category: "all".into(),
+                category: category.into(),
                 metric: format!("answer/{name}"),
                 n: v.len(),
                 value: if v.is_empty() { f64::NAN } else { mean(&v) },
@@ -293,7 +332,7 @@ mod tests {
         assert!((token_f1("the gate arm is lowered", "gate arms are lowered") - 2.0 * (2.0 / 5.0) * (2.0 / 4.0) / (2.0 / 5.0 + 2.0 / 4.0)).abs() < 1e-12);
         let q = GoldenQuestion { qid: "a".into(), question: "q".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: 3 }], keywords: vec!["gate".into()], reference_answer: None, category: None };
         let answers = vec![
-            AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)] },
+            AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)], completion_tokens: 12, seconds: 0.5, finish_reason: "eos".into() },
         ];
         let m = answer_metrics(&answers, std::slice::from_ref(&q), false, "The documents do not say.");
         let get = |n: &str| m.iter().find(|x| x.0 == n).unwrap().2[0];
@@ -303,10 +342,16 @@ mod tests {
         assert_eq!(get("citation_accuracy"), Some(0.5));
         assert_eq!(get("refusal_accuracy"), Some(1.0));
         assert_eq!(get("answer_keyword_recall"), Some(1.0));
+        assert_eq!((get("tokens_generated"), get("loop_rate"), get("length_rate"), get("seconds_per_answer")), (Some(12.0), Some(0.0), Some(0.0), Some(0.5)));
         // A model refusal on an answerable question is a wrong refusal.
-        let declined = vec![AnsweredQuestion { qid: "a".into(), answer: "The documents  do not say".into(), refused: false, citations: vec![] }];
+        let declined = vec![AnsweredQuestion { qid: "a".into(), answer: "The documents  do not say".into(), refused: false, citations: vec![], completion_tokens: 5, seconds: 0.1, finish_reason: "loop".into() }];
         let m = answer_metrics(&declined, &[q], false, "The documents do not say.");
         assert_eq!(m.iter().find(|x| x.0 == "refusal_accuracy").unwrap().2[0], Some(0.0));
+        assert_eq!(m.iter().find(|x| x.0 == "loop_rate").unwrap().2[0], Some(1.0));
         assert!(!says_refusal("anything", ""));
+        // A restricted run keeps the questions asked for and drops the others' values.
+        let run: RunMetrics = (AnswerRun { config: "c".into(), generator: None, dir: std::path::PathBuf::new() }, [answers.clone(), declined.clone()].concat().into_iter().enumerate().map(|(i, mut a)| { a.qid = format!("q{i}"); a }).collect(), vec![("x", "X", vec![Some(1.0), Some(0.0)])]);
+        let only = restrict(&run, &["q1".to_string()].into_iter().collect());
+        assert_eq!(only.2[0].2, vec![None, Some(0.0)]);
     }
 }

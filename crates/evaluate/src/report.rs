@@ -292,7 +292,15 @@ pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables:
     let generator = if section.generators.is_empty() {
         describe(&section.generator)
     } else {
-        section.generators.iter().map(|g| format!("**{}** = {}", g.name, describe(&g.generator))).collect::<Vec<_>>().join("; ")
+        section
+            .generators
+            .iter()
+            .map(|g| {
+                let settings = g.generation.as_ref().map(|o| format!(" ({})", o.describe_controls())).unwrap_or_default();
+                format!("**{}** = {}{settings}", g.name, describe(g.generator.as_ref().unwrap_or(&section.generator)))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     };
     let mut s = format!(
         "\n## Answers\n\nGenerator: {generator}; template `{}`; at most {} new tokens{}. {}; `n` is the number of questions a metric applies to (citation metrics: answers with at least one citation).\n\n| Config | Questions | {} |\n|---|---|{}\n",
@@ -303,16 +311,40 @@ pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables:
         first.iter().map(|(l, _)| l.to_string()).collect::<Vec<_>>().join(" | "),
         "---|".repeat(first.len())
     );
+    s.push_str(&answer_rows_markdown(tables, deltas, "Paired differences between generators"));
+    s
+}
+
+/// One answer table's rows (the header written by the caller), then its paired differences.
+fn answer_rows_markdown(tables: &[crate::answers::AnswerTable], deltas: &[crate::answers::AnswerDelta], deltas_title: &str) -> String {
+    let mut s = String::new();
     for (name, n, rows) in tables {
         let cells: Vec<String> = rows.iter().map(|(_, m)| if m.n == 0 { "–".into() } else { format!("{} (n {})", cell(Some(m)), m.n) }).collect();
         s.push_str(&format!("| {} | {n} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
     }
     if !deltas.is_empty() {
-        s.push_str("\n### Paired differences between generators\n\nEach generator against the first one on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval and a two-sided sign-flip randomisation p (not corrected for the number of comparisons).\n\n| Row | vs | Metric | n | Δ | 95 % interval | p |\n|---|---|---|---|---|---|---|\n");
+        s.push_str(&format!("\n### {deltas_title}\n\nEach generator against the first one on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval and a two-sided sign-flip randomisation p (not corrected for the number of comparisons).\n\n| Row | vs | Metric | n | Δ | 95 % interval | p |\n|---|---|---|---|---|---|---|\n"));
         for d in deltas {
             let c = &d.comparison;
             s.push_str(&format!("| {} | {} | {} | {} | {:+.3} | [{:+.2}, {:+.2}] | {:.3}{} |\n", d.run.replace('|', "\\|"), d.baseline.replace('|', "\\|"), d.label, d.n, c.delta, c.ci_low, c.ci_high, c.p_value, if c.p_value < 0.05 { " *" } else { "" }));
         }
+    }
+    s
+}
+
+/// One half of an answer split: its name, the questions in it, its tables and differences.
+pub type SplitHalf = (&'static str, usize, Vec<crate::answers::AnswerTable>, Vec<crate::answers::AnswerDelta>);
+
+/// The answer tables again on each half of the questions split by page group
+/// (`[answer] split_seed`): settings are chosen on the tuning half and judged on the held-out
+/// half.
+pub fn answers_split_markdown(seed: u64, halves: &[SplitHalf]) -> String {
+    let mut s = format!("\n## Answers on the two page-group halves\n\nThe questions split by page group (`split_seed = {seed}`: questions whose gold pages are equal or adjacent stay together): choose settings on the **tuning** half, judge them on the **held-out** half, whose pages the choice never saw.\n");
+    for (name, n, tables, deltas) in halves {
+        let Some((_, _, first)) = tables.first() else { continue };
+        let title = if *name == "tuning" { "Tuning half" } else { "Held-out half" };
+        s.push_str(&format!("\n### {title} ({n} questions)\n\n| Config | Questions | {} |\n|---|---|{}\n", first.iter().map(|(l, _)| l.to_string()).collect::<Vec<_>>().join(" | "), "---|".repeat(first.len())));
+        s.push_str(&answer_rows_markdown(tables, deltas, &format!("{title}: paired differences")));
     }
     s
 }

@@ -60,12 +60,8 @@ pub struct CallCache {
 struct KeyParts<'a> {
     model: &'a str,
     messages: &'a [Message],
-    max_new_tokens: usize,
-    temperature: f32,
-    top_k: usize,
-    top_p: f32,
-    seed: u64,
-    stop: &'a [String],
+    /// Every setting that changes a reply (the batch size does not; the loop stop resolved).
+    generation: GenerateOptions,
     schema: Option<&'a serde_json::Value>,
 }
 
@@ -94,7 +90,8 @@ impl CallCache {
 
     /// The key of a call.
     pub fn key(model: &str, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>) -> String {
-        let parts = KeyParts { model, messages, max_new_tokens: opts.max_new_tokens, temperature: opts.temperature, top_k: opts.top_k, top_p: opts.top_p, seed: opts.seed, stop: &opts.stop, schema: schema.map(|s| &s.schema) };
+        let generation = GenerateOptions { batch_size: 0, loop_stop: Some(opts.local_loop_stop()), ..opts.clone() };
+        let parts = KeyParts { model, messages, generation, schema: schema.map(|s| &s.schema) };
         gauge_core::hash::bytes_hash(serde_json::to_string(&parts).expect("key parts serialise").as_bytes())
     }
 
@@ -215,6 +212,12 @@ mod tests {
         assert_ne!(k, CallCache::key("model-a", &[Message::user("expand: gate arm")], &opts(), None));
         assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { seed: 2, ..opts() }, None));
         assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { max_new_tokens: 17, ..opts() }, None));
+        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { repetition_penalty: 1.1, ..opts() }, None));
+        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { dry_multiplier: 0.8, ..opts() }, None));
+        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { loop_stop: Some(gauge_decoder::sampling::LoopStop::OFF), ..opts() }, None));
+        // The batch size and an explicit default loop stop do not change replies.
+        assert_eq!(k, CallCache::key("model-a", &m, &GenerateOptions { batch_size: 1, ..opts() }, None));
+        assert_eq!(k, CallCache::key("model-a", &m, &GenerateOptions { loop_stop: Some(Default::default()), ..opts() }, None));
         let schema = ResponseSchema { name: "s".into(), schema: serde_json::json!({"type": "object"}) };
         assert_ne!(k, CallCache::key("model-a", &m, &opts(), Some(&schema)));
 

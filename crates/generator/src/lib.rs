@@ -82,6 +82,51 @@ pub fn model_entry(config: &GeneratorConfig) -> Result<Vec<gauge_core::FileEntry
     Ok(entries)
 }
 
+/// The request fields of `opts` for an OpenAI-compatible endpoint: the OpenAI ones
+/// (temperature, top_p, frequency and presence penalties, stop, seed) and, only when set,
+/// llama.cpp server's own (`top_k`, `min_p`, `repeat_penalty` with `repeat_last_n` — also
+/// sent as vLLM's `repetition_penalty` — and `dry_*`). The n-gram ban and the loop stop have
+/// no request field (an endpoint returns whole replies), so setting them is refused.
+pub fn api_sampling(opts: &GenerateOptions) -> Result<Sampling, GeneratorError> {
+    opts.validate()?;
+    if opts.no_repeat_ngram_size > 0 {
+        return Err(GeneratorError::Prompt("generation.no_repeat_ngram_size is applied by the local decoder only (OpenAI-compatible servers have no such field); use dry_multiplier or frequency_penalty with an endpoint".into()));
+    }
+    if opts.loop_stop.is_some_and(|l| l.enabled()) {
+        return Err(GeneratorError::Prompt("generation.loop_stop is applied by the local decoder only (an endpoint returns whole replies); remove it, or use dry_multiplier or frequency_penalty with an endpoint".into()));
+    }
+    let set = |v: f32, neutral: f32| (v != neutral).then_some(v);
+    let mut extra = serde_json::Map::new();
+    if opts.top_k > 0 {
+        extra.insert("top_k".into(), opts.top_k.into());
+    }
+    if opts.min_p > 0.0 {
+        extra.insert("min_p".into(), opts.min_p.into());
+    }
+    if opts.repetition_penalty != 1.0 {
+        extra.insert("repeat_penalty".into(), opts.repetition_penalty.into());
+        extra.insert("repeat_last_n".into(), opts.repeat_last_n.into());
+        extra.insert("repetition_penalty".into(), opts.repetition_penalty.into());
+    }
+    if opts.dry().enabled() {
+        extra.insert("dry_multiplier".into(), opts.dry_multiplier.into());
+        extra.insert("dry_base".into(), opts.dry_base.into());
+        extra.insert("dry_allowed_length".into(), opts.dry_allowed_length.into());
+        extra.insert("dry_penalty_last_n".into(), opts.dry_penalty_last_n.into());
+        extra.insert("dry_sequence_breakers".into(), opts.dry_sequence_breakers.clone().into());
+    }
+    Ok(Sampling {
+        temperature: opts.temperature,
+        max_tokens: Some(opts.max_new_tokens as u32),
+        seed: Some(opts.seed),
+        top_p: set(opts.top_p, 1.0),
+        frequency_penalty: set(opts.frequency_penalty, 0.0),
+        presence_penalty: set(opts.presence_penalty, 0.0),
+        stop: opts.stop.clone(),
+        extra,
+    })
+}
+
 /// Why a reply could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum GeneratorError {
@@ -186,7 +231,7 @@ impl Generator {
             }
             Backend::Api(client) => {
                 let started = std::time::Instant::now();
-                let sampling = Sampling { temperature: opts.temperature, max_tokens: Some(opts.max_new_tokens as u32), seed: Some(opts.seed) };
+                let sampling = api_sampling(opts)?;
                 let reply = match schema {
                     Some(s) => client.complete_json(messages, &sampling, s)?,
                     None => client.complete(messages, &sampling)?,
@@ -305,5 +350,30 @@ impl Generator {
             Backend::Local { .. } => serde_json::json!({ "used": "constrained_decoding" }),
             Backend::Api(c) => serde_json::to_value(c.structured_status()).expect("status serialises"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_requests_carry_the_sampling_controls_they_accept() {
+        let plain = api_sampling(&GenerateOptions::default()).unwrap();
+        assert!(plain.extra.is_empty() && plain.frequency_penalty.is_none() && plain.top_p.is_none());
+        let opts = GenerateOptions { repetition_penalty: 1.2, frequency_penalty: 0.3, presence_penalty: 0.1, min_p: 0.05, top_k: 40, dry_multiplier: 0.8, ..Default::default() };
+        let s = api_sampling(&opts).unwrap();
+        assert_eq!((s.frequency_penalty, s.presence_penalty), (Some(0.3), Some(0.1)));
+        let f = |k: &str| s.extra[k].as_f64().unwrap() as f32;
+        assert_eq!((f("repeat_penalty"), f("repetition_penalty"), f("repeat_last_n")), (1.2, 1.2, 64.0));
+        assert_eq!((f("min_p"), f("top_k"), f("dry_multiplier"), f("dry_base"), f("dry_allowed_length")), (0.05, 40.0, 0.8, 1.75, 2.0));
+        assert_eq!(s.extra["dry_sequence_breakers"], serde_json::json!(["\n", ":", "\"", "*"]));
+        // What an endpoint cannot do is refused, by field name.
+        let e = api_sampling(&GenerateOptions { no_repeat_ngram_size: 3, ..Default::default() }).unwrap_err().to_string();
+        assert!(e.contains("no_repeat_ngram_size"), "{e}");
+        let e = api_sampling(&GenerateOptions { loop_stop: Some(gauge_decoder::sampling::LoopStop::default()), ..Default::default() }).unwrap_err().to_string();
+        assert!(e.contains("loop_stop"), "{e}");
+        assert!(api_sampling(&GenerateOptions { loop_stop: Some(gauge_decoder::sampling::LoopStop::OFF), ..Default::default() }).is_ok());
+        assert!(api_sampling(&GenerateOptions { min_p: 2.0, ..Default::default() }).unwrap_err().to_string().contains("min_p"));
     }
 }

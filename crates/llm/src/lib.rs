@@ -124,7 +124,7 @@ impl Default for ChatConfig {
 }
 
 /// Sampling and length of one request.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Sampling {
     /// Temperature (0: greedy).
     pub temperature: f32,
@@ -132,12 +132,19 @@ pub struct Sampling {
     pub max_tokens: Option<u32>,
     /// Seed, for endpoints that honour one.
     pub seed: Option<u64>,
-}
-
-impl Default for Sampling {
-    fn default() -> Self {
-        Sampling { temperature: 0.0, max_tokens: None, seed: None }
-    }
+    /// Nucleus sampling (`top_p`), sent when set.
+    pub top_p: Option<f32>,
+    /// OpenAI's `frequency_penalty`, sent when set.
+    pub frequency_penalty: Option<f32>,
+    /// OpenAI's `presence_penalty`, sent when set.
+    pub presence_penalty: Option<f32>,
+    /// Stop strings (`stop`), sent when any.
+    pub stop: Vec<String>,
+    /// Fields outside the OpenAI API that llama.cpp's server accepts (`top_k`, `min_p`,
+    /// `repeat_penalty`, `repeat_last_n`, `dry_*`; vLLM reads `repetition_penalty`, `top_k`
+    /// and `min_p`): added to the request as they are. Leave empty for OpenAI itself, which
+    /// refuses unknown fields.
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// How hard to try (not part of any fingerprint: it does not change what a good answer is).
@@ -520,20 +527,7 @@ impl ChatClient {
     }
 
     fn send(&self, messages: &[Message], sampling: &Sampling, response_format: Option<serde_json::Value>) -> Result<ChatReply, LlmError> {
-        let mut body = serde_json::json!({
-            "model": self.config.model,
-            "messages": messages,
-            "temperature": sampling.temperature,
-        });
-        if let Some(m) = sampling.max_tokens {
-            body["max_tokens"] = m.into();
-        }
-        if let Some(seed) = sampling.seed {
-            body["seed"] = seed.into();
-        }
-        if let Some(f) = response_format {
-            body["response_format"] = f;
-        }
+        let body = request_body(&self.config.model, messages, sampling, response_format);
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -638,6 +632,41 @@ impl ChatClient {
     }
 }
 
+/// The JSON body of a chat-completions request: the OpenAI fields (each optional one only
+/// when set), then `sampling.extra`.
+pub fn request_body(model: &str, messages: &[Message], sampling: &Sampling, response_format: Option<serde_json::Value>) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "model": model,
+        "messages": messages,
+        "temperature": sampling.temperature,
+    });
+    if let Some(m) = sampling.max_tokens {
+        body["max_tokens"] = m.into();
+    }
+    if let Some(seed) = sampling.seed {
+        body["seed"] = seed.into();
+    }
+    if let Some(p) = sampling.top_p {
+        body["top_p"] = p.into();
+    }
+    if let Some(f) = sampling.frequency_penalty {
+        body["frequency_penalty"] = f.into();
+    }
+    if let Some(p) = sampling.presence_penalty {
+        body["presence_penalty"] = p.into();
+    }
+    if !sampling.stop.is_empty() {
+        body["stop"] = sampling.stop.clone().into();
+    }
+    if let Some(f) = response_format {
+        body["response_format"] = f;
+    }
+    for (k, v) in &sampling.extra {
+        body[k] = v.clone();
+    }
+    body
+}
+
 /// Whether a server error says the request overflowed the model's context (llama.cpp:
 /// "Context size has been exceeded"; others: "maximum context length").
 pub fn is_context_overflow(text: &str) -> bool {
@@ -719,6 +748,25 @@ mod tests {
         assert_eq!(ps[1], words(20), "the short passage is untouched");
         assert_eq!(fit_passages(&mut ps, 10_000, count), Ok(0));
         assert!(fit_passages(&mut ps, 40, count).unwrap_err().contains("budget is 40"));
+    }
+
+    #[test]
+    fn request_bodies_carry_only_the_fields_set() {
+        let m = [Message::user("hi")];
+        let plain = request_body("m", &m, &Sampling { temperature: 0.0, max_tokens: Some(8), seed: Some(1), ..Default::default() }, None);
+        let mut keys: Vec<&str> = plain.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, vec!["max_tokens", "messages", "model", "seed", "temperature"]);
+        let mut extra = serde_json::Map::new();
+        extra.insert("repeat_penalty".into(), 1.1.into());
+        let s = Sampling { frequency_penalty: Some(0.5), presence_penalty: Some(0.25), top_p: Some(0.9), stop: vec!["END".into()], extra, ..Default::default() };
+        let b = request_body("m", &m, &s, Some(serde_json::json!({"type": "json_object"})));
+        assert_eq!(b["frequency_penalty"], 0.5);
+        assert_eq!(b["presence_penalty"], 0.25);
+        assert_eq!(b["top_p"].as_f64().unwrap() as f32, 0.9);
+        assert_eq!(b["stop"], serde_json::json!(["END"]));
+        assert_eq!(b["repeat_penalty"], 1.1);
+        assert_eq!(b["response_format"]["type"], "json_object");
     }
 
     #[test]
