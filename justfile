@@ -125,6 +125,10 @@ test-store: setup models
 ablate-answers: setup models
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
 
+# Sampling controls against loops on the 41 FRA dev questions (greedy, loop stop, repetition, frequency, n-gram, DRY; 256 tokens, four-phase), each paired with greedy, on two page-group halves → eval/fra-sampling/. ~40 min cold on 2 cores.
+ablate-sampling: setup models
+    {{bin}}/evaluate pipelines/fra-sampling.toml --artifacts {{artifacts}}
+
 # The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
 ablate-ict: synth
     {{bin}}/evaluate pipelines/fra-ict.toml --artifacts {{artifacts}}

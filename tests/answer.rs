@@ -119,7 +119,7 @@ fn api_answers_have_their_citations_checked_and_refusals_skip_the_model() {
     assert_eq!((body["frequency_penalty"].as_f64(), body["repeat_penalty"].as_f64().map(|v| v as f32), body["dry_multiplier"].as_f64().map(|v| v as f32)), (Some(0.5), Some(1.2), Some(0.8)), "{body}");
     assert!(body.get("presence_penalty").is_none() && body.get("min_p").is_none(), "{body}");
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(PathBuf::from(&dir).join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["config"]["generation"]["frequency_penalty"], 0.5, "the manifest echoes the controls");
+    assert_eq!(manifest["config"]["config"]["generation"]["frequency_penalty"], 0.5, "the manifest echoes the controls");
     let out = run("answer", &["when are gate arms lowered", "--index", &index, "--artifacts", art.to_str().unwrap(), "--no-repeat-ngram-size", "3", "--set", "generator.kind=api", "--set", "generator.model=scripted", "--set", "generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", url.as_str()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

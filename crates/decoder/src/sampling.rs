@@ -500,15 +500,8 @@ mod tests {
         assert_eq!(stopped, Some((14, 6)));
         // One token repeated needs min_tokens copies; then keeps one.
         let mut det = LoopDetector::default();
-        let mut ids = vec![3u32];
-        let mut at = None;
-        for _ in 0..20 {
-            ids.push(5);
-            if let Some(k) = det.observe(&ids, &stop) {
-                at = Some((ids.len(), k));
-                break;
-            }
-        }
+        let ids: Vec<u32> = std::iter::once(3).chain(std::iter::repeat_n(5, 20)).collect();
+        let at = (2..=ids.len()).find_map(|n| det.observe(&ids[..n], &stop).map(|k| (n, k)));
         assert_eq!(at, Some((10, 2)));
         // Text that does not repeat never stops; off never stops.
         let mut det = LoopDetector::default();

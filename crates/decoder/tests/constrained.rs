@@ -1,6 +1,7 @@
 //! Constrained decoding on SmolLM2-135M-Instruct (GGUF, `just models`): the vocabulary's
 //! bytes are exactly the bytes the tokenizer produces, a greedy reply held to a JSON Schema
-//! parses and satisfies it, and a schema that cannot be compiled is refused with the reason.
+//! parses and satisfies it (also under every repetition control), and a schema that cannot
+//! be compiled is refused with the reason.
 use gauge_decoder::{GenerateOptions, LanguageModel, Message, SchemaCompiler};
 
 fn model() -> LanguageModel {
@@ -55,6 +56,16 @@ fn a_greedy_reply_held_to_a_schema_parses_and_satisfies_it() {
     assert!((1..=3).contains(&pages.len()) && pages.iter().all(|p| p.as_u64().is_some_and(|p| p >= 1)), "{v}");
     assert!(["factual", "scenario"].contains(&o["style"].as_str().unwrap()));
     assert!(o["grounded"].is_boolean());
+
+    // With every repetition control on, the reply is still a valid document of the schema
+    // (the controls act after the constraint's mask; a ban that would leave no allowed token
+    // is skipped).
+    let mut constraint = compiler.constraint(&schema).unwrap();
+    let hard = GenerateOptions { max_new_tokens: 160, repetition_penalty: 1.3, frequency_penalty: 0.5, no_repeat_ngram_size: 2, dry_multiplier: 0.8, ..Default::default() };
+    let g = lm.generate_with(&ids, &hard, Some(&mut constraint)).unwrap();
+    assert_eq!(g.finish_reason, "eos", "{:?}", g.text);
+    let v: serde_json::Value = serde_json::from_str(&g.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", g.text));
+    assert_eq!(v.as_object().unwrap().len(), 4, "{v}");
 
     // The same prompt without the constraint is free text, not this document.
     let free = lm.generate(&ids, &GenerateOptions { max_new_tokens: 24, ..Default::default() }).unwrap();

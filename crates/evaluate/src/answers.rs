@@ -216,6 +216,7 @@ pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], f
         ("citation_precision", "Citation precision", per(&|a, _| frac(a, &|c| c.3))),
         ("invented_citation_rate", "Invented citations", per(&|a, _| frac(a, &|c| !c.3))),
         ("citation_accuracy", "Citation accuracy (gold pages)", per(&|a, q| q.filter(|q| !q.gold.is_empty()).and_then(|q| frac(a, &|c| cites_gold(c, &q.gold))))),
+        ("answer_cites_gold", "Answers citing a gold page", per(&|a, q| q.filter(|q| !q.gold.is_empty() && !a.refused).map(|q| if a.citations.iter().any(|c| cites_gold(c, &q.gold)) { 1.0 } else { 0.0 }))),
         ("refusal_accuracy", "Refusal accuracy", per(&|a, q| q.map(|q| if (a.refused || says_refusal(&a.answer, refusal_sentence)) == (q.gold.is_empty() && q.keywords.is_empty()) { 1.0 } else { 0.0 }))),
     ];
     if four_phase {
@@ -340,6 +341,7 @@ mod tests {
         assert_eq!(get("citation_precision"), Some(0.5));
         assert_eq!(get("invented_citation_rate"), Some(0.5));
         assert_eq!(get("citation_accuracy"), Some(0.5));
+        assert_eq!(get("answer_cites_gold"), Some(1.0));
         assert_eq!(get("refusal_accuracy"), Some(1.0));
         assert_eq!(get("answer_keyword_recall"), Some(1.0));
         assert_eq!((get("tokens_generated"), get("loop_rate"), get("length_rate"), get("seconds_per_answer")), (Some(12.0), Some(0.0), Some(0.0), Some(0.5)));
