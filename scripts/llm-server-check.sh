@@ -2,7 +2,7 @@
 # Structured outputs and the API paths against a real OpenAI-compatible server: llama.cpp's
 # `llama-server` serving SmolLM2-135M-Instruct (scripts/llm-server.sh). Checks, and records in
 # bench/structured-outputs.json:
-#   1. `answer` on two FRA dev questions through the server;
+#   1. `answer` on two FRA dev questions through the server, also with sampling penalties;
 #   2. `synth-data --mode llm` with structured outputs (response_format json_schema): at least 90 %
 #      of the samples kept (the replies are valid TeacherReply documents);
 #   3. the same without them (`teacher.structured_output = "off"`: prompt contract + repair; 6
@@ -39,6 +39,19 @@ import pyarrow.parquet as pq
 rows = pq.read_table(sys.argv[1]).to_pylist()
 assert len(rows) == 2 and all(r["answer"] and r["finish_reason"] == "api" for r in rows), rows
 print("answer via llama-server:", [(r["qid"], r["n_citations"], r["n_verified"], r["completion_tokens"]) for r in rows])
+PY
+
+# 1b. the sampling controls the server reads (llama.cpp's repeat_penalty and DRY fields, OpenAI's
+# frequency_penalty) are accepted: the same questions answered with them.
+dir=$("$bin/answer" --index "$index" --golden ../shared/golden/fra-dev.jsonl --limit 2 -k 3 --max-new-tokens 96 \
+  --repetition-penalty 1.1 --frequency-penalty 0.3 --dry-multiplier 0.8 \
+  --set generator.kind=api --set "generator.base_url=$url" --set generator.model=smollm2 --set generator.api_key_env=GAUGE_NO_KEY "${art[@]}" | tail -n1)
+"$py" - "$dir/answers.parquet" <<'PY'
+import sys
+import pyarrow.parquet as pq
+rows = pq.read_table(sys.argv[1]).to_pylist()
+assert len(rows) == 2 and all(r["answer"] and r["finish_reason"] == "api" for r in rows), rows
+print("answer via llama-server with repetition, frequency and DRY penalties:", [(r["qid"], r["completion_tokens"]) for r in rows])
 PY
 
 chunks=$(./just.sh chunk | tail -n1)
