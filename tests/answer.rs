@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, ok, repo_root, run, scripted_api_model, write_golden, write_markdown_corpus};
+use gauge::{last_line, markdown_index, ok, repo_root, run, scripted_api_model, write_golden};
 use gauge_core::table::{read_parquet_any, Columns};
 
 const TOPICS: [(&str, &str); 3] = [
@@ -14,15 +14,7 @@ const TOPICS: [(&str, &str); 3] = [
 ];
 
 fn build_index(root: &Path) -> String {
-    let corpus = write_markdown_corpus(root, &TOPICS);
-    let art = root.join("artifacts");
-    let a = art.to_str().unwrap();
-    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
-    assert!(minilm.join("model.safetensors").is_file(), "{}: missing; run `just models`", minilm.display());
-    let pages = last_line(&ok(run("extract", &[corpus.to_str().unwrap(), "--artifacts", a])));
-    let chunks = last_line(&ok(run("chunk", &[&pages, "--artifacts", a, "--strategy", "page", "--min-chars", "0"])));
-    let emb = last_line(&ok(run("embed", &[&chunks, "--model", minilm.to_str().unwrap(), "--artifacts", a])));
-    last_line(&ok(run("index", &["--embeddings", &emb, "--artifacts", a])))
+    markdown_index(root, &TOPICS).1
 }
 
 struct Row {

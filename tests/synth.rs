@@ -474,3 +474,92 @@ fn sft_examples_teach_citations_phases_and_refusal_and_split_by_page() {
 }
 
 use std::io::Write as _;
+
+#[test]
+fn a_teacher_set_becomes_examples_with_retrieved_contexts_tags_and_refusals() {
+    let docs = [
+        ("gates", "Gate arms must be fully lowered at least five seconds before the train reaches the crossing."),
+        ("lights", "Flashing light signals flash alternately at 35 to 65 times a minute while a train approaches."),
+        ("bells", "Bells ring while the gate arms descend and may stop once the arms are horizontal."),
+        ("brakes", "Each brake test must be recorded by the inspector on the day it is made."),
+        ("signs", "Crossbuck signs are placed on each approach to a public highway-rail crossing."),
+        ("tracks", "Adjacent tracks are two tracks with centers fifteen feet apart or less."),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let (chunks_dir, index) = gauge::markdown_index(tmp.path(), &docs);
+    let art = tmp.path().join("artifacts");
+    let thinking = |src: &str| format!("PHASE 1: CONTEXTUAL AUDIT\n1. Source Document: {src}, file page 1.\n\nPHASE 2: EVIDENCE MAPPING\n1. The page states the rule.\n\nPHASE 3: SYNTHESIS\n- Conclusion: as stated.\n\nPHASE 4: VERIFICATION\nThe response relies only on file page 1.");
+    let rec = |qid: &str, q: &str, src: Option<&str>, answer: &str| {
+        serde_json::json!({"qid": qid, "question": q, "thinking": thinking(src.unwrap_or("handbook.pdf")), "answer": answer, "gold": src.map(|s| vec![serde_json::json!({"source": s, "page": 1})]).unwrap_or_default(), "in_corpus": src.is_some()}).to_string()
+    };
+    let lines = [
+        rec("t1", "How long before the train must gate arms be lowered?", Some("gates.md"), "At least five seconds before the train arrives."),
+        rec("t2", "How fast do crossing lights flash?", Some("lights.md"), "35 to 65 times a minute."),
+        // A question whose words point elsewhere: retrieval misses its gold page, forced in.
+        rec("t3", "When do gate arms come down and lights flash?", Some("tracks.md"), "Tracks fifteen feet apart or less are adjacent."),
+        rec("t4", "What does the handbook say about school buses?", None, "Gates may be appropriate near schools."),
+    ];
+    let set = tmp.path().join("teacher.jsonl");
+    std::fs::write(&set, lines.join("\n") + "\n").unwrap();
+    let args = |extra: &[&str]| {
+        let mut a = vec![chunks_dir.clone(), "--mode".into(), "sft".into(), "--from".into(), set.to_str().unwrap().into(), "--index".into(), index.clone(), "--artifacts".into(), art.to_str().unwrap().into(), "--set".into(), "sft.retrieval.k=2".into()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let argv = args(&["--split", "50:50"]);
+    let out = ok(run("synth-data", &argv.iter().map(String::as_str).collect::<Vec<_>>()));
+    let dir = PathBuf::from(last_line(&out));
+    let rows = jsonl(&dir.join("sft.jsonl"));
+    assert_eq!(rows.len(), 4);
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert!(manifest["stats"]["gold_forced_in"].as_u64().unwrap() >= 1, "{}", manifest["stats"]);
+    let chunks = gauge_core::schema::read_chunks(&Path::new(&chunks_dir).join("chunks.parquet")).unwrap();
+    let by_id: HashMap<&str, &gauge_core::schema::ChunkRecord> = chunks.iter().map(|c| (c.chunk_id.as_str(), c)).collect();
+    let mut split_of: BTreeMap<String, String> = BTreeMap::new();
+    for r in &rows {
+        let context: Vec<&str> = r["context_chunk_ids"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        assert_eq!(context.len(), 2, "k = 2 passages");
+        let given: Vec<gauge_answer::citations::GivenPassage> = context.iter().map(|id| by_id[id]).map(|c| gauge_answer::citations::GivenPassage { chunk_id: c.chunk_id.clone(), source: c.source.clone(), page_start: c.page_start, page_end: c.page_end }).collect();
+        let reply = r["messages"][2]["content"].as_str().unwrap();
+        assert!(gauge_evaluate::answers::four_phases_in_order(reply), "{reply}");
+        let cites = gauge_answer::citations::check(reply, &given);
+        let gold = r["source"].as_str().unwrap();
+        match r["id"].as_str().unwrap() {
+            "t4" => {
+                assert_eq!(r["kind"], "refusal", "an out-of-corpus question is a refusal");
+                assert!(reply.contains("The provided documents do not contain this information.") && cites.is_empty(), "{reply}");
+            }
+            id => {
+                assert_eq!(r["kind"], "grounded", "{id}: out-of-corpus questions fill the 0.2 refusal share");
+                assert!(given.iter().any(|g| g.source == gold), "{id}: the gold page is in the context");
+                // The teacher's "NAME, file page 1" became the passage's tag; every citation is
+                // verified, and one is the gold page.
+                assert!(reply.contains(&format!("Source Document: [{gold} p. 1]")) && !reply.contains("file page 1"), "{reply}");
+                assert!(!cites.is_empty() && cites.iter().all(|c| c.verified) && cites.iter().any(|c| c.source == gold), "{reply}");
+            }
+        }
+        let split = r["split"].as_str().unwrap().to_string();
+        if !gold.is_empty() {
+            assert_eq!(split_of.entry(gold.to_string()).or_insert(split.clone()), &split, "a page feeds one split");
+        }
+    }
+    assert!(dir.join("train.jsonl").is_file() && dir.join("test.jsonl").is_file());
+    // Every in-corpus example a refusal: the gold pages leave the context.
+    let argv = args(&["--set", "sft.refusal_share=1.0"]);
+    let dir = PathBuf::from(last_line(&ok(run("synth-data", &argv.iter().map(String::as_str).collect::<Vec<_>>()))));
+    for r in jsonl(&dir.join("sft.jsonl")) {
+        assert_eq!(r["kind"], "refusal");
+        let gold = r["source"].as_str().unwrap();
+        assert!(r["context_chunk_ids"].as_array().unwrap().iter().all(|id| by_id[id.as_str().unwrap()].source != gold || gold.is_empty()));
+    }
+    // Bad input: --from without --index; a broken line names the file and line.
+    let out = run("synth-data", &[&chunks_dir, "--mode", "sft", "--from", set.to_str().unwrap(), "--artifacts", art.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--index"), "{}", String::from_utf8_lossy(&out.stderr));
+    let broken = tmp.path().join("broken.jsonl");
+    std::fs::write(&broken, format!("{}\n{{\"qid\": \"x\"}}\n", lines[0])).unwrap();
+    let out = run("synth-data", &[&chunks_dir, "--mode", "sft", "--from", broken.to_str().unwrap(), "--index", &index, "--artifacts", art.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("broken.jsonl:2") && err.lines().filter(|l| !l.trim().is_empty()).count() == 1, "{err}");
+}

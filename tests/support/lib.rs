@@ -68,6 +68,22 @@ pub fn write_markdown_corpus(root: &Path, docs: &[(&str, &str)]) -> PathBuf {
     corpus
 }
 
+/// A Markdown corpus of `docs` (one page each) extracted, chunked by page, embedded with
+/// all-MiniLM-L6-v2 and indexed under `root/artifacts`: (chunk artifact, index artifact).
+/// Needs `just models`.
+pub fn markdown_index(root: &Path, docs: &[(&str, &str)]) -> (String, String) {
+    let corpus = write_markdown_corpus(root, docs);
+    let art = root.join("artifacts");
+    let a = art.to_str().unwrap();
+    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
+    assert!(minilm.join("model.safetensors").is_file(), "{}: missing; run `just models`", minilm.display());
+    let pages = last_line(&ok(run("extract", &[corpus.to_str().unwrap(), "--artifacts", a])));
+    let chunks = last_line(&ok(run("chunk", &[&pages, "--artifacts", a, "--strategy", "page", "--min-chars", "0"])));
+    let emb = last_line(&ok(run("embed", &[&chunks, "--model", minilm.to_str().unwrap(), "--artifacts", a])));
+    let index = last_line(&ok(run("index", &["--embeddings", &emb, "--artifacts", a])));
+    (chunks, index)
+}
+
 /// A pipeline's inline model table for the scripted OpenAI-compatible server at `url`
 /// (no key: the variable named does not exist).
 pub fn scripted_api_model(url: &str) -> String {

@@ -15,6 +15,15 @@ pub struct SynthArgs {
     /// The chunk artifact directory.
     #[serde(skip)]
     pub chunks: PathBuf,
+    /// A teacher-written set (JSONL: qid, question, thinking, answer, gold, in_corpus) to turn
+    /// into SFT examples (`--mode sft`; needs --index).
+    #[arg(long)]
+    #[serde(skip)]
+    pub from: Option<PathBuf>,
+    /// The index each teacher question's context is retrieved from (built from the chunks).
+    #[arg(long)]
+    #[serde(skip)]
+    pub index: Option<PathBuf>,
     /// `llm` (a teacher), `ict` (inverse cloze, offline) or `sft` (chat-format training examples, offline) (`mode`).
     #[arg(long, value_parser = parse_as::<Mode>)]
     pub mode: Option<Mode>,
@@ -120,7 +129,7 @@ impl StageCli for Synth {
             copy_to: args.copy_to,
             device: args.device,
         };
-        Ok(Invocation { inputs: args.chunks, options, flags })
+        Ok(Invocation { inputs: crate::SynthInputs { chunks: args.chunks, from: args.from, index: args.index }, options, flags })
     }
 
     /// `--copy-to`: the golden set copied (through a temporary file) where pipelines read it.

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod sft;
 pub mod split;
 pub mod teacher;
+pub mod teacher_set;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -298,6 +299,17 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
 /// The `synth-data` stage: a chunk artifact → `golden.jsonl` (+ splits, failures, journal).
 pub struct Synth;
 
+/// What `synth-data` reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct SynthInputs {
+    /// The chunk artifact directory (or its `chunks.parquet`).
+    pub chunks: PathBuf,
+    /// A teacher-written set (`--mode sft --from FILE`; see [`teacher_set`]).
+    pub from: Option<PathBuf>,
+    /// The index the teacher set's contexts are retrieved from (built from `chunks`).
+    pub index: Option<PathBuf>,
+}
+
 /// What planning `synth-data` found.
 pub struct SynthState {
     chunks: Vec<ChunkRecord>,
@@ -305,19 +317,21 @@ pub struct SynthState {
     styles: Vec<Style>,
     prompts: Option<teacher::Prompts>,
     sft_prompts: Option<sft::SftPrompts>,
+    /// The teacher set and the index to retrieve from (`--from`).
+    teacher_set: Option<(Vec<teacher_set::TeacherRecord>, PathBuf)>,
 }
 
 impl Stage for Synth {
     const NAME: &'static str = STAGE;
     const FORMAT_VERSION: u32 = FORMAT_VERSION;
     type Config = SynthConfig;
-    /// The chunk artifact directory (or its `chunks.parquet`).
-    type Inputs = PathBuf;
+    type Inputs = SynthInputs;
     type Options = SynthOptions;
     type State = SynthState;
     type Summary = SynthSummary;
 
-    fn plan(cfg: &SynthConfig, chunks: &PathBuf, rt: &SynthOptions) -> anyhow::Result<Plan<SynthState>> {
+    fn plan(cfg: &SynthConfig, inputs: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<Plan<SynthState>> {
+        let chunks = &inputs.chunks;
         anyhow::ensure!(cfg.n > 0, "--n must be at least 1");
         if !cfg.split.is_empty() {
             anyhow::ensure!((2..=3).contains(&cfg.split.len()) && cfg.split.iter().sum::<u32>() > 0, "--split takes 2 or 3 weights such as 70:15:15 (train:dev:test)");
@@ -349,10 +363,25 @@ impl Stage for Synth {
                 (cfg.styles.clone(), Some(p))
             }
         };
-        let mut inputs = vec![entry];
+        let mut files = vec![entry];
         if cfg.mode == Mode::Llm {
-            inputs.extend(gauge_generator::model_entry(&cfg.teacher)?);
+            files.extend(gauge_generator::model_entry(&cfg.teacher)?);
         }
+        let teacher_set = match (&inputs.from, &inputs.index) {
+            (None, None) => None,
+            (Some(from), Some(index)) => {
+                anyhow::ensure!(cfg.mode == Mode::Sft, "--from FILE builds SFT examples: add --mode sft");
+                anyhow::ensure!(cfg.sft.retrieval.k > 0, "sft.retrieval.k must be at least 1");
+                let records = teacher_set::read_teacher_set(from)?;
+                let hash = gauge_core::hash::file_hash(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
+                files.push(gauge_core::FileEntry { path: from.display().to_string(), name: "teacher_set".into(), hash, rows: Some(records.len() as u64) });
+                let index_manifest = gauge_core::Manifest::read(index).map_err(|e| anyhow::anyhow!("{}: not an index artifact ({e}); pass the directory `index` printed", index.display()))?;
+                files.push(gauge_core::FileEntry { path: index.display().to_string(), name: "index".into(), hash: index_manifest.fingerprint, rows: None });
+                Some((records, index.clone()))
+            }
+            (Some(_), None) => anyhow::bail!("--from FILE retrieves each question's context: pass --index INDEX_DIR (built from the same chunks)"),
+            (None, Some(_)) => anyhow::bail!("--index is used with --from FILE (a teacher set)"),
+        };
         let echo = serde_json::json!({
             "config": cfg,
             "reply_schema": (cfg.mode == Mode::Llm).then(|| teacher::reply_schema().schema),
@@ -361,10 +390,10 @@ impl Stage for Synth {
             "sft_templates": sft_prompts.as_ref().map(|p| gauge_core::hash::bytes_hash(format!("{}\u{0}{}", p.system, p.template).as_bytes())),
             "label": label(cfg.mode),
         });
-        Ok(Plan::new(inputs, SynthState { chunks, chunks_path, styles, prompts, sft_prompts }).echo(echo).seed(cfg.seed))
+        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set }).echo(echo).seed(cfg.seed))
     }
 
-    fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &PathBuf, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
         generate(state, run, cfg, rt)
     }
 
@@ -378,7 +407,10 @@ impl Stage for Synth {
 
 /// Samples, generates (journaled in the run's checkpoint directory) and writes the rows.
 fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
-    let SynthState { chunks, chunks_path, styles, prompts, sft_prompts } = state;
+    let SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set } = state;
+    if let Some((records, index)) = teacher_set {
+        return write_teacher_set_sft(&records, &index, &chunks, sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg, rt);
+    }
     if cfg.mode == Mode::Sft {
         return write_sft(&chunks, &chunks_path, sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg);
     }
@@ -566,6 +598,79 @@ fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], prompts: &sft::S
     Ok(out.len() as u64)
 }
 
+/// `--mode sft --from FILE`: one example per teacher record, its context retrieved from the
+/// index (see [`teacher_set`]), split by page group, written as `sft.jsonl`, `sft.parquet`
+/// and one JSONL per split.
+fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, chunks: &[ChunkRecord], prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    let retrieval = cfg.sft.retrieval.clone().normalize();
+    let k = retrieval.k;
+    let mut engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { dense: retrieval.dense, model: None, device: rt.device.clone() })?;
+    if let Some(rc) = &retrieval.rerank {
+        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &rt.device)?);
+    }
+    // Twice the passages, so a refusal context can be topped up past the gold pages.
+    let wide = gauge_engine::RetrievalConfig { k: 2 * k, ..retrieval.clone() };
+    let position: HashMap<&str, usize> = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.as_str(), i)).collect();
+    // Out-of-corpus records are refusals already; in-corpus ones make up the rest of the
+    // refusal share (none when the out-of-corpus ones reach it).
+    let out_of_corpus = records.iter().filter(|r| !r.in_corpus).count();
+    let in_corpus = records.len() - out_of_corpus;
+    let in_share = if in_corpus == 0 { 0.0 } else { ((cfg.sft.refusal_share * records.len() as f64 - out_of_corpus as f64) / in_corpus as f64).clamp(0.0, 1.0) };
+    let bar = gauge_core::progress::bar(records.len() as u64, "examples");
+    let (mut rows, mut forced) = (Vec::new(), 0usize);
+    for (n, r) in records.iter().enumerate() {
+        let result = engine.search(&r.question, &wide)?;
+        let retrieved = result
+            .distinct()
+            .into_iter()
+            .map(|p| position.get(p.chunk.chunk_id.as_str()).copied().ok_or_else(|| anyhow::anyhow!("{}: chunk `{}` is not in the chunk artifact; build the index from the same chunks", index.display(), p.chunk.chunk_id)))
+            .collect::<anyhow::Result<Vec<usize>>>()?;
+        let refuse = !r.in_corpus || sft::is_refusal(n, in_share, cfg.seed);
+        let ctx = teacher_set::context(r, &retrieved, chunks, k, refuse, cfg.seed);
+        if !refuse {
+            let covered = |i: &usize| r.gold.iter().any(|g| chunks[*i].source == g.source && chunks[*i].page_start <= g.page && g.page <= chunks[*i].page_end);
+            forced += usize::from(!retrieved.iter().take(k).any(covered));
+        }
+        rows.push(teacher_set::example(r, &ctx, chunks, &cfg.sft, prompts, refuse)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mut split_counts = BTreeMap::new();
+    if !cfg.split.is_empty() {
+        let mut proxies: Vec<SynthRow> = records
+            .iter()
+            .map(|r| SynthRow { golden: teacher_set::golden_of(r), thinking: None, phases: None, teacher_model: "teacher_set".into(), prompt_sha256: None, chunk_id: String::new(), split: None })
+            .collect();
+        split_counts = split::assign_splits(&mut proxies, &cfg.split, cfg.seed);
+        for (row, p) in rows.iter_mut().zip(proxies) {
+            row.split = p.split;
+        }
+    }
+    write_sft_outputs(&rows, &split_counts, run)?;
+    run.set_stat("label", "sft");
+    run.set_stat("examples", rows.len());
+    run.set_stat("refusal_examples", rows.iter().filter(|r| r.kind == "refusal").count());
+    run.set_stat("out_of_corpus", out_of_corpus);
+    run.set_stat("gold_forced_in", forced);
+    run.set_stat("splits", serde_json::to_value(&split_counts)?);
+    Ok(SynthSummary { accepted: rows.len(), failed: 0, resumed: 0, sft: true })
+}
+
+/// `sft.jsonl`, `sft.parquet` and `<split>.jsonl` per split.
+fn write_sft_outputs(rows: &[sft::SftRow], split_counts: &BTreeMap<String, usize>, run: &mut StageRun) -> anyhow::Result<()> {
+    write_jsonl(&run.path("sft.jsonl"), rows.iter())?;
+    run.add_output("sft.jsonl", Some(rows.len() as u64))?;
+    let n = write_sft_parquet(&run.path("sft.parquet"), rows)?;
+    run.add_output("sft.parquet", Some(n))?;
+    for name in split_counts.keys() {
+        let file = format!("{name}.jsonl");
+        let part: Vec<&sft::SftRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
+        write_jsonl(&run.path(&file), part.iter().copied())?;
+        run.add_output(&file, Some(part.len() as u64))?;
+    }
+    Ok(())
+}
+
 /// `--mode sft`: examples for the planned samples, near-duplicate questions kept (the
 /// contexts differ), split by the source chunk's pages, written as `sft.jsonl`,
 /// `sft.parquet` and one JSONL per split.
@@ -608,16 +713,7 @@ fn write_sft(chunks: &[ChunkRecord], chunks_path: &Path, prompts: &sft::SftPromp
             r.split = p.split;
         }
     }
-    write_jsonl(&run.path("sft.jsonl"), rows.iter())?;
-    run.add_output("sft.jsonl", Some(rows.len() as u64))?;
-    let n = write_sft_parquet(&run.path("sft.parquet"), &rows)?;
-    run.add_output("sft.parquet", Some(n))?;
-    for name in split_counts.keys() {
-        let file = format!("{name}.jsonl");
-        let part: Vec<&sft::SftRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
-        write_jsonl(&run.path(&file), part.iter().copied())?;
-        run.add_output(&file, Some(part.len() as u64))?;
-    }
+    write_sft_outputs(&rows, &split_counts, run)?;
     let refusals = rows.iter().filter(|r| r.kind == "refusal").count();
     run.set_stat("label", "sft");
     run.set_stat("planned", planned.len());

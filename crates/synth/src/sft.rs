@@ -23,18 +23,28 @@ use serde::{Deserialize, Serialize};
 pub struct SftConfig {
     /// Distractor passages in each context, beside the source chunk.
     pub distractors: usize,
-    /// Share of examples whose context lacks the answer (replied with `refusal`).
+    /// Share of examples whose context lacks the answer (replied with `refusal`); with a
+    /// teacher set, its out-of-corpus questions count toward it.
     pub refusal_share: f64,
     /// Answer template the examples follow: `four_phase` or `plain`
     /// (`pipelines/prompts/answer_<name>.md`).
     pub template: String,
     /// The refusal sentence (`answer`'s `refusal`).
     pub refusal: String,
+    /// With a teacher set (`--from`): the retrieval that builds each context (the same config
+    /// language as `answer` and `evaluate`; `k` passages).
+    pub retrieval: gauge_engine::RetrievalConfig,
 }
 
 impl Default for SftConfig {
     fn default() -> Self {
-        SftConfig { distractors: 2, refusal_share: 0.2, template: "four_phase".into(), refusal: "The provided documents do not contain this information.".into() }
+        SftConfig {
+            distractors: 2,
+            refusal_share: 0.2,
+            template: "four_phase".into(),
+            refusal: "The provided documents do not contain this information.".into(),
+            retrieval: gauge_engine::RetrievalConfig { k: 5, ..gauge_engine::RetrievalConfig::default() },
+        }
     }
 }
 
