@@ -207,6 +207,16 @@ train-teacher url="" model="smollm2" api_key_env="GAUGE_NO_KEY" *flags="": setup
     [ -z "{{url}}" ] && scripts/llm-server.sh stop
     {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-teacher {{flags}}
 
+# The generator trained on the teacher-written set: ../shared/golden/fra-sft.jsonl → SFT examples with contexts retrieved from the FRA index (synth-data --mode sft --from, split 50:10:40 by page group) → SmolLM2 adapter (train-lora, blocks kept 4-bit) in data/adapters/fra-sft-teacher-set → base vs adapter on the dev questions whose pages training never touched → eval/fra-sft-teacher/. ~25 min on 2 cores.
+train-sft *flags="": setup models
+    #!/usr/bin/env bash
+    set -euo pipefail
+    chunks=$({{just}} chunk | tail -n1)
+    index=$({{just}} index | tail -n1)
+    data=$({{bin}}/synth-data "$chunks" --mode sft --from ../shared/golden/fra-sft.jsonl --index "$index" --split 50:10:40 --seed 42 --artifacts {{artifacts}} | tail -n1)
+    {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 2048 --learning-rate 1e-3 --grad-accum 4 --set batch_size=1 --set warmup_steps=2 --set eval_examples=6 --set eval_every=4 --copy-to data/adapters/fra-sft-teacher-set {{flags}}
+    {{bin}}/evaluate pipelines/fra-sft-teacher.toml --artifacts {{artifacts}}
+
 # SmolLM2 base, + the offline SFT adapter and + the teacher SFT adapter on the same contexts (paired) → eval/fra-adapter-teacher/ (the first two rows are the cached answers of `just ablate-adapter`).
 ablate-adapter-teacher: train train-teacher
     {{bin}}/evaluate pipelines/fra-adapter-teacher.toml --artifacts {{artifacts}}

@@ -563,3 +563,45 @@ fn a_teacher_set_becomes_examples_with_retrieved_contexts_tags_and_refusals() {
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("broken.jsonl:2") && err.lines().filter(|l| !l.trim().is_empty()).count() == 1, "{err}");
 }
+
+#[test]
+fn doc2query_keeps_only_questions_whose_passage_comes_back() {
+    let docs = [
+        ("gates", "Gate arms must be fully lowered at least five seconds before the train reaches the crossing, and they stay down until the last car has passed."),
+        ("lights", "Flashing light signals flash alternately at 35 to 65 times a minute while a train approaches the highway-rail grade crossing."),
+        ("brakes", "Each air brake test must be recorded by the inspector on the day it is made, with the car numbers and the result."),
+        ("signs", "Crossbuck signs are placed on each approach to a public highway-rail grade crossing, on the right side of the road."),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let (chunks_dir, index) = gauge::markdown_index(tmp.path(), &docs);
+    let art = tmp.path().join("artifacts");
+    let examples = tmp.path().join("examples.jsonl");
+    std::fs::write(&examples, "{\"question\": \"How long must gate arms stay lowered at a crossing?\"}\n").unwrap();
+    let args = [chunks_dir.as_str(), "--mode", "doc2query", "--index", index.as_str(), "--from", examples.to_str().unwrap(), "--n", "4", "--min-chars", "0", "--max-new-tokens", "120", "--set", "doc2query.round_trip_k=1", "--set", "doc2query.per_chunk=2", "--artifacts", art.to_str().unwrap()];
+    let dir = PathBuf::from(last_line(&ok(run("synth-data", &args))));
+    let kept = jsonl(&dir.join("golden.jsonl"));
+    let dropped = jsonl(&dir.join("dropped.jsonl"));
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let stats = &manifest["stats"];
+    assert_eq!(stats["passages"], 4);
+    let written = stats["questions_written"].as_u64().unwrap() as usize;
+    assert!(written > 0, "{stats}");
+    assert_eq!(stats["questions_kept"].as_u64().unwrap() as usize, kept.len());
+    // Every kept question brings its own passage back first (round trip at k = 1).
+    let engine = gauge_engine::Engine::open(Path::new(&index), &gauge_engine::EngineOptions { dense: true, model: None, device: "cpu".into() }).unwrap();
+    let cfg = gauge_engine::RetrievalConfig { k: 1, ..Default::default() }.normalize();
+    for r in &kept {
+        let top = engine.search(r["question"].as_str().unwrap(), &cfg).unwrap();
+        assert_eq!(top.passages[0].chunk.chunk_id, r["chunk_id"].as_str().unwrap(), "{r}");
+        assert_eq!(r["category"], "doc2query");
+    }
+    // Every dropped question says why, from the known reasons.
+    for d in &dropped {
+        let reason = d["reason"].as_str().unwrap();
+        assert!(["too_short", "no_words", "not_retrieved", "unparsable_reply"].contains(&reason) || reason.starts_with("generation_failed"), "{d}");
+    }
+    // Bad input: no index to run the round trip on.
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "doc2query", "--artifacts", art.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--index"));
+}

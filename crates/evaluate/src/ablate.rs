@@ -471,6 +471,34 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
             split_report = report::answers_split_markdown(split_seed, &sections);
         }
     }
+    // The gate: every trained model against its untrained base.
+    let mut gate_rows = Vec::new();
+    for v in pipeline.variants.iter().filter(|v| !skip.contains(v.name.as_str())) {
+        let Some(other) = &v.compare_to else { continue };
+        if !crate::gate::is_trained(&serde_json::to_value(&v.stages)?) {
+            continue;
+        }
+        let mine: Vec<_> = named.iter().filter(|(c, o, _, _)| c == &v.name && o == other).collect();
+        if let Some((c, o, m, d)) = mine.iter().find(|(_, _, m, _)| m.starts_with("MRR")).or(mine.first()) {
+            gate_rows.push(crate::gate::GateRow { row: c.clone(), base: o.clone(), metric: m.clone(), n: golden.len(), comparison: *d });
+        }
+    }
+    if let Some(section) = &pipeline.answer {
+        for a in answers {
+            let adapted = section.generators.iter().any(|g| Some(&g.name) == a.generator.as_ref() && matches!(g.generator, Some(gauge_answer::GeneratorConfig::Local { adapter: Some(_), .. })));
+            if !adapted {
+                continue;
+            }
+            let mine: Vec<&crate::answers::AnswerDelta> = answer_deltas.iter().filter(|d| d.run == a.name()).collect();
+            if let Some(d) = mine.iter().find(|d| d.metric == "reference_token_f1").or_else(|| mine.iter().find(|d| d.metric == "answer_verified_citation")) {
+                gate_rows.push(crate::gate::GateRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), n: d.n, comparison: d.comparison });
+            }
+        }
+    }
+    if !gate_rows.is_empty() {
+        let verdicts: Vec<serde_json::Value> = gate_rows.iter().map(|g| serde_json::json!({"row": g.row, "base": g.base, "metric": g.metric, "delta": g.comparison.delta, "p": g.comparison.p_value, "verdict": crate::gate::verdict(&g.comparison)})).collect();
+        run.set_stat("gate", verdicts);
+    }
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
     run.add_output("metrics.parquet", Some(n))?;
     let n = report::write_per_query(&run.path("per_query.parquet"), &query_rows)?;
@@ -489,7 +517,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report)?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report + &crate::gate::markdown(&gate_rows))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;

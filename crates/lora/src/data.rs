@@ -120,3 +120,18 @@ mod tests {
         assert!(input_files(dir.path()).unwrap_err().to_string().contains("sft.jsonl"));
     }
 }
+
+/// The `source#page` of every page the rows of a chat JSONL were made from (`source`,
+/// `page_start`, `page_end`, as `synth-data --mode sft` writes them; rows without a source,
+/// such as out-of-corpus refusals, add none), sorted.
+pub fn example_pages(path: &Path) -> Result<Vec<String>, LoraError> {
+    let err = |message: String| LoraError::Data { path: path.to_path_buf(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read ({e})")))?;
+    let mut pages = std::collections::BTreeSet::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let row: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("line {}: not JSON ({e})", i + 1)))?;
+        let (Some(source), Some(a), Some(b)) = (row["source"].as_str().filter(|s| !s.is_empty()), row["page_start"].as_i64(), row["page_end"].as_i64()) else { continue };
+        pages.extend((a..=b).map(|p| format!("{source}#{p}")));
+    }
+    Ok(pages.into_iter().collect())
+}

@@ -513,7 +513,7 @@ pub fn save_model(model: &TrainableBert, params: &EncoderParams, base: &Path, di
 /// The pages list written beside the weights (`training_pages.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainingPages {
-    /// `embedder` or `reranker`.
+    /// `embedder`, `reranker` or `generator`.
     pub target: String,
     /// The base model as named.
     pub base: String,

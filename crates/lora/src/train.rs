@@ -367,6 +367,14 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     adapter.save(&run.path("adapter"))?;
     run.add_output("adapter/adapter_config.json", None)?;
     run.add_output("adapter/adapter_model.safetensors", None)?;
+    // The pages the examples were made from, so `evaluate` (`exclude_trained_pages`) can keep
+    // to questions whose gold pages the adapter never trained on.
+    let pages = data::example_pages(&state.train_file)?;
+    if !pages.is_empty() {
+        let record = crate::retriever::TrainingPages { target: "generator".into(), base: cfg.base.clone(), questions: train.len(), pages };
+        std::fs::write(run.path("adapter").join(crate::retriever::TRAINING_PAGES), serde_json::to_string_pretty(&record)?)?;
+        run.add_output(&format!("adapter/{}", crate::retriever::TRAINING_PAGES), None)?;
+    }
     curve::write_outputs(run, &progress.curve, &format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total))?;
     if cfg.merge {
         crate::merge::write_merged(&cfg.base, &adapter, &template, &run.path("merged"))?;

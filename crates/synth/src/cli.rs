@@ -15,16 +15,19 @@ pub struct SynthArgs {
     /// The chunk artifact directory.
     #[serde(skip)]
     pub chunks: PathBuf,
-    /// A teacher-written set (JSONL: qid, question, thinking, answer, gold, in_corpus) to turn
-    /// into SFT examples (`--mode sft`; needs --index).
+    /// `--mode sft`: a teacher-written set (JSONL: qid, question, thinking, answer, gold,
+    /// in_corpus) to turn into SFT examples (needs --index); `--mode doc2query`: example
+    /// questions (any JSONL with `question`) whose style the prompts show.
     #[arg(long)]
     #[serde(skip)]
     pub from: Option<PathBuf>,
-    /// The index each teacher question's context is retrieved from (built from the chunks).
+    /// The index each teacher question's context is retrieved from, or doc2query's round trip
+    /// runs on (built from the chunks).
     #[arg(long)]
     #[serde(skip)]
     pub index: Option<PathBuf>,
-    /// `llm` (a teacher), `ict` (inverse cloze, offline) or `sft` (chat-format training examples, offline) (`mode`).
+    /// `llm` (a teacher), `ict` (inverse cloze, offline), `sft` (chat-format training examples) or
+    /// `doc2query` (questions per passage, round-trip filtered; needs --index) (`mode`).
     #[arg(long, value_parser = parse_as::<Mode>)]
     pub mode: Option<Mode>,
     /// Samples to draw (`n`).

@@ -6,6 +6,7 @@
 //! what the journal holds. The output rows follow the golden-set format `evaluate` reads.
 #![deny(missing_docs)]
 pub mod cli;
+pub mod doc2query;
 pub mod plan;
 pub mod sft;
 pub mod split;
@@ -43,6 +44,9 @@ pub enum Mode {
     Ict,
     /// Supervised fine-tuning examples built offline (chat format; see [`sft`]).
     Sft,
+    /// A generator writes questions per passage, kept when the engine retrieves the passage
+    /// for them (round trip; see [`doc2query`]).
+    Doc2query,
 }
 
 /// Effective configuration (serde, with defaults), echoed into the manifest. Holds the
@@ -73,6 +77,8 @@ pub struct SynthConfig {
     pub generation: GenerateOptions,
     /// SFT examples (`--mode sft`).
     pub sft: sft::SftConfig,
+    /// Questions per passage with the round-trip filter (`--mode doc2query`).
+    pub doc2query: doc2query::Doc2QueryConfig,
 }
 
 impl Default for SynthConfig {
@@ -88,6 +94,7 @@ impl Default for SynthConfig {
             teacher: GeneratorConfig::Api(ChatConfig::default()),
             generation: GenerateOptions { max_new_tokens: 1500, temperature: 0.2, ..GenerateOptions::default() },
             sft: sft::SftConfig::default(),
+            doc2query: doc2query::Doc2QueryConfig::default(),
         }
     }
 }
@@ -174,6 +181,7 @@ fn label(mode: Mode) -> &'static str {
         Mode::Ict => "ict",
         Mode::Llm => "llm",
         Mode::Sft => "sft",
+        Mode::Doc2query => "doc2query",
     }
 }
 
@@ -319,6 +327,15 @@ pub struct SynthState {
     sft_prompts: Option<sft::SftPrompts>,
     /// The teacher set and the index to retrieve from (`--from`).
     teacher_set: Option<(Vec<teacher_set::TeacherRecord>, PathBuf)>,
+    /// `--mode doc2query`: its prompt, example questions and index.
+    doc2query: Option<Doc2QueryPlan>,
+}
+
+/// What `--mode doc2query` needs beside the chunks.
+struct Doc2QueryPlan {
+    template: String,
+    examples: Vec<String>,
+    index: PathBuf,
 }
 
 impl Stage for Synth {
@@ -355,6 +372,7 @@ impl Stage for Synth {
                 sft_prompts = Some(load_sft_prompts()?);
                 (vec![Style::Ict], None)
             }
+            Mode::Doc2query => (vec![Style::Factual], None),
             Mode::Llm => {
                 anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
                 let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
@@ -367,7 +385,29 @@ impl Stage for Synth {
         if cfg.mode == Mode::Llm {
             files.extend(gauge_generator::model_entry(&cfg.teacher)?);
         }
+        let mut doc2query = None;
+        if cfg.mode == Mode::Doc2query {
+            let d = &cfg.doc2query;
+            anyhow::ensure!(d.per_chunk > 0 && d.round_trip_k > 0, "doc2query.per_chunk and doc2query.round_trip_k must be at least 1");
+            let index = inputs.index.as_ref().ok_or_else(|| anyhow::anyhow!("--mode doc2query keeps a question when the engine retrieves its passage: pass --index INDEX_DIR (built from the same chunks)"))?;
+            let path = rt.prompts.join("doc2query.md");
+            let template = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); pass --prompts DIR holding doc2query.md", path.display()))?;
+            let examples = match &inputs.from {
+                Some(f) => {
+                    let ex = doc2query::read_examples(f, d.examples, cfg.seed)?;
+                    files.push(gauge_core::FileEntry { path: f.display().to_string(), name: "examples".into(), hash: gauge_core::hash::file_hash(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?, rows: Some(ex.len() as u64) });
+                    ex
+                }
+                None => Vec::new(),
+            };
+            let index_manifest = gauge_core::Manifest::read(index).map_err(|e| anyhow::anyhow!("{}: not an index artifact ({e}); pass the directory `index` printed", index.display()))?;
+            files.push(gauge_core::FileEntry { path: index.display().to_string(), name: "index".into(), hash: index_manifest.fingerprint, rows: None });
+            files.extend(gauge_generator::model_entry(&d.generator)?);
+            files.push(gauge_core::FileEntry { path: path.display().to_string(), name: "prompt".into(), hash: gauge_core::hash::bytes_hash(template.as_bytes()), rows: None });
+            doc2query = Some(Doc2QueryPlan { template, examples, index: index.clone() });
+        }
         let teacher_set = match (&inputs.from, &inputs.index) {
+            _ if cfg.mode == Mode::Doc2query => None,
             (None, None) => None,
             (Some(from), Some(index)) => {
                 anyhow::ensure!(cfg.mode == Mode::Sft, "--from FILE builds SFT examples: add --mode sft");
@@ -390,7 +430,7 @@ impl Stage for Synth {
             "sft_templates": sft_prompts.as_ref().map(|p| gauge_core::hash::bytes_hash(format!("{}\u{0}{}", p.system, p.template).as_bytes())),
             "label": label(cfg.mode),
         });
-        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set }).echo(echo).seed(cfg.seed))
+        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query }).echo(echo).seed(cfg.seed))
     }
 
     fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
@@ -407,7 +447,10 @@ impl Stage for Synth {
 
 /// Samples, generates (journaled in the run's checkpoint directory) and writes the rows.
 fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
-    let SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set } = state;
+    let SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query } = state;
+    if let Some(plan) = doc2query {
+        return write_doc2query(&chunks, &chunks_path, &plan, run, cfg, rt);
+    }
     if let Some((records, index)) = teacher_set {
         return write_teacher_set_sft(&records, &index, &chunks, sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg, rt);
     }
@@ -459,6 +502,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
             }
         }
         Mode::Sft => unreachable!("SFT examples are written by write_sft"),
+        Mode::Doc2query => unreachable!("doc2query questions are written by write_doc2query"),
         Mode::Llm => {
             let client = Generator::open(&cfg.teacher, &rt.device, rt.retry.clone())?;
             let prompts = prompts.as_ref().expect("LLM mode loads prompts");
@@ -654,6 +698,104 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, c
     run.set_stat("gold_forced_in", forced);
     run.set_stat("splits", serde_json::to_value(&split_counts)?);
     Ok(SynthSummary { accepted: rows.len(), failed: 0, resumed: 0, sft: true })
+}
+
+/// `--mode doc2query`: questions for `n` planned passages from the generator (one batch), each
+/// cleaned, kept when the engine retrieves its passage in the top `round_trip_k`, then
+/// near-duplicates dropped; `golden.jsonl` (and splits by page), `dropped.jsonl` with every
+/// dropped question and its reason, counts and speed in the manifest.
+fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryPlan, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    let d = &cfg.doc2query;
+    let planned = plan::plan(chunks, cfg.n, &[Style::Factual], cfg.seed, cfg.min_chars, &|_| true);
+    anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
+    let generator = Generator::open(&d.generator, &rt.device, rt.retry.clone())?;
+    let schema = doc2query::reply_schema(d.per_chunk);
+    let chats: Vec<Vec<Message>> = planned.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk))]).collect();
+    let bar = gauge_core::progress::bar(chats.len() as u64, "passages");
+    let started = std::time::Instant::now();
+    let replies = generator.complete_batch(&chats, &cfg.generation, Some(&schema), &|| bar.inc(1));
+    let generation_seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let retrieval = gauge_engine::RetrievalConfig { k: d.round_trip_k, ..d.retrieval.clone() }.normalize();
+    let mut engine = gauge_engine::Engine::open(&plan.index, &gauge_engine::EngineOptions { dense: retrieval.dense, model: None, device: rt.device.clone() })?;
+    if let Some(rc) = &retrieval.rerank {
+        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &rt.device)?);
+    }
+    let (mut rows, mut dropped) = (Vec::new(), Vec::new());
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut tokens, mut written) = (0usize, 0usize);
+    let mut drop = |chunk: &ChunkRecord, question: &str, reason: &str, dropped: &mut Vec<serde_json::Value>| {
+        *reasons.entry(reason.to_string()).or_default() += 1;
+        dropped.push(serde_json::json!({ "chunk_id": chunk.chunk_id, "source": chunk.source, "page_start": chunk.page_start, "question": question, "reason": reason }));
+    };
+    for (s, reply) in planned.iter().zip(replies) {
+        let c = &chunks[s.chunks[0]];
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                drop(c, "", &format!("generation_failed: {e}"), &mut dropped);
+                continue;
+            }
+        };
+        tokens += reply.completion_tokens;
+        let parsed: Result<doc2query::Doc2QueryReply, _> = serde_json::from_str(gauge_llm::json_payload(&reply.text));
+        let Ok(parsed) = parsed else {
+            drop(c, &reply.text, "unparsable_reply", &mut dropped);
+            continue;
+        };
+        for (j, q) in parsed.questions.iter().take(d.per_chunk).enumerate() {
+            written += 1;
+            let q = match doc2query::clean(q, d.min_words) {
+                Ok(q) => q,
+                Err(reason) => {
+                    drop(c, q, reason, &mut dropped);
+                    continue;
+                }
+            };
+            let found: Vec<String> = engine.search(&q, &retrieval)?.distinct().into_iter().map(|p| p.chunk.chunk_id.clone()).collect();
+            if !doc2query::round_trip(&c.chunk_id, &found, d.round_trip_k) {
+                drop(c, &q, "not_retrieved", &mut dropped);
+                continue;
+            }
+            rows.push(SynthRow {
+                golden: GoldenQuestion { qid: format!("d2q-{}-{j}", s.index), question: q, gold: vec![gold_of(c)], keywords: Vec::new(), reference_answer: None, category: Some("doc2query".into()) },
+                thinking: None,
+                phases: None,
+                teacher_model: generator.name().to_string(),
+                prompt_sha256: None,
+                chunk_id: c.chunk_id.clone(),
+                split: None,
+            });
+        }
+    }
+    let before = rows.len();
+    let mut rows = split::drop_near_duplicates(rows, cfg.near_duplicate_jaccard);
+    if before > rows.len() {
+        reasons.insert("near_duplicate".into(), before - rows.len());
+    }
+    let split_counts = if cfg.split.is_empty() { BTreeMap::new() } else { split::assign_splits(&mut rows, &cfg.split, cfg.seed) };
+    write_jsonl(&run.path("golden.jsonl"), rows.iter())?;
+    run.add_output("golden.jsonl", Some(rows.len() as u64))?;
+    for name in split_counts.keys() {
+        let file = format!("{name}.jsonl");
+        let part: Vec<&SynthRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
+        write_jsonl(&run.path(&file), part.iter().copied())?;
+        run.add_output(&file, Some(part.len() as u64))?;
+    }
+    write_jsonl(&run.path("dropped.jsonl"), dropped.iter())?;
+    run.add_output("dropped.jsonl", Some(dropped.len() as u64))?;
+    run.set_stat("label", "doc2query");
+    run.set_stat("passages", planned.len());
+    run.set_stat("questions_written", written);
+    run.set_stat("questions_kept", rows.len());
+    run.set_stat("dropped", serde_json::to_value(&reasons)?);
+    run.set_stat("completion_tokens", tokens);
+    run.set_stat("generation_seconds", generation_seconds);
+    run.set_stat("tokens_per_second", if generation_seconds > 0.0 { tokens as f64 / generation_seconds } else { 0.0 });
+    run.set_stat("splits", serde_json::to_value(&split_counts)?);
+    run.set_stat("structured_output", generator.structured_status());
+    eprintln!("synth-data: doc2query: {written} questions written for {} passages, {} kept after the round trip (top {}) and near-duplicate removal", planned.len(), rows.len(), d.round_trip_k);
+    Ok(SynthSummary { accepted: rows.len(), failed: written - rows.len(), resumed: 0, sft: false })
 }
 
 /// `sft.jsonl`, `sft.parquet` and `<split>.jsonl` per split.

@@ -1,0 +1,131 @@
+//! `--mode doc2query`: questions for passages written by a generator (the local decoder by
+//! default, batched, each reply held to a JSON Schema), in the style of a few example
+//! questions, then filtered by **round-trip consistency** as InPars and Promptagator filter:
+//! a question is kept only when the untrained engine retrieves its passage in the top
+//! `round_trip_k`. Near-duplicates are dropped after. Every dropped question is written with
+//! its reason, so the filter can be audited.
+use gauge_core::schema::ChunkRecord;
+use gauge_generator::GeneratorConfig;
+use serde::{Deserialize, Serialize};
+
+/// Settings of `--mode doc2query` (serde, with defaults).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Doc2QueryConfig {
+    /// The model that writes the questions (default: the local SmolLM2, batched).
+    pub generator: GeneratorConfig,
+    /// Questions asked for per passage.
+    pub per_chunk: usize,
+    /// Example questions shown in each prompt (from `--from FILE`; none without one).
+    pub examples: usize,
+    /// A question is kept when its passage is among the engine's top this many.
+    pub round_trip_k: usize,
+    /// The retrieval the round trip uses (the untrained hybrid engine by default).
+    pub retrieval: gauge_engine::RetrievalConfig,
+    /// Questions shorter than this many words are dropped.
+    pub min_words: usize,
+}
+
+impl Default for Doc2QueryConfig {
+    fn default() -> Self {
+        Doc2QueryConfig {
+            generator: GeneratorConfig::default(),
+            per_chunk: 3,
+            examples: 3,
+            round_trip_k: 10,
+            retrieval: gauge_engine::RetrievalConfig { k: 10, ..gauge_engine::RetrievalConfig::default() },
+            min_words: 4,
+        }
+    }
+}
+
+/// The generator's reply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Doc2QueryReply {
+    /// Questions the passage answers, each one self-contained.
+    pub questions: Vec<String>,
+}
+
+/// The reply's JSON Schema: exactly `n` questions of 12 to 300 characters (a schema that
+/// allowed an empty list would get one from a small model).
+pub fn reply_schema(n: usize) -> gauge_llm::ResponseSchema {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "questions": {
+                "type": "array",
+                "description": "Questions the passage answers, each one self-contained.",
+                "items": { "type": "string", "minLength": 12, "maxLength": 300 },
+                "minItems": n,
+                "maxItems": n
+            }
+        },
+        "required": ["questions"],
+        "additionalProperties": false
+    });
+    gauge_llm::ResponseSchema { name: "doc2query_reply".into(), schema }
+}
+
+/// The prompt for one passage: the template with `{{examples}}` (one example question a
+/// line), `{{n}}`, `{{source}}`, `{{pages}}` and `{{passage}}` filled in.
+pub fn prompt(template: &str, chunk: &ChunkRecord, examples: &[String], n: usize) -> String {
+    let pages = if chunk.page_start == chunk.page_end { chunk.page_start.to_string() } else { format!("{}-{}", chunk.page_start, chunk.page_end) };
+    let examples = if examples.is_empty() { "(none)".to_string() } else { examples.iter().map(|e| format!("- {e}")).collect::<Vec<_>>().join("\n") };
+    template.replace("{{examples}}", &examples).replace("{{n}}", &n.to_string()).replace("{{source}}", &chunk.source).replace("{{pages}}", &pages).replace("{{passage}}", &chunk.text)
+}
+
+/// A question as written, cleaned (whitespace collapsed, a list marker dropped), or why it
+/// is dropped.
+pub fn clean(question: &str, min_words: usize) -> Result<String, &'static str> {
+    let q = question.split_whitespace().collect::<Vec<_>>().join(" ");
+    let q = q.trim_start_matches(|c: char| c == '-' || c == '*' || c.is_ascii_digit() || c == '.' || c == ')').trim().to_string();
+    if q.split_whitespace().count() < min_words {
+        return Err("too_short");
+    }
+    if !q.chars().any(char::is_alphabetic) {
+        return Err("no_words");
+    }
+    Ok(q)
+}
+
+/// Round-trip consistency: whether `chunk_id` is among the first `k` of `retrieved` (the
+/// engine's chunk ids for the question, best first).
+pub fn round_trip(chunk_id: &str, retrieved: &[String], k: usize) -> bool {
+    retrieved.iter().take(k).any(|c| c == chunk_id)
+}
+
+/// Example questions for the prompts: `n` of the file's `question` fields (JSONL: a golden
+/// set, a teacher set or SFT rows), a seeded choice.
+pub fn read_examples(path: &std::path::Path, n: usize, seed: u64) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: cannot read the example questions ({e})", path.display()))?;
+    let mut all = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{}:{}: not JSON ({e})", path.display(), i + 1))?;
+        let q = v["question"].as_str().ok_or_else(|| anyhow::anyhow!("{}:{}: no `question` field", path.display(), i + 1))?;
+        all.push(q.to_string());
+    }
+    gauge_core::rng::SplitMix64::new(seed).shuffle(&mut all);
+    all.truncate(n);
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn questions_are_cleaned_and_short_ones_dropped() {
+        assert_eq!(clean("  1. When must  gate arms be lowered? ", 4), Ok("When must gate arms be lowered?".into()));
+        assert_eq!(clean("- What is a crossbuck sign?", 4), Ok("What is a crossbuck sign?".into()));
+        assert_eq!(clean("Why?", 4), Err("too_short"));
+    }
+
+    #[test]
+    fn the_round_trip_keeps_a_question_only_when_its_passage_is_retrieved() {
+        let got = vec!["c3".to_string(), "c1".to_string(), "c9".to_string()];
+        assert!(round_trip("c1", &got, 2));
+        assert!(!round_trip("c9", &got, 2), "ranked third: out of the top 2");
+        assert!(!round_trip("c5", &got, 10), "not retrieved at all");
+    }
+}
