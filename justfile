@@ -207,7 +207,7 @@ train-teacher url="" model="smollm2" api_key_env="GAUGE_NO_KEY" *flags="": setup
     [ -z "{{url}}" ] && scripts/llm-server.sh stop
     {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-teacher {{flags}}
 
-# The generator trained on the teacher-written set: ../shared/golden/fra-sft.jsonl → SFT examples with contexts retrieved from the FRA index (synth-data --mode sft --from, split 50:10:40 by page group) → SmolLM2 adapter (train-lora, blocks kept 4-bit) in data/adapters/fra-sft-teacher-set → base vs adapter on the dev questions whose pages training never touched → eval/fra-sft-teacher/. ~25 min on 2 cores.
+# The generator trained on the teacher-written set: ../shared/golden/fra-sft.jsonl → SFT examples with contexts retrieved from the FRA index (synth-data --mode sft --from, split 50:10:40 by page group) → SmolLM2 adapter (train-lora, blocks kept 4-bit) in data/adapters/fra-sft-teacher-set → base vs adapter on the dev questions whose pages training never touched → eval/fra-sft-teacher/ (with the gate verdict). ~30 min on 2 cores (training 21 min).
 train-sft *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail

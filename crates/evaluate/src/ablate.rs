@@ -23,7 +23,7 @@ use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 /// Stage name of evaluation artifacts.
 pub const STAGE: &str = "evaluate";
 /// Output format version.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Settings of `evaluate` beyond the pipeline file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -378,7 +378,10 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         let mut verdicts: Vec<Vec<Option<crate::judge::Verdict>>> = Vec::new();
         let mut agreements = Vec::new();
         for a in answers {
-            let answered = crate::answers::read_answers(&a.dir.join("answers.parquet"))?;
+            // The golden set as evaluated (after `exclude_trained_pages`): the answer stage
+            // reads the whole file, so answers to questions outside it are left out here.
+            let mut answered = crate::answers::read_answers(&a.dir.join("answers.parquet"))?;
+            answered.retain(|aq| golden.iter().any(|q| q.qid == aq.qid));
             let mut m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase", &section.refusal);
             let mut row_verdicts = Vec::new();
             if let (Some(judge), Some(js)) = (&judge, &pipeline.judge) {

@@ -95,9 +95,35 @@ pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError
     Err(LoraError::Data { path: input.to_path_buf(), message: "holds neither train.jsonl nor sft.jsonl (run `synth-data --mode sft` and pass the directory it prints)".into() })
 }
 
+/// The `source#page` of every page the rows of a chat JSONL were made from (`source`,
+/// `page_start`, `page_end`, as `synth-data --mode sft` writes them; rows without a source,
+/// such as out-of-corpus refusals, add none), sorted.
+pub fn example_pages(path: &Path) -> Result<Vec<String>, LoraError> {
+    let err = |message: String| LoraError::Data { path: path.to_path_buf(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read ({e})")))?;
+    let mut pages = std::collections::BTreeSet::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let row: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("line {}: not JSON ({e})", i + 1)))?;
+        let (Some(source), Some(a), Some(b)) = (row["source"].as_str().filter(|s| !s.is_empty()), row["page_start"].as_i64(), row["page_end"].as_i64()) else { continue };
+        pages.extend((a..=b).map(|p| format!("{source}#{p}")));
+    }
+    Ok(pages.into_iter().collect())
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn example_pages_are_the_pages_rows_were_made_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("train.jsonl");
+        std::fs::write(&f, "{\"source\": \"m.pdf\", \"page_start\": 5, \"page_end\": 6}\n{\"source\": \"\", \"page_start\": 0, \"page_end\": 0}\n{\"source\": \"a.pdf\", \"page_start\": 2, \"page_end\": 2}\n{\"messages\": []}\n").unwrap();
+        assert_eq!(example_pages(&f).unwrap(), vec!["a.pdf#2", "m.pdf#5", "m.pdf#6"]);
+        std::fs::write(&f, "not json\n").unwrap();
+        assert!(example_pages(&f).unwrap_err().to_string().contains("line 1"));
+    }
 
     #[test]
     fn only_the_last_assistant_turn_is_learned() {
@@ -119,19 +145,4 @@ mod tests {
         assert_eq!((ex.len(), st.too_long), (0, 1));
         assert!(input_files(dir.path()).unwrap_err().to_string().contains("sft.jsonl"));
     }
-}
-
-/// The `source#page` of every page the rows of a chat JSONL were made from (`source`,
-/// `page_start`, `page_end`, as `synth-data --mode sft` writes them; rows without a source,
-/// such as out-of-corpus refusals, add none), sorted.
-pub fn example_pages(path: &Path) -> Result<Vec<String>, LoraError> {
-    let err = |message: String| LoraError::Data { path: path.to_path_buf(), message };
-    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read ({e})")))?;
-    let mut pages = std::collections::BTreeSet::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let row: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("line {}: not JSON ({e})", i + 1)))?;
-        let (Some(source), Some(a), Some(b)) = (row["source"].as_str().filter(|s| !s.is_empty()), row["page_start"].as_i64(), row["page_end"].as_i64()) else { continue };
-        pages.extend((a..=b).map(|p| format!("{source}#{p}")));
-    }
-    Ok(pages.into_iter().collect())
 }
