@@ -185,7 +185,7 @@ pub const ANSWER_COLUMNS: &[ColumnDoc] = &[
     col("prompt_tokens", Int32, "prompt tokens"),
     col("completion_tokens", Int32, "generated tokens"),
     col("generation_seconds", Float64, "wall time of the generation (prompt and decoding)"),
-    col("finish_reason", Utf8, "`eos`, `stop`, `length`, `refused` or `api`"),
+    col("finish_reason", Utf8, "`eos`, `stop`, `loop` (the loop stop ended it), `length`, `refused` or `api`"),
 ];
 
 /// `evaluate/…/answers.parquet`: one row per answer row and question of a pipeline's

@@ -557,14 +557,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     let mut rows = split::drop_near_duplicates(rows, cfg.near_duplicate_jaccard);
     let duplicates = before - rows.len();
     let split_counts = if cfg.split.is_empty() { BTreeMap::new() } else { split::assign_splits(&mut rows, &cfg.split, cfg.seed) };
-    write_jsonl(&run.path("golden.jsonl"), rows.iter())?;
-    run.add_output("golden.jsonl", Some(rows.len() as u64))?;
-    for name in split_counts.keys() {
-        let file = format!("{name}.jsonl");
-        let part: Vec<&SynthRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
-        write_jsonl(&run.path(&file), part.iter().copied())?;
-        run.add_output(&file, Some(part.len() as u64))?;
-    }
+    write_golden_rows(&rows, &split_counts, run)?;
     write_jsonl(&run.path("failures.jsonl"), failures.iter())?;
     run.add_output("failures.jsonl", Some(failures.len() as u64))?;
     if let (Mode::Llm, Some(p)) = (cfg.mode, &sft_prompts) {
@@ -774,14 +767,7 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
         reasons.insert("near_duplicate".into(), before - rows.len());
     }
     let split_counts = if cfg.split.is_empty() { BTreeMap::new() } else { split::assign_splits(&mut rows, &cfg.split, cfg.seed) };
-    write_jsonl(&run.path("golden.jsonl"), rows.iter())?;
-    run.add_output("golden.jsonl", Some(rows.len() as u64))?;
-    for name in split_counts.keys() {
-        let file = format!("{name}.jsonl");
-        let part: Vec<&SynthRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
-        write_jsonl(&run.path(&file), part.iter().copied())?;
-        run.add_output(&file, Some(part.len() as u64))?;
-    }
+    write_golden_rows(&rows, &split_counts, run)?;
     write_jsonl(&run.path("dropped.jsonl"), dropped.iter())?;
     run.add_output("dropped.jsonl", Some(dropped.len() as u64))?;
     run.set_stat("label", "doc2query");
@@ -796,6 +782,19 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     run.set_stat("structured_output", generator.structured_status());
     eprintln!("synth-data: doc2query: {written} questions written for {} passages, {} kept after the round trip (top {}) and near-duplicate removal", planned.len(), rows.len(), d.round_trip_k);
     Ok(SynthSummary { accepted: rows.len(), failed: written - rows.len(), resumed: 0, sft: false })
+}
+
+/// `golden.jsonl` and `<split>.jsonl` per split.
+fn write_golden_rows(rows: &[SynthRow], split_counts: &BTreeMap<String, usize>, run: &mut StageRun) -> anyhow::Result<()> {
+    write_jsonl(&run.path("golden.jsonl"), rows.iter())?;
+    run.add_output("golden.jsonl", Some(rows.len() as u64))?;
+    for name in split_counts.keys() {
+        let file = format!("{name}.jsonl");
+        let part: Vec<&SynthRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();
+        write_jsonl(&run.path(&file), part.iter().copied())?;
+        run.add_output(&file, Some(part.len() as u64))?;
+    }
+    Ok(())
 }
 
 /// `sft.jsonl`, `sft.parquet` and `<split>.jsonl` per split.

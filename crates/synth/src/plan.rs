@@ -223,10 +223,11 @@ pub fn salient_sentence(text: &str, df: &HashMap<String, usize>, n_docs: usize) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn chunk(i: usize, source: &str, text: &str) -> ChunkRecord {
+    /// A leaf chunk `c{i}` of `source` on page i + 1 (shared by the crate's tests).
+    pub(crate) fn chunk(i: usize, source: &str, text: &str) -> ChunkRecord {
         ChunkRecord {
             chunk_id: format!("c{i}"),
             doc_id: source.to_string(),

@@ -254,31 +254,15 @@ mod tests {
         assert_eq!(grounded_reply("plain", &r, "[M.pdf p. 14]").unwrap(), "The 8,200-pound machine qualifies under the weight threshold. [M.pdf p. 14]");
     }
 
-    fn chunk(id: &str, page: i32, text: &str) -> ChunkRecord {
-        ChunkRecord {
-            chunk_id: id.into(),
-            doc_id: "m".into(),
-            source: "M.pdf".into(),
-            doc_type: "pdf".into(),
-            title: String::new(),
-            section: String::new(),
-            page_start: page,
-            page_end: page,
-            char_start: 0,
-            char_end: text.len() as i64,
-            chunk_index: 0,
-            prev_chunk_id: None,
-            next_chunk_id: None,
-            text: text.into(),
-            embed_text: None,
-            level: 0,
-            children: Vec::new(),
-        }
+    fn chunk(i: usize, page: i32, text: &str) -> ChunkRecord {
+        let mut c = crate::plan::tests::chunk(i, "M.pdf", text);
+        (c.page_start, c.page_end) = (page, page);
+        c
     }
 
     #[test]
     fn gold_pages_are_forced_in_and_taken_out_for_refusals() {
-        let chunks = vec![chunk("a", 1, "brakes"), chunk("b", 2, "signals"), chunk("c", 14, "gate arms"), chunk("d", 14, "the 8,200-pound machine qualifies weight"), chunk("e", 3, "crossings"), chunk("f", 4, "bells")];
+        let chunks = vec![chunk(0, 1, "brakes"), chunk(1, 2, "signals"), chunk(2, 14, "gate arms"), chunk(3, 14, "the 8,200-pound machine qualifies weight"), chunk(4, 3, "crossings"), chunk(5, 4, "bells")];
         let r = record(&[14], true);
         // Retrieval missed page 14: its best chunk replaces the lowest-ranked passage.
         let ctx = context(&r, &[0, 1, 4, 5], &chunks, 3, false, 1);
