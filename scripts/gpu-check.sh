@@ -127,7 +127,7 @@ head -n "$n_parity" "$work/passages.jsonl" > "$work/parity.jsonl"
 results=$work/results.jsonl
 : > "$results"
 # Results name the scratch folder's files as work/…, not by this machine's temporary path.
-record() { echo "{\"name\": \"$1\", \"result\": ${2//$work\//work/}}" >> "$results"; }
+record() { echo "{\"name\": \"$1\", \"result\": ${2//"$work/"/"work/"}}" >> "$results"; }
 embed() { # MODEL TEXTS DEVICE OUT → timing JSON
   "$bin" embed "$1" "$2" "$3" "$4" 256 2>> "$out/gpu_check.log"
 }

@@ -18,7 +18,7 @@ use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
 use gauge_decoder::GenerateOptions;
 use gauge_generator::Generator;
 use gauge_llm::Message;
-use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
+use gauge_engine::{Engine, RetrievalConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::citations::{check, Citation, GivenPassage};
@@ -221,10 +221,7 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
 /// The answers, and how many passage cuts fitting the prompts to the context took.
 fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
     let cfg = config.retrieval.clone().normalize();
-    let mut engine = Engine::open(&inputs.index, &EngineOptions { dense: cfg.dense, model: None, device: options.device.clone() })?;
-    if let Some(rc) = &cfg.rerank {
-        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &options.device)?);
-    }
+    let engine = Engine::open_for(&inputs.index, &cfg, &options.device)?;
     let generator = Generator::open(&config.generator, &options.device, gauge_llm::RetryPolicy::default())?;
     // Streaming shows one reply at a time, so it decodes one at a time.
     let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };

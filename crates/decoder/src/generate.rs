@@ -284,8 +284,7 @@ struct Active<'a> {
     index: usize,
     cache: crate::KvCache,
     rng: gauge_core::rng::SplitMix64,
-    ids: Vec<u32>,
-    /// The prompt followed by `ids` (what the repetition controls look at).
+    /// The prompt followed by the tokens generated so far (from `prompt_tokens` on).
     sequence: Vec<u32>,
     loops: LoopDetector,
     /// Tokens of `ids` the reply keeps (a loop's extra copies cut).
@@ -296,6 +295,13 @@ struct Active<'a> {
     prompt_tokens: usize,
     prefill_seconds: f64,
     started: std::time::Instant,
+}
+
+impl Active<'_> {
+    /// The tokens generated so far.
+    fn generated(&self) -> &[u32] {
+        &self.sequence[self.prompt_tokens..]
+    }
 }
 
 /// What one sequence does after picking a token.
@@ -410,7 +416,6 @@ impl LanguageModel {
             index,
             cache,
             rng: gauge_core::rng::SplitMix64::new(opts.seed),
-            ids: Vec::new(),
             sequence: item.prompt_ids.to_vec(),
             loops: LoopDetector::default(),
             keep: None,
@@ -444,15 +449,14 @@ impl LanguageModel {
     }
 
     fn pick_next(&self, a: &mut Active<'_>, opts: &GenerateOptions, dry: Option<&Dry>, stream: bool) -> Result<Next, DecoderError> {
-        if a.ids.len() >= opts.max_new_tokens {
+        if a.generated().len() >= opts.max_new_tokens {
             return Ok(Next::Done("length"));
         }
         if let Some(c) = a.constraint.as_deref_mut() {
             c.mask(&mut a.logits)?;
         }
-        apply_penalties(&mut a.logits, &a.sequence, a.ids.len(), opts, dry);
+        apply_penalties(&mut a.logits, &a.sequence, a.sequence.len() - a.prompt_tokens, opts, dry);
         let next = pick(&a.logits, opts, &mut a.rng);
-        a.ids.push(next);
         a.sequence.push(next);
         if let Some(c) = a.constraint.as_deref_mut() {
             c.advance(next)?;
@@ -462,7 +466,7 @@ impl LanguageModel {
         }
         // The text so far is only needed to stream it or to look for stop strings.
         if stream || !opts.stop.is_empty() {
-            let decoded = self.tokenizer.decode(&a.ids, true).map_err(|e| DecoderError::Model(format!("decode: {e}")))?;
+            let decoded = self.tokenizer.decode(a.generated(), true).map_err(|e| DecoderError::Model(format!("decode: {e}")))?;
             if stream && decoded.len() > a.text.len() && decoded.is_char_boundary(a.text.len()) {
                 eprint!("{}", &decoded[a.text.len()..]);
                 let _ = std::io::stderr().flush();
@@ -475,28 +479,30 @@ impl LanguageModel {
         }
         let loop_stop = opts.local_loop_stop();
         if loop_stop.enabled() {
-            if let Some(keep) = a.loops.observe(&a.ids, &loop_stop) {
+            if let Some(keep) = a.loops.observe(&a.sequence[a.prompt_tokens..], &loop_stop) {
                 a.keep = Some(keep);
                 return Ok(Next::Done("loop"));
             }
         }
-        if a.ids.len() >= opts.max_new_tokens {
+        if a.generated().len() >= opts.max_new_tokens {
             return Ok(Next::Done("length"));
         }
         Ok(Next::Run(next))
     }
 
-    fn finish(&self, a: Active<'_>, reason: &'static str, stream: bool) -> Result<Generation, DecoderError> {
-        let mut text = a.text;
+    fn finish(&self, mut a: Active<'_>, reason: &'static str, stream: bool) -> Result<Generation, DecoderError> {
+        let mut text = std::mem::take(&mut a.text);
         if reason != "stop" {
-            let kept = &a.ids[..a.keep.unwrap_or(a.ids.len())];
+            let generated = a.generated();
+            let kept = &generated[..a.keep.unwrap_or(generated.len())];
             let content: Vec<u32> = kept.iter().copied().filter(|i| !self.eos_ids.contains(i)).collect();
             text = self.tokenizer.decode(&content, true).map_err(|e| DecoderError::Model(format!("decode: {e}")))?;
         }
         if stream {
             eprintln!();
         }
-        Ok(Generation { ids: a.ids, text, prompt_tokens: a.prompt_tokens, finish_reason: reason.into(), prefill_seconds: a.prefill_seconds, decode_seconds: a.started.elapsed().as_secs_f64() })
+        let ids = a.sequence.split_off(a.prompt_tokens);
+        Ok(Generation { ids, text, prompt_tokens: a.prompt_tokens, finish_reason: reason.into(), prefill_seconds: a.prefill_seconds, decode_seconds: a.started.elapsed().as_secs_f64() })
     }
 }
 

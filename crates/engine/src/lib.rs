@@ -122,6 +122,16 @@ impl Engine {
         Engine::open_shards(&[dir.to_path_buf()], options)
     }
 
+    /// Opens an index directory for a (normalised) retrieval config: its dense retriever when
+    /// the config uses one, and the config's reranker when it names one.
+    pub fn open_for(dir: &Path, cfg: &RetrievalConfig, device: &str) -> anyhow::Result<Engine> {
+        let engine = Engine::open(dir, &EngineOptions { dense: cfg.dense, model: None, device: device.to_string() })?;
+        Ok(match &cfg.rerank {
+            Some(rc) => engine.with_reranker(gauge_rerank::load_reranker(rc, device)?),
+            None => engine,
+        })
+    }
+
     /// Opens shard indexes (`index --shard i/n`, one per shard) as one engine: one chunk table,
     /// dense hits merged by score across the shards' faiss indexes (exact for `Flat`), BM25
     /// hits merged by score (each shard with its own term statistics). The shards must share

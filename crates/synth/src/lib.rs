@@ -307,6 +307,12 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
 /// The `synth-data` stage: a chunk artifact → `golden.jsonl` (+ splits, failures, journal).
 pub struct Synth;
 
+/// The manifest entry of an index artifact (as `train-lora` records one).
+fn index_entry(index: &Path) -> anyhow::Result<gauge_core::FileEntry> {
+    let (_, entry) = gauge_core::artifact::input_file(index, "manifest.json", "index")?;
+    Ok(gauge_core::FileEntry { name: "index".into(), ..entry })
+}
+
 /// What `synth-data` reads.
 #[derive(Debug, Clone, Serialize)]
 pub struct SynthInputs {
@@ -400,8 +406,7 @@ impl Stage for Synth {
                 }
                 None => Vec::new(),
             };
-            let index_manifest = gauge_core::Manifest::read(index).map_err(|e| anyhow::anyhow!("{}: not an index artifact ({e}); pass the directory `index` printed", index.display()))?;
-            files.push(gauge_core::FileEntry { path: index.display().to_string(), name: "index".into(), hash: index_manifest.fingerprint, rows: None });
+            files.push(index_entry(index)?);
             files.extend(gauge_generator::model_entry(&d.generator)?);
             files.push(gauge_core::FileEntry { path: path.display().to_string(), name: "prompt".into(), hash: gauge_core::hash::bytes_hash(template.as_bytes()), rows: None });
             doc2query = Some(Doc2QueryPlan { template, examples, index: index.clone() });
@@ -415,8 +420,7 @@ impl Stage for Synth {
                 let records = teacher_set::read_teacher_set(from)?;
                 let hash = gauge_core::hash::file_hash(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
                 files.push(gauge_core::FileEntry { path: from.display().to_string(), name: "teacher_set".into(), hash, rows: Some(records.len() as u64) });
-                let index_manifest = gauge_core::Manifest::read(index).map_err(|e| anyhow::anyhow!("{}: not an index artifact ({e}); pass the directory `index` printed", index.display()))?;
-                files.push(gauge_core::FileEntry { path: index.display().to_string(), name: "index".into(), hash: index_manifest.fingerprint, rows: None });
+                files.push(index_entry(index)?);
                 Some((records, index.clone()))
             }
             (Some(_), None) => anyhow::bail!("--from FILE retrieves each question's context: pass --index INDEX_DIR (built from the same chunks)"),
@@ -641,10 +645,7 @@ fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], prompts: &sft::S
 fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, chunks: &[ChunkRecord], prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
     let retrieval = cfg.sft.retrieval.clone().normalize();
     let k = retrieval.k;
-    let mut engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { dense: retrieval.dense, model: None, device: rt.device.clone() })?;
-    if let Some(rc) = &retrieval.rerank {
-        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &rt.device)?);
-    }
+    let engine = gauge_engine::Engine::open_for(index, &retrieval, &rt.device)?;
     // Twice the passages, so a refusal context can be topped up past the gold pages.
     let wide = gauge_engine::RetrievalConfig { k: 2 * k, ..retrieval.clone() };
     let position: HashMap<&str, usize> = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.as_str(), i)).collect();
@@ -665,8 +666,7 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, c
         let refuse = !r.in_corpus || sft::is_refusal(n, in_share, cfg.seed);
         let ctx = teacher_set::context(r, &retrieved, chunks, k, refuse, cfg.seed);
         if !refuse {
-            let covered = |i: &usize| r.gold.iter().any(|g| chunks[*i].source == g.source && chunks[*i].page_start <= g.page && g.page <= chunks[*i].page_end);
-            forced += usize::from(!retrieved.iter().take(k).any(covered));
+            forced += usize::from(!retrieved.iter().take(k).any(|&i| teacher_set::on_gold(r, &chunks[i])));
         }
         rows.push(teacher_set::example(r, &ctx, chunks, &cfg.sft, prompts, refuse)?);
         bar.inc(1);
@@ -710,10 +710,7 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     let generation_seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let retrieval = gauge_engine::RetrievalConfig { k: d.round_trip_k, ..d.retrieval.clone() }.normalize();
-    let mut engine = gauge_engine::Engine::open(&plan.index, &gauge_engine::EngineOptions { dense: retrieval.dense, model: None, device: rt.device.clone() })?;
-    if let Some(rc) = &retrieval.rerank {
-        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &rt.device)?);
-    }
+    let engine = gauge_engine::Engine::open_for(&plan.index, &retrieval, &rt.device)?;
     let (mut rows, mut dropped) = (Vec::new(), Vec::new());
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let (mut tokens, mut written) = (0usize, 0usize);

@@ -170,13 +170,18 @@ fn covers(c: &ChunkRecord, g: &GoldPage) -> bool {
     c.source == g.source && c.page_start <= g.page && g.page <= c.page_end
 }
 
+/// Whether chunk `c` covers one of the record's gold pages.
+pub fn on_gold(r: &TeacherRecord, c: &ChunkRecord) -> bool {
+    r.gold.iter().any(|g| covers(c, g))
+}
+
 /// The context of an example, as chunk indexes in prompt order. `retrieved`: the engine's
 /// chunks for the question, best first (more than `k` when a refusal needs replacements).
 /// Grounded: the first `k`, each gold page missing from them forced in (its chunk sharing
 /// most words with the teacher's answer) in place of the lowest-ranked passage not on a gold
 /// page. Refusal: the first `k` passages on no gold page. Then a seeded shuffle.
 pub fn context(r: &TeacherRecord, retrieved: &[usize], chunks: &[ChunkRecord], k: usize, refuse: bool, seed: u64) -> Vec<usize> {
-    let on_gold = |i: usize| r.gold.iter().any(|g| covers(&chunks[i], g));
+    let on_gold = |i: usize| on_gold(r, &chunks[i]);
     let mut ctx: Vec<usize> = if refuse { retrieved.iter().copied().filter(|&i| !on_gold(i)).take(k).collect() } else { retrieved.iter().copied().take(k).collect() };
     if !refuse {
         let answer_words: std::collections::HashSet<String> = crate::plan::words(&r.answer).into_iter().collect();
@@ -206,7 +211,7 @@ pub fn example(r: &TeacherRecord, ctx: &[usize], chunks: &[ChunkRecord], cfg: &S
     let tags: Vec<String> = r.gold.iter().map(|g| page_tag(&g.source, g.page, g.page)).collect();
     let reply = if refuse { crate::sft::reply(&cfg.template, None, &cfg.refusal) } else { grounded_reply(&cfg.template, r, &tags.join(" "))? };
     let first_gold = r.gold.first();
-    let gold_chunk = ctx.iter().find(|&&i| r.gold.iter().any(|g| covers(&chunks[i], g)));
+    let gold_chunk = ctx.iter().find(|&&i| on_gold(r, &chunks[i]));
     Ok(SftRow {
         id: r.qid.clone(),
         messages: vec![Message::system(prompts.system.trim()), Message::user(user), Message::assistant(reply)],
