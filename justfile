@@ -175,9 +175,10 @@ bench-generate: setup models
 bench-train: setup models
     scripts/bench-train.sh
 
-# The offline SFT set (synth-data --mode sft, 400 examples, 80:10:10 page-grouped) → train-lora on SmolLM2-135M-Instruct (Q4_1 stays 4-bit; r 16, alpha 16, all seven projections; 120 examples ≤ 1280 tokens, 1 epoch, 2×2 sequences per step, lr 1e-3 cosine) → adapter copied to data/adapters/fra-sft-offline. ~40 min on 2 cores.
+# The offline SFT set (synth-data --mode sft, 400 examples, 80:10:10 page-grouped) → train-lora on SmolLM2-135M-Instruct (Q4_1 stays 4-bit; r 16, alpha 16, all seven projections; 120 examples ≤ 1280 tokens, 1 epoch, 2×2 sequences per step, lr 1e-3 cosine) → adapter copied to data/adapters/fra-sft-offline → base vs adapter on the dev questions whose pages the training never touched, with the gate verdict (evaluate pipelines/fra-adapter.toml → eval/fra-adapter/). ~40 min of training + ~1 min per evaluated question on 2 cores.
 train *flags="": setup models
     {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
+    {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
 
 # train-lora --target embedder's speed on all-MiniLM-L6-v2 (one contrastive step: 16 queries, 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against gauge's inference encoder on the same texts, same run → bench/train-encoder.json.
 bench-train-encoder: setup models
@@ -185,16 +186,30 @@ bench-train-encoder: setup models
     chunks=$({{just}} chunk | tail -n1); \
     {{bin}}/examples/bench_encoder models/all-MiniLM-L6-v2 "$chunks/chunks.parquet" bench/train-encoder.json 3
 
-# The retrievers trained on the corpus, then the FRA ablation with their rows: an inverse-cloze set (synth-data, 800 questions, 85:15 page-grouped; every page of the FRA dev set held out of training) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), 1 epoch) → data/adapters/fra-embedder → train-lora --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 1 epoch) → data/models/fra-reranker → `just ablate`.
+# The retrievers trained on the corpus — on doc2query questions, on inverse-cloze sentences and on both — each judged against its untrained base: synth-data --mode doc2query (the local SmolLM2 writes 3 questions for each of 400 FRA passages, one batch, plain-text lines; kept when the untrained Hybrid RRF engine finds the passage in its top 10; 85:15 page-grouped) and --mode ict (800 sentences, 85:15 page-grouped) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), lr 3e-4, 1 epoch) and --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 8 questions per step, lr 2e-3, 1 epoch) on each set and on both (`--also`), every page of the FRA dev set held out of training → evaluate pipelines/fra-trained.toml (every trained row next to its untrained base) → eval/fra-trained/ with the gate table. ~80 min on 2 cores.
 train-retrievers *flags="": setup models
-    data=$({{just}} synth --mode ict --n 800 --split 85:15:0 | tail -n1); idx=$({{just}} index | tail -n1); \
-    {{bin}}/train-lora "$data" --target embedder --index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --artifacts {{artifacts}} --grad-accum 1 --learning-rate 3e-4 --set batch_size=16 --set eval_examples=64 --set eval_every=10 --copy-to data/adapters/fra-embedder {{flags}} | tail -n1; \
-    {{bin}}/train-lora "$data" --target reranker --index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --artifacts {{artifacts}} --grad-accum 1 --learning-rate 2e-3 --set batch_size=8 --set eval_examples=64 --set eval_every=10 --copy-to data/models/fra-reranker {{flags}} | tail -n1
-    {{just}} ablate
+    #!/usr/bin/env bash
+    set -euo pipefail
+    chunks=$({{just}} chunk | tail -n1)
+    idx=$({{just}} index | tail -n1)
+    ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 | tail -n1)
+    d2q=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 400 --split 85:15:0 --seed 42 --set generation.max_new_tokens=96 --artifacts {{artifacts}} | tail -n1)
+    common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
+    embedder=(--target embedder --learning-rate 3e-4 --set batch_size=16)
+    reranker=(--target reranker --learning-rate 2e-3 --set batch_size=8)
+    {{bin}}/train-lora "$ict" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder {{flags}} | tail -n1
+    {{bin}}/train-lora "$ict" "${reranker[@]}" "${common[@]}" --copy-to data/models/fra-reranker {{flags}} | tail -n1
+    {{bin}}/train-lora "$d2q" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder-doc2query {{flags}} | tail -n1
+    {{bin}}/train-lora "$d2q" "${reranker[@]}" "${common[@]}" --copy-to data/models/fra-reranker-doc2query {{flags}} | tail -n1
+    {{bin}}/train-lora "$d2q" --also "$ict" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder-mix {{flags}} | tail -n1
+    {{bin}}/train-lora "$d2q" --also "$ict" "${reranker[@]}" "${common[@]}" --copy-to data/models/fra-reranker-mix {{flags}} | tail -n1
+    {{bin}}/evaluate pipelines/fra-trained.toml --artifacts {{artifacts}}
 
-# SmolLM2 with and without the `just train` adapter on the same retrieved contexts for every FRA dev question (paired answer metrics) → eval/fra-adapter/.
+# The same as `just train-retrievers` (the doc2query models are trained with the others and judged in one table).
+train-doc2query *flags="": (train-retrievers flags)
+
+# SmolLM2 with and without the `just train` adapter on the same retrieved contexts (paired answer metrics, gate verdict) → eval/fra-adapter/: `just train` ends with it.
 ablate-adapter: train
-    {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
 
 # The same training on a teacher set: `synth-data --mode llm` (80 chunks, page-grouped 80:10:10) from an OpenAI-compatible endpoint — URL and MODEL, or by default llama.cpp's server with SmolLM2 (`just llm-server`, stopped after) — whose chat examples (sft-train.jsonl, sft-dev.jsonl) train-lora reads with `just train`'s settings → data/adapters/fra-sft-teacher. Teacher replies are cached in the synth artifact's journal: a rerun asks nothing.
 train-teacher url="" model="smollm2" api_key_env="GAUGE_NO_KEY" *flags="": setup models

@@ -176,3 +176,45 @@ fn embedder_and_reranker_train_resume_and_load_in_the_pipeline() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unsupported architecture `llama`") && err.contains("BERT model folder"), "{err}");
 }
+
+/// `--also`: two question sets trained together — both sets' questions train (their pages are
+/// the training pages), both files are hashed into the fingerprint, and the generator target
+/// refuses a mix.
+#[test]
+fn a_mix_of_question_sets_trains_on_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = build(tmp.path());
+    let rows: Vec<String> = std::fs::read_to_string(b.synth.join("train.jsonl")).unwrap().lines().map(str::to_string).collect();
+    assert!(rows.len() >= 6, "synth-data made too few training questions");
+    let page_of = |l: &str| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let g = &v["gold"][0];
+        format!("{}#{}", g["source"].as_str().unwrap(), g["page_start"].as_i64().unwrap())
+    };
+    // Split by page, so each set has pages the other lacks.
+    let first_page = page_of(&rows[0]);
+    let (one, two): (Vec<&String>, Vec<&String>) = rows.iter().partition(|l| page_of(l) == first_page);
+    assert!(!one.is_empty() && !two.is_empty());
+    let write = |name: &str, part: &[&String]| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("train.jsonl"), part.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        dir
+    };
+    let (a_dir, b_dir) = (write("set-a", &one), write("set-b", &two));
+    let alone = PathBuf::from(last_line(&ok(train(&a_dir, &b.index, &tmp.path().join("alone"), "embedder", &[]))));
+    let mixed = PathBuf::from(last_line(&ok(train(&a_dir, &b.index, &tmp.path().join("mixed"), "embedder", &["--also", b_dir.to_str().unwrap()]))));
+    assert_ne!(alone.file_name(), mixed.file_name(), "the second set changes the fingerprint");
+    let m = manifest(&mixed);
+    assert_eq!(m["stats"]["questions_per_set"], serde_json::json!([one.len(), two.len()]));
+    assert!(m["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "also:0:train"), "{m:#}");
+    let trained: BTreeSet<String> = m["stats"]["trained_pages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+    let want: BTreeSet<String> = rows.iter().map(|l| page_of(l)).collect();
+    assert_eq!(trained, want, "every question of both sets trains");
+    let alone_pages = manifest(&alone)["stats"]["trained_pages"].as_array().unwrap().len();
+    assert_eq!(alone_pages, 1);
+
+    let out = run("train-lora", &[a_dir.to_str().unwrap(), "--also", b_dir.to_str().unwrap(), "--artifacts", tmp.path().join("bad").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--also mixes question sets for --target embedder or reranker"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -50,6 +50,11 @@ pub trait StageCli: Stage {
     fn after(_built: &Built<Self::Summary>, _options: &Self::Options) -> anyhow::Result<()> {
         Ok(())
     }
+    /// Another mode of the binary that runs instead of the stage (e.g. `evaluate --verify`):
+    /// `Some(result)` when the arguments ask for it.
+    fn instead(_args: &Self::Args, _shared: &SharedArgs) -> Option<anyhow::Result<()>> {
+        None
+    }
 }
 
 /// The command line of a binary taking `A` (and the shared stage flags when `shared`);
@@ -76,6 +81,9 @@ pub fn parse<A: Args>(name: &'static str, about: &'static str) -> (SharedArgs, A
 pub fn stage_main<S: StageCli>() {
     let (shared, args) = parse::<S::Args>(S::BIN, S::ABOUT);
     crate::run_main(S::BIN, || {
+        if let Some(done) = S::instead(&args, &shared) {
+            return done;
+        }
         let invocation = S::invocation(args, &shared)?;
         let config: S::Config = shared.config.resolve(invocation.flags)?;
         let store = ArtifactStore::new(&shared.artifacts);

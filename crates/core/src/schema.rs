@@ -133,8 +133,12 @@ pub const METRIC_COLUMNS: &[ColumnDoc] = &[
     nullable("delta", Float64, "mean paired difference against the baseline config (null for the baseline and for latency)"),
     nullable("delta_ci_low", Float64, "95 % paired-bootstrap interval of the delta, low end"),
     nullable("delta_ci_high", Float64, "high end of that interval"),
-    nullable("p_value", Float64, "two-sided paired sign-flip randomisation p-value of the delta"),
-    nullable("significant", Bool, "`p_value < 0.05`"),
+    nullable("p_value", Float64, "two-sided paired sign-flip randomisation p-value of the delta (raw)"),
+    nullable("p_adjusted", Float64, "`p_value` adjusted over its family (the pipeline's `stats.correction`: Holm by default, or Benjamini–Hochberg); null outside a family (secondary metrics) or with `correction = \"none\"`"),
+    nullable("significant", Bool, "`p_adjusted < 0.05` (`p_value < 0.05` where there is no adjusted p)"),
+    nullable("wins", Int32, "questions on which the config scores higher than the baseline (null where there is no delta)"),
+    nullable("ties", Int32, "questions on which both score the same"),
+    nullable("losses", Int32, "questions on which the config scores lower"),
 ];
 
 /// `evaluate/…/per_query.parquet`: one row per config and question.

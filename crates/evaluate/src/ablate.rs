@@ -22,8 +22,8 @@ use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 
 /// Stage name of evaluation artifacts.
 pub const STAGE: &str = "evaluate";
-/// Output format version.
-pub const FORMAT_VERSION: u32 = 3;
+/// Output format version (4: adjusted p-values, wins/ties/losses).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Settings of `evaluate` beyond the pipeline file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -134,10 +134,10 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics:
             for (mi, metric) in metrics.iter().enumerate() {
                 let values: Vec<f64> = mine.iter().map(|r| metric.value(r)).collect();
                 let mseed = seed.wrapping_add(mi as u64);
-                let delta = (config != baseline && base.len() == mine.len()).then(|| {
-                    let b: Vec<f64> = base.iter().map(|r| metric.value(r)).collect();
-                    paired_comparison(&values, &b, resamples, mseed)
-                });
+                let b: Vec<f64> = base.iter().map(|r| metric.value(r)).collect();
+                let paired = config != baseline && base.len() == mine.len();
+                let delta = paired.then(|| paired_comparison(&values, &b, resamples, mseed));
+                let wtl = paired.then(|| crate::stats::win_tie_loss(&values, &b));
                 out.push(MetricRow {
                     config: config.clone(),
                     category: cat.clone(),
@@ -146,19 +146,29 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics:
                     value: mean(&values),
                     ci: Some(bootstrap_ci(&values, resamples, mseed)),
                     delta,
+                    wtl,
                 });
             }
             let mut lat: Vec<f64> = mine.iter().map(|r| r.latency_ms).collect();
             lat.sort_by(f64::total_cmp);
             for (name, p) in [("latency_p50_ms", 0.5), ("latency_p95_ms", 0.95)] {
-                out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: name.into(), n: lat.len(), value: if lat.is_empty() { 0.0 } else { percentile(&lat, p) }, ci: None, delta: None });
+                out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: name.into(), n: lat.len(), value: if lat.is_empty() { 0.0 } else { percentile(&lat, p) }, ci: None, delta: None, wtl: None });
             }
             let mut cold: Vec<f64> = mine.iter().map(|r| r.cold_latency_ms).collect();
             cold.sort_by(f64::total_cmp);
-            out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: "latency_p50_without_cache_ms".into(), n: cold.len(), value: if cold.is_empty() { 0.0 } else { percentile(&cold, 0.5) }, ci: None, delta: None });
+            out.push(MetricRow { config: config.clone(), category: cat.clone(), metric: "latency_p50_without_cache_ms".into(), n: cold.len(), value: if cold.is_empty() { 0.0 } else { percentile(&cold, 0.5) }, ci: None, delta: None, wtl: None });
         }
     }
     out
+}
+
+/// Builds (or finds cached) every config's upstream artifacts of a pipeline and returns each
+/// evaluated config's index fingerprint (`evaluate --verify --rebuild`).
+pub fn upstream_indexes(pipeline_path: &Path, artifacts: &Path, device: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let options = EvaluateOptions { artifacts: artifacts.to_path_buf(), device: device.to_string(), ..Default::default() };
+    let plan = plan_evaluation(&EvaluateConfig::default(), pipeline_path, &options)?;
+    let state = plan.state;
+    Ok(state.pipeline.variants.iter().zip(&state.upstream).map(|(v, u)| (v.name.clone(), u.fingerprint.clone())).collect())
 }
 
 /// Loads the pipeline and its golden set, builds every config's upstream artifacts, and says
@@ -260,7 +270,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     }
     let mut echo = serde_json::json!({
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
-        "variants": pipeline.variants,
+        "variants": pipeline.variants, "stats": pipeline.stats,
     });
     if let Some(section) = &pipeline.answer {
         echo["answer"] = serde_json::to_value(section)?;
@@ -312,24 +322,77 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], 
 
 /// Paired differences of each config with a `compare_to` against that config, for the main
 /// metrics that get a Δ column: (config, other, metric label, comparison). Both must have run.
-fn named_comparisons(rows: &[QueryRow], pipeline: &Pipeline, evaluated: &[String], metrics: &[Metric], resamples: usize, seed: u64) -> Vec<(String, String, String, crate::stats::PairedComparison)> {
+pub(crate) fn named_comparisons(rows: &[QueryRow], pairs: &[(String, Option<String>)], evaluated: &[String], metrics: &[Metric], resamples: usize, seed: u64) -> Vec<(String, String, String, crate::stats::PairedComparison)> {
     let sel = |name: &str| -> Vec<&QueryRow> {
         let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == name).collect();
         v.sort_by(|a, b| a.qid.cmp(&b.qid));
         v
     };
     let mut out = Vec::new();
-    for v in &pipeline.variants {
-        let Some(other) = v.compare_to.as_ref().filter(|o| evaluated.contains(o) && evaluated.contains(&v.name)) else { continue };
-        let (mine, theirs) = (sel(&v.name), sel(other));
+    for (name, compare_to) in pairs {
+        let Some(other) = compare_to.as_ref().filter(|o| evaluated.contains(o) && evaluated.contains(name)) else { continue };
+        let (mine, theirs) = (sel(name), sel(other));
         if mine.len() != theirs.len() {
             continue;
         }
         for (mi, metric) in metrics.iter().enumerate().filter(|(_, m)| m.delta_column) {
             let a: Vec<f64> = mine.iter().map(|r| metric.value(r)).collect();
             let b: Vec<f64> = theirs.iter().map(|r| metric.value(r)).collect();
-            out.push((v.name.clone(), other.clone(), metric.label.clone(), paired_comparison(&a, &b, resamples, seed.wrapping_add(mi as u64))));
+            out.push((name.clone(), other.clone(), metric.label.clone(), paired_comparison(&a, &b, resamples, seed.wrapping_add(mi as u64))));
         }
+    }
+    out
+}
+
+/// Adjusts the retrieval family's p-values in place: every config's Δ against the baseline on
+/// the primary metrics (those with a Δ column; category `all`) and every `compare_to`
+/// comparison. Returns the family's size.
+pub(crate) fn correct_retrieval_family(metrics: &mut [MetricRow], named: &mut [(String, String, String, crate::stats::PairedComparison)], registry: &[Metric], correction: crate::stats::Correction) -> usize {
+    let primary: BTreeSet<&str> = registry.iter().filter(|m| m.delta_column).map(|m| m.name.as_str()).collect();
+    let mut family: Vec<&mut crate::stats::PairedComparison> = metrics.iter_mut().filter(|m| m.category == "all" && primary.contains(m.metric.as_str())).filter_map(|m| m.delta.as_mut()).collect();
+    family.extend(named.iter_mut().map(|(_, _, _, d)| d));
+    set_adjusted(family, correction)
+}
+
+/// Adjusts the answer rows' deltas as one family.
+fn correct_answer_family(deltas: &mut [crate::answers::AnswerDelta], correction: crate::stats::Correction) {
+    set_adjusted(deltas.iter_mut().map(|d| &mut d.comparison).collect(), correction);
+}
+
+fn set_adjusted(mut family: Vec<&mut crate::stats::PairedComparison>, correction: crate::stats::Correction) -> usize {
+    let p: Vec<f64> = family.iter().map(|c| c.p_value).collect();
+    let adjusted = crate::stats::adjust(&p, correction);
+    for (c, a) in family.iter_mut().zip(adjusted) {
+        c.p_adjusted = (correction != crate::stats::Correction::None).then_some(a);
+    }
+    family.len()
+}
+
+/// The minimum detectable effect of the golden set per primary metric: (label, median standard
+/// deviation of the paired differences against the baseline over the configs, questions, the
+/// effect detected with 80 % power at α 0.05).
+fn detectable_effects(rows: &[QueryRow], configs: &[String], registry: &[Metric]) -> Vec<(String, f64, usize, f64)> {
+    let Some(baseline) = configs.first() else { return Vec::new() };
+    let sel = |name: &str| -> Vec<&QueryRow> {
+        let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == name).collect();
+        v.sort_by(|a, b| a.qid.cmp(&b.qid));
+        v
+    };
+    let base = sel(baseline);
+    let mut out = Vec::new();
+    for metric in registry.iter().filter(|m| m.delta_column) {
+        let mut sds: Vec<f64> = configs[1..]
+            .iter()
+            .map(|c| sel(c))
+            .filter(|mine| mine.len() == base.len())
+            .map(|mine| crate::stats::std_dev(&mine.iter().zip(&base).map(|(a, b)| metric.value(a) - metric.value(b)).collect::<Vec<_>>()))
+            .collect();
+        if sds.is_empty() {
+            continue;
+        }
+        sds.sort_by(f64::total_cmp);
+        let sd = sds[sds.len() / 2];
+        out.push((metric.label.clone(), sd, base.len(), crate::stats::minimum_detectable_effect(sd, base.len())));
     }
     out
 }
@@ -363,7 +426,11 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let has_keywords = golden.iter().any(|q| !q.keywords.is_empty());
     let metric_registry = registry(pipeline.k, has_keywords);
     let mut metrics = summarize(&query_rows, &names, &names[0], &metric_registry, pipeline.resamples, pipeline.seed);
-    let named = named_comparisons(&query_rows, pipeline, &names, &metric_registry, pipeline.resamples, pipeline.seed);
+    let pairs: Vec<(String, Option<String>)> = pipeline.variants.iter().map(|v| (v.name.clone(), v.compare_to.clone())).collect();
+    let mut named = named_comparisons(&query_rows, &pairs, &names, &metric_registry, pipeline.resamples, pipeline.seed);
+    let correction = pipeline.stats.correction;
+    let family_size = correct_retrieval_family(&mut metrics, &mut named, &metric_registry, correction);
+    let power = detectable_effects(&query_rows, &names, &metric_registry);
     let mut answer_tables = Vec::new();
     let mut answer_deltas = Vec::new();
     let mut judge_report = String::new();
@@ -443,6 +510,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
             judge_report = crate::judge::agreement_markdown(js, &agreements, calls);
         }
         answer_deltas = crate::answers::paired_deltas(&per_run, pipeline.resamples, pipeline.seed);
+        correct_answer_family(&mut answer_deltas, correction);
         for d in &answer_deltas {
             let metric = format!("answer/{}", d.metric);
             if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric && m.category == "all") {
@@ -462,7 +530,8 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
                     tables.push((a.name(), asked, m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
                     metrics.extend(rows);
                 }
-                let deltas = crate::answers::paired_deltas(&runs, pipeline.resamples, pipeline.seed);
+                let mut deltas = crate::answers::paired_deltas(&runs, pipeline.resamples, pipeline.seed);
+                correct_answer_family(&mut deltas, correction);
                 for d in &deltas {
                     let metric = format!("answer/{}", d.metric);
                     if let Some(row) = metrics.iter_mut().find(|m| m.config == d.run && m.metric == metric && m.category == name) {
@@ -499,7 +568,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         }
     }
     if !gate_rows.is_empty() {
-        let verdicts: Vec<serde_json::Value> = gate_rows.iter().map(|g| serde_json::json!({"row": g.row, "base": g.base, "metric": g.metric, "delta": g.comparison.delta, "p": g.comparison.p_value, "verdict": crate::gate::verdict(&g.comparison)})).collect();
+        let verdicts: Vec<serde_json::Value> = gate_rows.iter().map(|g| serde_json::json!({"row": g.row, "base": g.base, "metric": g.metric, "delta": g.comparison.delta, "p": g.comparison.p_value, "p_adjusted": g.comparison.p_adjusted, "verdict": crate::gate::verdict(&g.comparison)})).collect();
         run.set_stat("gate", verdicts);
     }
     let n = report::write_metrics(&run.path("metrics.parquet"), &metrics)?;
@@ -519,7 +588,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         run.add_output(&format!("trec/{slug}.qrels"), Some(q.len() as u64))?;
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
-    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry };
+    let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry, correction, family_size, power: &power };
     std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report + &crate::gate::markdown(&gate_rows))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;

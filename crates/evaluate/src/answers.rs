@@ -317,6 +317,7 @@ pub fn metric_rows_in(config: &str, category: &str, metrics: &[(&'static str, &'
                 value: if v.is_empty() { f64::NAN } else { mean(&v) },
                 ci: (!v.is_empty()).then(|| bootstrap_ci(&v, resamples, seed.wrapping_add(1000 + i as u64))),
                 delta: None,
+                wtl: None,
             }
         })
         .collect()

@@ -27,11 +27,28 @@ pub struct EvaluateArgs {
     #[arg(long, default_value = "cpu")]
     #[serde(skip)]
     pub device: String,
+    /// Verify a shared result instead of evaluating: re-hash the outputs and inputs recorded in
+    /// DIR/manifest.json (e.g. eval/fra), re-score runs.parquet, re-derive metrics.parquet.
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip)]
+    pub verify: Option<PathBuf>,
+    /// With --verify: rebuild the pipeline's upstream artifacts (the PIPELINE argument) and
+    /// check each config's index fingerprint against the recorded one.
+    #[arg(long, requires = "verify")]
+    #[serde(skip)]
+    pub rebuild: bool,
 }
 
 impl StageCli for Evaluate {
     const ABOUT: &'static str = "Builds every distinct upstream artifact of a pipeline once, evaluates every config on its golden set, and writes metrics.parquet, per_query.parquet, runs.parquet, TREC run/qrels files, ablation.md and ablation.png into artifacts/evaluate/<fingerprint>/, copied to eval/<pipeline>/. Prints the artifact directory as the last line of stdout.";
     type Args = EvaluateArgs;
+
+    /// `--verify DIR`: the reproducibility check of a finished evaluation.
+    fn instead(args: &EvaluateArgs, shared: &SharedArgs) -> Option<anyhow::Result<()>> {
+        let dir = args.verify.as_ref()?;
+        let opts = crate::verify::VerifyOptions { rebuild: args.rebuild.then(|| args.pipeline.clone()), artifacts: shared.artifacts.clone(), device: args.device.clone() };
+        Some(crate::verify::verify(dir, &opts).and_then(|r| crate::verify::print(&r)))
+    }
 
     fn invocation(args: EvaluateArgs, shared: &SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);

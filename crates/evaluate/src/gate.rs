@@ -24,7 +24,7 @@ pub struct GateRow {
 
 /// `better`, `worse` or `not better` at the 5 % level.
 pub fn verdict(c: &PairedComparison) -> &'static str {
-    match (c.p_value < 0.05, c.delta > 0.0) {
+    match (c.significant(), c.delta > 0.0) {
         (true, true) => "better",
         (true, false) => "worse",
         (false, _) => "not better",
@@ -50,13 +50,14 @@ pub fn markdown(rows: &[GateRow]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut s = String::from("\n## Gate: trained models against their untrained base\n\nEach trained model against the row it changes, question by question: mean paired difference on the primary metric with its 95 % paired-bootstrap interval and a two-sided sign-flip p. A model that is not **better** (p < 0.05) than its base should not replace it.\n\n| Trained row | Base | Metric | n | Δ [95 %] | p | Verdict |\n|---|---|---|---|---|---|---|\n");
+    let mut s = String::from("\n## Gate: trained models against their untrained base\n\nEach trained model against the row it changes, question by question: mean paired difference on the primary metric with its 95 % paired-bootstrap interval and a two-sided sign-flip p, raw and adjusted over its family (see above). A model that is not **better** (adjusted p < 0.05) than its base should not replace it.\n\n| Trained row | Base | Metric | n | Δ [95 %] | p | p adjusted | Verdict |\n|---|---|---|---|---|---|---|---|\n");
     for g in rows {
         let c = &g.comparison;
         let v = verdict(c);
         let mark = if v == "better" { "✓ better" } else if v == "worse" { "✗ worse" } else { "✗ not better" };
         let n = if g.n == 0 { "–".to_string() } else { g.n.to_string() };
-        s.push_str(&format!("| {} | {} | {} | {n} | {:+.3} [{:+.2}, {:+.2}] | {:.3} | {mark} |\n", g.row.replace('|', "\\|"), g.base.replace('|', "\\|"), g.metric, c.delta, c.ci_low, c.ci_high, c.p_value));
+        let adj = c.p_adjusted.map_or("–".to_string(), |a| format!("{a:.3}"));
+        s.push_str(&format!("| {} | {} | {} | {n} | {:+.3} [{:+.2}, {:+.2}] | {:.3} | {adj} | {mark} |\n", g.row.replace('|', "\\|"), g.base.replace('|', "\\|"), g.metric, c.delta, c.ci_low, c.ci_high, c.p_value));
     }
     s
 }
@@ -66,7 +67,7 @@ mod tests {
     use super::*;
 
     fn c(delta: f64, p: f64) -> PairedComparison {
-        PairedComparison { delta, ci_low: delta - 0.1, ci_high: delta + 0.1, p_value: p }
+        PairedComparison { delta, ci_low: delta - 0.1, ci_high: delta + 0.1, p_value: p, p_adjusted: None }
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod relevance;
 pub mod report;
 pub mod rows;
 pub mod stats;
+pub mod verify;
 
 pub use ablate::{Evaluate, EvaluateConfig, EvaluateOptions};
 pub use gauge_core::golden::{load_golden, GoldItem, GoldenQuestion};

@@ -93,6 +93,18 @@ pub struct Pipeline {
     /// Trained-model folders (or their `training_pages.json`) whose training pages are taken
     /// out of the golden set: only questions with no gold page among them are evaluated.
     pub exclude_trained_pages: Vec<PathBuf>,
+    /// How the family's p-values are adjusted (`[stats]` / `stats = { … }`).
+    pub stats: StatsSection,
+}
+
+/// `stats = { correction = "holm" | "bh" | "none" }`: the multiple-comparison correction over
+/// the declared family (every variant's paired Δ on the primary metrics — those with a Δ column —
+/// and every `compare_to` comparison; the answer rows' deltas form a family of their own).
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatsSection {
+    /// Holm (default), Benjamini–Hochberg or none.
+    pub correction: crate::stats::Correction,
 }
 
 #[derive(Deserialize)]
@@ -115,6 +127,8 @@ struct PipelineFile {
     judge: Option<toml::Table>,
     #[serde(default)]
     exclude_trained_pages: Vec<PathBuf>,
+    #[serde(default)]
+    stats: StatsSection,
 }
 
 fn default_seed() -> u64 {
@@ -243,7 +257,7 @@ impl Pipeline {
             }
         };
         let prompts = here.join("prompts");
-        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect() })
+        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats })
     }
 }
 

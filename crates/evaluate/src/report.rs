@@ -38,7 +38,11 @@ pub fn write_metrics(path: &Path, rows: &[MetricRow]) -> anyhow::Result<u64> {
         opt_floats(rows.iter().map(|r| r.delta.map(|d| d.ci_low))),
         opt_floats(rows.iter().map(|r| r.delta.map(|d| d.ci_high))),
         opt_floats(rows.iter().map(|r| r.delta.map(|d| d.p_value))),
-        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.delta.map(|d| d.p_value < 0.05)))) as ArrayRef,
+        opt_floats(rows.iter().map(|r| r.delta.and_then(|d| d.p_adjusted))),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.delta.map(|d| d.significant())))) as ArrayRef,
+        Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.wtl.map(|w| w.0 as i32)))) as ArrayRef,
+        Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.wtl.map(|w| w.1 as i32)))) as ArrayRef,
+        Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.wtl.map(|w| w.2 as i32)))) as ArrayRef,
     ];
     Ok(write_parquet(path, arrow_schema(METRIC_COLUMNS), cols)?)
 }
@@ -173,6 +177,13 @@ pub struct ReportContext<'a> {
     pub named: &'a [(String, String, String, crate::stats::PairedComparison)],
     /// The metrics and where they are printed.
     pub registry: &'a [Metric],
+    /// The correction applied over the family.
+    pub correction: crate::stats::Correction,
+    /// Comparisons in the family.
+    pub family_size: usize,
+    /// Per primary metric: label, standard deviation of the paired differences, questions,
+    /// minimum detectable effect.
+    pub power: &'a [(String, f64, usize, f64)],
 }
 
 impl ReportContext<'_> {
@@ -195,8 +206,16 @@ fn cell(m: Option<&MetricRow>) -> String {
 
 fn delta_cell(m: Option<&MetricRow>) -> String {
     match m.and_then(|m| m.delta) {
-        Some(d) => format!("{:+.3} [{:+.2}, {:+.2}]{}", d.delta, d.ci_low, d.ci_high, if d.p_value < 0.05 { " *" } else { "" }),
+        Some(d) => format!("{:+.3} [{:+.2}, {:+.2}]{}", d.delta, d.ci_low, d.ci_high, if d.significant() { " *" } else { "" }),
         None => "–".into(),
+    }
+}
+
+fn family_text(cx: &ReportContext<'_>) -> String {
+    let primary: Vec<&str> = cx.registry.iter().filter(|m| m.delta_column).map(|m| m.label.as_str()).collect();
+    match cx.correction {
+        crate::stats::Correction::None => format!("(not corrected for the {} comparisons: `stats.correction = \"none\"`)", cx.family_size),
+        c => format!("after {} adjustment over the family of {} comparisons (every config's Δ {} and every `compare_to` comparison; `stats.correction`); raw and adjusted p are in metrics.parquet", c.label(), cx.family_size, primary.join(" and ")),
     }
 }
 
@@ -217,7 +236,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
     let base = &p.variants[0].name;
     let mut s = format!("# Ablation: `{}`\n\n", p.name);
     s.push_str(&format!(
-        "- Golden set: `{}` ({} questions); relevance: {}.\n- k = {}; every value is a mean over questions with its 95 % percentile-bootstrap interval ({} resamples, seed {}).\n- Δ: mean paired difference against the baseline **{}**, with its paired-bootstrap interval; `*` marks a two-sided paired sign-flip randomisation p < 0.05 (not corrected for the {} comparisons).\n\n",
+        "- Golden set: `{}` ({} questions); relevance: {}.\n- k = {}; every value is a mean over questions with its 95 % percentile-bootstrap interval ({} resamples, seed {}).\n- Δ: mean paired difference against the baseline **{}**, with its paired-bootstrap interval; `*` marks a two-sided paired sign-flip randomisation p < 0.05 {}.\n\n",
         p.golden.display(),
         cx.golden_len,
         mode_text(cx.mode),
@@ -225,7 +244,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         p.resamples,
         p.seed,
         base,
-        cx.evaluated().len().saturating_sub(1)
+        family_text(cx)
     ));
     for note in cx.notes {
         s.push_str(&format!("- {note}\n"));
@@ -251,11 +270,13 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         }
     }
     if !cx.named.is_empty() {
-        s.push_str("\n## Paired differences against the compared config (`compare_to`)\n\n| Config | vs | Metric | Δ [95 % CI] | p |\n|---|---|---|---|---|\n");
+        s.push_str("\n## Paired differences against the compared config (`compare_to`)\n\n| Config | vs | Metric | Δ [95 % CI] | p | p adjusted |\n|---|---|---|---|---|---|\n");
         for (config, other, metric, d) in cx.named {
-            s.push_str(&format!("| {} | {} | {metric} | {:+.3} [{:+.2}, {:+.2}]{} | {:.3} |\n", config.replace('|', "\\|"), other.replace('|', "\\|"), d.delta, d.ci_low, d.ci_high, if d.p_value < 0.05 { " *" } else { "" }, d.p_value));
+            let adj = d.p_adjusted.map_or("–".to_string(), |a| format!("{a:.3}"));
+            s.push_str(&format!("| {} | {} | {metric} | {:+.3} [{:+.2}, {:+.2}]{} | {:.3} | {adj} |\n", config.replace('|', "\\|"), other.replace('|', "\\|"), d.delta, d.ci_low, d.ci_high, if d.significant() { " *" } else { "" }, d.p_value));
         }
     }
+    s.push_str(&wins_markdown(cx));
     let coverage: Vec<&Metric> = cx.registry.iter().filter(|m| m.placement == Placement::Coverage).collect();
     let headers: Vec<String> = coverage.iter().map(|m| m.label.clone()).chain(["Latency p50 (ms)".to_string(), "Latency p95 (ms)".to_string(), "Without cache p50 (ms)".to_string()]).collect();
     s.push_str(&format!("\n## Coverage, refusals, latency\n\n| Config | {} |\n|---|{}\n", headers.join(" | "), "---|".repeat(headers.len())));
@@ -279,6 +300,41 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         for (name, reason) in cx.skipped {
             s.push_str(&format!("- **{name}**: {}\n", reason.replace('\n', " ")));
         }
+    }
+    s
+}
+
+/// Wins, ties and losses against the baseline per config and primary metric, with raw and
+/// adjusted p, and the golden set's minimum detectable effects.
+fn wins_markdown(cx: &ReportContext<'_>) -> String {
+    let primary: Vec<&Metric> = cx.registry.iter().filter(|m| m.delta_column).collect();
+    let base = &cx.pipeline.variants[0].name;
+    let rows: Vec<String> = cx
+        .evaluated()
+        .iter()
+        .filter(|v| v.name != *base)
+        .map(|v| {
+            let cells: Vec<String> = primary
+                .iter()
+                .map(|m| match cx.get(&v.name, "all", &m.name) {
+                    Some(MetricRow { wtl: Some((w, t, l)), delta: Some(d), .. }) => format!("{w} / {t} / {l} | {:.3} | {}", d.p_value, d.p_adjusted.map_or("–".to_string(), |a| format!("{a:.3}{}", if a < 0.05 { " *" } else { "" }))),
+                    _ => "– | – | –".to_string(),
+                })
+                .collect();
+            format!("| {} | {} |\n", v.name.replace('|', "\\|"), cells.join(" | "))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let headers: Vec<String> = primary.iter().map(|m| format!("{0} W / T / L | {0} p | {0} p adjusted", m.label)).collect();
+    let mut s = format!("\n## Wins, ties, losses against the baseline **{base}**\n\nQuestion by question; p is the paired sign-flip p-value, raw and after {} adjustment over the family of {} comparisons.\n\n| Config | {} |\n|---|{}\n", cx.correction.label(), cx.family_size, headers.join(" | "), "---|".repeat(primary.len() * 3));
+    for r in rows {
+        s.push_str(&r);
+    }
+    if !cx.power.is_empty() {
+        let parts: Vec<String> = cx.power.iter().map(|(label, sd, _, mde)| format!("{label} ±{mde:.3} (sd of paired differences {sd:.3})")).collect();
+        s.push_str(&format!("\nMinimum detectable effect of this golden set ({} questions; 80 % power, two-sided α 0.05, normal approximation 2.80·sd/√n, sd the median over configs of the paired differences' standard deviation): {}. A smaller true difference is more likely missed than found.\n", cx.power[0].2, parts.join("; ")));
     }
     s
 }
@@ -323,10 +379,11 @@ fn answer_rows_markdown(tables: &[crate::answers::AnswerTable], deltas: &[crate:
         s.push_str(&format!("| {} | {n} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
     }
     if !deltas.is_empty() {
-        s.push_str(&format!("\n### {deltas_title}\n\nEach generator against the first one on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval and a two-sided sign-flip randomisation p (not corrected for the number of comparisons).\n\n| Row | vs | Metric | n | Δ | 95 % interval | p |\n|---|---|---|---|---|---|---|\n"));
+        s.push_str(&format!("\n### {deltas_title}\n\nEach generator against the first one on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval, a two-sided sign-flip randomisation p, and that p adjusted over the {} comparisons of this table (the pipeline's `stats.correction`); `*` marks an adjusted p < 0.05.\n\n| Row | vs | Metric | n | Δ | 95 % interval | p | p adjusted |\n|---|---|---|---|---|---|---|---|\n", deltas.len()));
         for d in deltas {
             let c = &d.comparison;
-            s.push_str(&format!("| {} | {} | {} | {} | {:+.3} | [{:+.2}, {:+.2}] | {:.3}{} |\n", d.run.replace('|', "\\|"), d.baseline.replace('|', "\\|"), d.label, d.n, c.delta, c.ci_low, c.ci_high, c.p_value, if c.p_value < 0.05 { " *" } else { "" }));
+            let adj = c.p_adjusted.map_or("–".to_string(), |a| format!("{a:.3}"));
+            s.push_str(&format!("| {} | {} | {} | {} | {:+.3} | [{:+.2}, {:+.2}] | {:.3} | {adj}{} |\n", d.run.replace('|', "\\|"), d.baseline.replace('|', "\\|"), d.label, d.n, c.delta, c.ci_low, c.ci_high, c.p_value, if c.significant() { " *" } else { "" }));
         }
     }
     s

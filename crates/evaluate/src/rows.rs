@@ -68,5 +68,7 @@ pub struct MetricRow {
     pub ci: Option<(f64, f64)>,
     /// Paired comparison with the baseline.
     pub delta: Option<crate::stats::PairedComparison>,
+    /// Wins, ties and losses against the baseline, question by question.
+    pub wtl: Option<(usize, usize, usize)>,
 }
 

@@ -36,6 +36,106 @@ pub struct PairedComparison {
     pub ci_high: f64,
     /// Two-sided p-value of a paired randomisation (sign-flip) test.
     pub p_value: f64,
+    /// `p_value` adjusted for the comparisons of its family (Holm or Benjamini–Hochberg, see
+    /// [`Correction`]); `None` outside a family or with `correction = "none"`.
+    pub p_adjusted: Option<f64>,
+}
+
+impl PairedComparison {
+    /// The p-value that decides significance: the adjusted one when there is one.
+    pub fn decisive_p(&self) -> f64 {
+        self.p_adjusted.unwrap_or(self.p_value)
+    }
+
+    /// Significant at 0.05 after the family's correction.
+    pub fn significant(&self) -> bool {
+        self.decisive_p() < 0.05
+    }
+}
+
+/// How the p-values of a family of comparisons are adjusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Correction {
+    /// Holm's step-down (controls the family-wise error rate; uniformly more powerful than
+    /// Bonferroni).
+    #[default]
+    Holm,
+    /// Benjamini–Hochberg's step-up (controls the false discovery rate).
+    Bh,
+    /// No adjustment.
+    None,
+}
+
+impl Correction {
+    /// The name printed in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Correction::Holm => "Holm",
+            Correction::Bh => "Benjamini–Hochberg",
+            Correction::None => "none",
+        }
+    }
+}
+
+/// Adjusted p-values, in the input order, as statsmodels' `multipletests` computes them
+/// (`holm`, `fdr_bh`): Holm `max_{j≤i} min(1, (m−j+1)·p_(j))`, BH
+/// `min_{j≥i} min(1, m·p_(j)/j)` over the sorted p-values. `None` returns them unchanged.
+pub fn adjust(p: &[f64], correction: Correction) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]).then(a.cmp(&b)));
+    let mut out = vec![0.0; m];
+    match correction {
+        Correction::None => return p.to_vec(),
+        Correction::Holm => {
+            let mut running: f64 = 0.0;
+            for (j, &i) in order.iter().enumerate() {
+                running = running.max(((m - j) as f64 * p[i]).min(1.0));
+                out[i] = running;
+            }
+        }
+        Correction::Bh => {
+            let mut running: f64 = 1.0;
+            for (j, &i) in order.iter().enumerate().rev() {
+                running = running.min((m as f64 * p[i] / (j + 1) as f64).min(1.0));
+                out[i] = running;
+            }
+        }
+    }
+    out
+}
+
+/// Wins, ties and losses of a variant against the baseline, question by question.
+pub fn win_tie_loss(variant: &[f64], baseline: &[f64]) -> (usize, usize, usize) {
+    variant.iter().zip(baseline).fold((0, 0, 0), |(w, t, l), (a, b)| {
+        if (a - b).abs() <= 1e-12 {
+            (w, t + 1, l)
+        } else if a > b {
+            (w + 1, t, l)
+        } else {
+            (w, t, l + 1)
+        }
+    })
+}
+
+/// Sample standard deviation (0 for fewer than two values).
+pub fn std_dev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// The smallest mean paired difference a two-sided test at level 0.05 detects with 80 %
+/// power on `n` questions whose paired differences have standard deviation `sd` (normal
+/// approximation: `(z_0.975 + z_0.8) · sd / √n`, 2.802 · sd / √n).
+pub fn minimum_detectable_effect(sd: f64, n: usize) -> f64 {
+    if n == 0 {
+        return f64::NAN;
+    }
+    (1.959_964 + 0.841_621) * sd / (n as f64).sqrt()
 }
 
 /// Compares per-question values of a variant with the baseline's (same question order).
@@ -53,7 +153,7 @@ pub fn paired_comparison(variant: &[f64], baseline: &[f64], resamples: usize, se
             extreme += 1;
         }
     }
-    PairedComparison { delta, ci_low, ci_high, p_value: (extreme + 1) as f64 / (resamples + 1) as f64 }
+    PairedComparison { delta, ci_low, ci_high, p_value: (extreme + 1) as f64 / (resamples + 1) as f64, p_adjusted: None }
 }
 
 #[cfg(test)]
@@ -79,5 +179,30 @@ mod tests {
         let c = paired_comparison(&better, &base, 1000, 3);
         assert!((c.delta - 0.5).abs() < 1e-12);
         assert!(c.p_value < 0.01 && c.ci_low > 0.0, "{c:?}");
+    }
+
+    #[test]
+    fn adjustments_match_statsmodels_multipletests() {
+        // statsmodels.stats.multitest.multipletests(p, method="holm" / "fdr_bh")[1].
+        let p = [0.01, 0.04, 0.03, 0.005, 0.20, 0.04];
+        let holm = adjust(&p, Correction::Holm);
+        let want_holm = [0.05, 0.12, 0.12, 0.03, 0.20, 0.12];
+        let bh = adjust(&p, Correction::Bh);
+        let want_bh = [0.03, 0.048, 0.048, 0.03, 0.20, 0.048];
+        for i in 0..p.len() {
+            assert!((holm[i] - want_holm[i]).abs() < 1e-12, "holm {holm:?}");
+            assert!((bh[i] - want_bh[i]).abs() < 1e-12, "bh {bh:?}");
+        }
+        assert_eq!(adjust(&p, Correction::None), p.to_vec());
+        assert!(adjust(&[], Correction::Holm).is_empty());
+        assert_eq!(adjust(&[0.6, 0.9], Correction::Holm), vec![1.0, 1.0], "capped at 1");
+    }
+
+    #[test]
+    fn wins_ties_losses_and_the_detectable_effect() {
+        assert_eq!(win_tie_loss(&[1.0, 0.5, 0.0, 0.2], &[0.0, 0.5, 1.0, 0.1]), (2, 1, 1));
+        let mde = minimum_detectable_effect(0.5, 41);
+        assert!((mde - 0.2188).abs() < 1e-3, "{mde}");
+        assert!((std_dev(&[1.0, 0.0, 1.0, 0.0]) - 0.57735).abs() < 1e-4);
     }
 }

@@ -26,6 +26,10 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(skip)]
     pub hold_out: Vec<PathBuf>,
+    /// Another synth-data artifact (or golden JSONL) whose questions join the training (embedder / reranker; repeatable): a mix, e.g. doc2query + inverse-cloze.
+    #[arg(long)]
+    #[serde(skip)]
+    pub also: Vec<PathBuf>,
     /// Base model: GGUF file, Hugging Face folder or name in the models directory (`base`).
     #[arg(long)]
     pub base: Option<String>,
@@ -97,7 +101,7 @@ impl StageCli for TrainLora {
 
     fn invocation(args: TrainArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: crate::train::TrainInputs { data: args.data, index: args.index, hold_out: args.hold_out }, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
+        Ok(Invocation { inputs: crate::train::TrainInputs { data: args.data, index: args.index, hold_out: args.hold_out, also: args.also }, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
     }
 }
 

@@ -573,7 +573,8 @@ impl Trainee for EncoderTrainee<'_> {
 }
 
 /// Trains an encoder target (called by the stage's build).
-pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+pub fn train_encoder(inputs: &crate::train::TrainInputs, index: &Path, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+    let hold_out = &inputs.hold_out;
     let rc = &cfg.retriever;
     anyhow::ensure!(rc.temperature > 0.0, "retriever.temperature must be positive, got {}", rc.temperature);
     let device = gauge_encoder::device::parse(&opts.device)?;
@@ -591,7 +592,21 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
         TuningKind::Full => Tuning::Full,
         TuningKind::Lora => Tuning::Lora { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: module_targets(&cfg.target_modules)? },
     };
-    let (train_file, dev_file) = input_files(data)?;
+    let (train_file, dev_file) = input_files(&inputs.data)?;
+    let (mut all_rows, mut dev_all) = (read_questions(&train_file)?, match &dev_file {
+        Some(d) => read_questions(d)?,
+        None => Vec::new(),
+    });
+    let mut per_set = vec![all_rows.len()];
+    for a in &inputs.also {
+        let (t, d) = input_files(a)?;
+        let rows = read_questions(&t)?;
+        per_set.push(rows.len());
+        all_rows.extend(rows);
+        if let Some(d) = d {
+            dev_all.extend(read_questions(&d)?);
+        }
+    }
     // Pages of the held-out golden sets: no training question may touch them.
     let mut held: HashSet<(String, i32)> = HashSet::new();
     for h in hold_out {
@@ -599,7 +614,6 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
             held.extend(gold_pages(&q));
         }
     }
-    let all_rows = read_questions(&train_file)?;
     let before = all_rows.len();
     let kept: Vec<SourcedQuestion> = all_rows.into_iter().filter(|r| !gold_pages(&r.question).iter().any(|p| held.contains(p))).collect();
     let dropped_for_hold_out = before - kept.len();
@@ -607,10 +621,7 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
         tracing::info!("{dropped_for_hold_out} of {before} training questions dropped: they share a page with a held-out golden set");
     }
     let train_rows = sample(kept, cfg.max_train_examples, cfg.seed);
-    let dev_rows = match &dev_file {
-        Some(d) => sample(read_questions(d)?, Some(cfg.eval_examples), cfg.seed),
-        None => Vec::new(),
-    };
+    let dev_rows = sample(dev_all, Some(cfg.eval_examples), cfg.seed);
     let engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { device: opts.device.clone(), ..Default::default() })?;
     let (mut train, missing) = build_examples(&engine, &train_rows, rc, cfg.seed)?;
     // A positive chunk may reach onto a held-out page (chunks span pages): drop those too.
@@ -664,6 +675,7 @@ pub fn train_encoder(data: &Path, index: &Path, hold_out: &[PathBuf], run: &mut 
     run.set_stat("questions_without_positive", (missing + dev_missing) as u64);
     run.set_stat("dev_examples", dev.len() as u64);
     run.set_stat("dropped_for_hold_out", dropped_for_hold_out as u64);
+    run.set_stat("questions_per_set", serde_json::to_value(&per_set)?);
     run.set_stat("held_out_pages", held.len() as u64);
     run.set_stat("trained_pages_count", pages.len() as u64);
     run.set_stat("trained_pages", pages.into_iter().collect::<Vec<_>>());

@@ -174,6 +174,9 @@ pub struct TrainInputs {
     /// Golden sets whose gold pages are never trained on (encoder targets): a training
     /// question sharing a page with them is dropped, so they stay fully evaluable.
     pub hold_out: Vec<PathBuf>,
+    /// More question sets trained together with `data` (encoder targets): their training rows
+    /// join `data`'s, their held-out rows its held-out rows.
+    pub also: Vec<PathBuf>,
 }
 
 /// What the plan found.
@@ -223,6 +226,13 @@ impl Stage for TrainLora {
             }
             let (_, entry) = gauge_core::artifact::input_file(index, "manifest.json", "index")?;
             inputs.push(FileEntry { name: "index".into(), ..entry });
+            for (k, a) in inputs_in.also.iter().enumerate() {
+                let (t, d) = crate::retriever::input_files(a)?;
+                inputs.push(data_entry(&t, &format!("also:{k}:train"))?);
+                if let Some(d) = &d {
+                    inputs.push(data_entry(d, &format!("also:{k}:dev"))?);
+                }
+            }
             for (k, h) in inputs_in.hold_out.iter().enumerate() {
                 gauge_core::golden::load_golden(h)?;
                 inputs.push(FileEntry { path: h.display().to_string(), name: format!("hold_out:{k}"), hash: gauge_core::hash::file_hash(h)?, rows: None });
@@ -232,6 +242,7 @@ impl Stage for TrainLora {
             return Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed));
         }
         anyhow::ensure!(cfg.retriever.is_default(), "[retriever] settings are for --target embedder or reranker");
+        anyhow::ensure!(inputs_in.also.is_empty(), "--also mixes question sets for --target embedder or reranker; for the generator, write one SFT set");
         anyhow::ensure!(cfg.batch_size > 0 && cfg.grad_accum > 0, "batch_size and grad_accum must be at least 1");
         anyhow::ensure!((0.0..1.0).contains(&cfg.lora_dropout), "lora_dropout is a probability below 1, got {}", cfg.lora_dropout);
         anyhow::ensure!(cfg.learning_rate > 0.0 && cfg.epochs > 0, "learning_rate and epochs must be positive");
@@ -248,7 +259,7 @@ impl Stage for TrainLora {
 
     fn build(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, inputs: &TrainInputs, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
         if let Some(index) = inputs.index.as_ref().filter(|_| !cfg.target.is_generator()) {
-            return crate::retriever::train_encoder(&inputs.data, index, &inputs.hold_out, run, cfg, opts);
+            return crate::retriever::train_encoder(inputs, index, run, cfg, opts);
         }
         train(state, run, cfg, opts)
     }

@@ -1,5 +1,6 @@
 //! `--mode doc2query`: questions for passages written by a generator (the local decoder by
-//! default, batched, each reply held to a JSON Schema), in the style of a few example
+//! default, batched; each reply held to a JSON Schema, or one question a line for a model too
+//! small to keep to one — see [`ReplyFormat`]), in the style of a few example
 //! questions, then filtered by **round-trip consistency** as InPars and Promptagator filter:
 //! a question is kept only when the untrained engine retrieves its passage in the top
 //! `round_trip_k`. Near-duplicates are dropped after. Every dropped question is written with
@@ -24,6 +25,60 @@ pub struct Doc2QueryConfig {
     pub retrieval: gauge_engine::RetrievalConfig,
     /// Questions shorter than this many words are dropped.
     pub min_words: usize,
+    /// How the generator replies: a JSON object under a schema, or one question a line.
+    pub reply: ReplyFormat,
+}
+
+/// How the doc2query generator replies.
+///
+/// Under a JSON Schema a capable model answers `{"questions": [...]}`; SmolLM2-135M, held to
+/// the same schema, fills the string with numbers and brackets (85 of 100 FRA passages
+/// unparsable, none kept), while asked for a numbered list in plain text it writes questions.
+/// `auto` takes `lines` for the local decoder and `json` for an endpoint.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyFormat {
+    /// `lines` for a local model, `json` for an endpoint.
+    #[default]
+    Auto,
+    /// A JSON object `{"questions": [...]}` held to [`reply_schema`].
+    Json,
+    /// Plain text, one question a line (list markers dropped; a line must ask: it has a `?`).
+    Lines,
+}
+
+impl ReplyFormat {
+    /// `Json` or `Lines` for this generator.
+    pub fn resolve(self, generator: &GeneratorConfig) -> ReplyFormat {
+        match (self, generator) {
+            (ReplyFormat::Auto, GeneratorConfig::Local { .. }) => ReplyFormat::Lines,
+            (ReplyFormat::Auto, GeneratorConfig::Api(_)) => ReplyFormat::Json,
+            (f, _) => f,
+        }
+    }
+
+    /// The instruction the prompt's `{{reply_format}}` becomes.
+    pub fn instruction(self) -> &'static str {
+        match self {
+            ReplyFormat::Lines => "Write them one per line, numbered.",
+            _ => "Reply with a JSON object: {\"questions\": [\"...\", \"...\"]}.",
+        }
+    }
+}
+
+/// The questions of a plain-text reply: one a line, list markers and quotes dropped, cut after
+/// its first `?`; a line without one is not a question and is skipped.
+pub fn parse_lines(reply: &str) -> Vec<String> {
+    reply
+        .lines()
+        .filter_map(|line| {
+            let l = line.trim().trim_start_matches(|c: char| c == '-' || c == '*' || c == '•' || c.is_ascii_digit() || c == '.' || c == ')' || c == ':' || c.is_whitespace());
+            let l = l.trim_start_matches("Question").trim_start_matches(|c: char| c.is_ascii_digit() || c == ':' || c == '.' || c.is_whitespace());
+            let end = l.find('?')?;
+            let q = l[..=end].trim().trim_matches(|c: char| c == '"' || c == '“' || c == '”').trim();
+            (!q.is_empty()).then(|| q.to_string())
+        })
+        .collect()
 }
 
 impl Default for Doc2QueryConfig {
@@ -35,6 +90,7 @@ impl Default for Doc2QueryConfig {
             round_trip_k: 10,
             retrieval: gauge_engine::RetrievalConfig { k: 10, ..gauge_engine::RetrievalConfig::default() },
             min_words: 4,
+            reply: ReplyFormat::Auto,
         }
     }
 }
@@ -68,11 +124,12 @@ pub fn reply_schema(n: usize) -> gauge_llm::ResponseSchema {
 }
 
 /// The prompt for one passage: the template with `{{examples}}` (one example question a
-/// line), `{{n}}`, `{{source}}`, `{{pages}}` and `{{passage}}` filled in.
-pub fn prompt(template: &str, chunk: &ChunkRecord, examples: &[String], n: usize) -> String {
+/// line), `{{n}}`, `{{source}}`, `{{pages}}`, `{{passage}}` and `{{reply_format}}` (the
+/// format's instruction) filled in.
+pub fn prompt(template: &str, chunk: &ChunkRecord, examples: &[String], n: usize, format: ReplyFormat) -> String {
     let pages = if chunk.page_start == chunk.page_end { chunk.page_start.to_string() } else { format!("{}-{}", chunk.page_start, chunk.page_end) };
     let examples = if examples.is_empty() { "(none)".to_string() } else { examples.iter().map(|e| format!("- {e}")).collect::<Vec<_>>().join("\n") };
-    template.replace("{{examples}}", &examples).replace("{{n}}", &n.to_string()).replace("{{source}}", &chunk.source).replace("{{pages}}", &pages).replace("{{passage}}", &chunk.text)
+    template.replace("{{examples}}", &examples).replace("{{n}}", &n.to_string()).replace("{{source}}", &chunk.source).replace("{{pages}}", &pages).replace("{{reply_format}}", format.instruction()).replace("{{passage}}", &chunk.text)
 }
 
 /// A question as written, cleaned (whitespace collapsed, a list marker dropped), or why it
@@ -119,6 +176,22 @@ mod tests {
         assert_eq!(clean("  1. When must  gate arms be lowered? ", 4), Ok("When must gate arms be lowered?".into()));
         assert_eq!(clean("- What is a crossbuck sign?", 4), Ok("What is a crossbuck sign?".into()));
         assert_eq!(clean("Why?", 4), Err("too_short"));
+    }
+
+    #[test]
+    fn plain_text_replies_give_one_question_a_line() {
+        let reply = "1. What is the purpose of a shunt wire?\n2) How must fouling wires be maintained? They must be kept.\n\nHere are some notes\n- \"Who inspects PTC systems?\"\nQuestion 4: When is a watchman required?";
+        assert_eq!(parse_lines(reply), vec!["What is the purpose of a shunt wire?", "How must fouling wires be maintained?", "Who inspects PTC systems?", "When is a watchman required?"]);
+        assert!(parse_lines("{\"questions\":[\", 2, 3").is_empty(), "no question mark, no question");
+    }
+
+    #[test]
+    fn auto_takes_lines_locally_and_json_for_an_endpoint() {
+        let local = GeneratorConfig::default();
+        assert_eq!(ReplyFormat::Auto.resolve(&local), ReplyFormat::Lines);
+        assert_eq!(ReplyFormat::Json.resolve(&local), ReplyFormat::Json);
+        let api: GeneratorConfig = serde_json::from_value(serde_json::json!({ "kind": "api", "base_url": "http://127.0.0.1:1/v1", "model": "m" })).unwrap();
+        assert_eq!(ReplyFormat::Auto.resolve(&api), ReplyFormat::Json);
     }
 
     #[test]

@@ -702,11 +702,12 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     let planned = plan::plan(chunks, cfg.n, &[Style::Factual], cfg.seed, cfg.min_chars, &|_| true);
     anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
     let generator = Generator::open(&d.generator, &rt.device, rt.retry.clone())?;
-    let schema = doc2query::reply_schema(d.per_chunk);
-    let chats: Vec<Vec<Message>> = planned.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk))]).collect();
+    let format = d.reply.resolve(&d.generator);
+    let schema = (format == doc2query::ReplyFormat::Json).then(|| doc2query::reply_schema(d.per_chunk));
+    let chats: Vec<Vec<Message>> = planned.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk, format))]).collect();
     let bar = gauge_core::progress::bar(chats.len() as u64, "passages");
     let started = std::time::Instant::now();
-    let replies = generator.complete_batch(&chats, &cfg.generation, Some(&schema), &|| bar.inc(1));
+    let replies = generator.complete_batch(&chats, &cfg.generation, schema.as_ref(), &|| bar.inc(1));
     let generation_seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let retrieval = gauge_engine::RetrievalConfig { k: d.round_trip_k, ..d.retrieval.clone() }.normalize();
@@ -728,12 +729,18 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
             }
         };
         tokens += reply.completion_tokens;
-        let parsed: Result<doc2query::Doc2QueryReply, _> = serde_json::from_str(gauge_llm::json_payload(&reply.text));
-        let Ok(parsed) = parsed else {
+        let questions = match format {
+            doc2query::ReplyFormat::Lines => doc2query::parse_lines(&reply.text),
+            _ => match serde_json::from_str::<doc2query::Doc2QueryReply>(gauge_llm::json_payload(&reply.text)) {
+                Ok(parsed) => parsed.questions,
+                Err(_) => Vec::new(),
+            },
+        };
+        if questions.is_empty() {
             drop(c, &reply.text, "unparsable_reply", &mut dropped);
             continue;
-        };
-        for (j, q) in parsed.questions.iter().take(d.per_chunk).enumerate() {
+        }
+        for (j, q) in questions.iter().take(d.per_chunk).enumerate() {
             written += 1;
             let q = match doc2query::clean(q, d.min_words) {
                 Ok(q) => q,
@@ -776,7 +783,10 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     run.set_stat("generation_seconds", generation_seconds);
     run.set_stat("tokens_per_second", if generation_seconds > 0.0 { tokens as f64 / generation_seconds } else { 0.0 });
     run.set_stat("splits", serde_json::to_value(&split_counts)?);
-    run.set_stat("structured_output", generator.structured_status());
+    run.set_stat("reply_format", serde_json::to_value(format)?);
+    if format == doc2query::ReplyFormat::Json {
+        run.set_stat("structured_output", generator.structured_status());
+    }
     eprintln!("synth-data: doc2query: {written} questions written for {} passages, {} kept after the round trip (top {}) and near-duplicate removal", planned.len(), rows.len(), d.round_trip_k);
     Ok(SynthSummary { accepted: rows.len(), failed: written - rows.len(), resumed: 0, sft: false })
 }

@@ -1,0 +1,64 @@
+//! `evaluate --verify eval/fra`: the committed result re-derives on this checkout (inputs that
+//! are here re-hashed, runs re-judged and re-scored, metrics re-derived with the recorded
+//! seed), and one changed byte — in an output table or in an input — fails it, naming the file.
+use std::path::Path;
+use std::process::Command;
+
+use gauge::{bin, repo_root, shared};
+
+fn verify(cwd: &Path, dir: &Path) -> (bool, String) {
+    let out = Command::new(bin("evaluate")).current_dir(cwd).arg("--verify").arg(dir).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+fn flip_one_byte(path: &Path, at: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] = if bytes[at] == b'7' { b'8' } else { b'7' };
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn the_committed_fra_result_verifies_and_a_changed_byte_is_named() {
+    let root = repo_root();
+    let committed = root.join("eval/fra");
+    let (ok, text) = verify(&root, &committed);
+    assert!(ok, "{text}");
+    assert!(text.contains("output files hash as recorded") && text.contains("ranked passages re-judged") && text.contains("metric values re-derived"), "{text}");
+    assert!(!text.contains("CHANGED"), "{text}");
+
+    // An output edited after the run.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("fra");
+    copy_dir(&committed, &copy);
+    flip_one_byte(&copy.join("trec/00-vector.run"), 40);
+    let (ok, text) = verify(&root, &copy);
+    assert!(!ok, "a changed run file passed:\n{text}");
+    assert!(text.contains("trec/00-vector.run: changed since the evaluation wrote it"), "{text}");
+
+    // An input changed: the golden set the manifest names (../shared/golden/fra-dev.jsonl from
+    // where evaluate ran), one byte different.
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let golden = tmp.path().join("shared/golden/fra-dev.jsonl");
+    std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+    std::fs::copy(shared().join("golden/fra-dev.jsonl"), &golden).unwrap();
+    let text_now = std::fs::read_to_string(&golden).unwrap();
+    let at = text_now.find("\"question\"").unwrap() + 14;
+    flip_one_byte(&golden, at);
+    let (ok, text) = verify(&work, &committed);
+    assert!(!ok, "a changed golden set passed:\n{text}");
+    assert!(text.contains("../shared/golden/fra-dev.jsonl: input `golden` changed"), "{text}");
+}
