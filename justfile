@@ -13,6 +13,7 @@ ray_venv := env_var("HOME") / ".cache/gauge-ray-venv"
 nb_venv := env_var("HOME") / ".cache/gauge-notebook-venv"
 xlmr_venv := env_var("HOME") / ".cache/gauge-xlmr-venv"
 torch_venv := env_var("HOME") / ".cache/gauge-torch-venv"
+refs_venv := env_var("HOME") / ".cache/gauge-refs-venv"
 xlmr_fixture := env_var("HOME") / ".cache/gauge-fixtures/tiny-xlmr"
 # This justfile, for recipes that call other recipes.
 just := just_executable() + " --justfile " + justfile()
@@ -31,8 +32,13 @@ models:
     scripts/fetch-models.sh
 
 # Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety).
-test: setup models
-    cargo test --release --workspace
+test: setup models refs-venv
+    GAUGE_REFS_PYTHON={{refs_venv}}/bin/python3 cargo test --release --workspace
+
+# Reference implementations the tests hold gauge's statistics to (statsmodels' multipletests) → ~/.cache/gauge-refs-venv.
+refs-venv:
+    test -x {{refs_venv}}/bin/python3 || python3 -m venv {{refs_venv}}
+    {{refs_venv}}/bin/python3 -c "import statsmodels" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels
 
 # Clippy over every crate and target, warnings as errors (CI runs it).
 lint:

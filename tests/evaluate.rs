@@ -258,3 +258,47 @@ fn bad_golden_sets_and_pipelines_fail_with_one_line_naming_the_file() {
     assert!(gauge::complete_dirs(&s.root.join("artifacts"), "evaluate").is_empty());
     assert!(!BTreeSet::from_iter(std::fs::read_dir(&s.root).unwrap().flatten().map(|e| e.file_name())).contains(std::ffi::OsStr::new("eval")));
 }
+
+/// failures.parquet on a real evaluation: a config filtered to one manual loses every question
+/// on the other manual at `candidates` (no retriever can return its pages), a cutoff no score
+/// reaches loses at `cutoff` exactly the questions the same config finds without it, and
+/// `ablation.md` counts them.
+#[test]
+fn missed_questions_are_traced_to_the_stage_that_lost_them() {
+    let s = setup();
+    let model = repo_root().join("models/all-MiniLM-L6-v2");
+    let pipeline = s.root.join("failures.toml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name = \"failures\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nresamples = 1000\n[baseline]\nname = \"BM25\"\nembed = {{ model = \"{}\" }}\nretrieval = {{ dense = false, bm25 = true, promote_exact = false }}\n[[variants]]\nname = \"BM25, one manual\"\nretrieval = {{ filter = {{ sources = [\"{}\"] }} }}\n[[variants]]\nname = \"BM25 + cutoff\"\nretrieval = {{ cutoff = 1e9 }}\n",
+            model.display(),
+            MANUALS[0]
+        ),
+    )
+    .unwrap();
+    let art = s.root.join("artifacts");
+    let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", s.root.join("eval").to_str().unwrap()]));
+    let dir = PathBuf::from(last_line(&out));
+    // Per question: BM25's hit@10.
+    let pq = read_parquet_any(&dir.join("per_query.parquet")).unwrap();
+    let c = Columns::new(&pq);
+    let (config, qid, hit10) = (c.strings_required("config"), c.strings_required("qid"), c.f64s("hit_10"));
+    let bm25 = |col: &Vec<Option<f64>>, want: f64| -> BTreeSet<String> { (0..pq.num_rows()).filter(|&i| config[i] == "BM25" && col[i] == Some(want)).map(|i| qid[i].clone()).collect() };
+    let (found, missed) = (bm25(&hit10, 1.0), bm25(&hit10, 0.0));
+    let other_manual: BTreeSet<String> = s.gold.iter().filter(|(_, items)| items.iter().all(|(src, _)| src == MANUALS[1])).map(|(q, _)| q.clone()).collect();
+    assert!(!other_manual.is_empty());
+    let f = read_parquet_any(&dir.join("failures.parquet")).unwrap();
+    let c = Columns::new(&f);
+    let (fconfig, fqid, lost) = (c.strings_required("config"), c.strings_required("qid"), c.strings_required("lost_at"));
+    let with = |cfg: &str, label: Option<&str>| -> BTreeSet<String> { (0..f.num_rows()).filter(|&i| fconfig[i] == cfg && label.is_none_or(|l| lost[i] == l)).map(|i| fqid[i].clone()).collect() };
+    assert_eq!(with("BM25, one manual", Some("candidates")), other_manual, "filtered out: lost among the candidates");
+    assert!(with("BM25, one manual", None).is_superset(&other_manual));
+    assert!(!found.is_empty());
+    assert_eq!(with("BM25 + cutoff", Some("cutoff")), found, "the cutoff loses exactly what BM25 finds");
+    assert_eq!(with("BM25 + cutoff", None).len(), found.len() + missed.len());
+    assert_eq!(with("BM25", None), missed);
+    assert!(with("BM25", Some("cutoff")).is_empty());
+    let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
+    assert!(md.contains("## Where the missed questions were lost"), "{md}");
+}

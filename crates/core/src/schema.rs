@@ -141,6 +141,22 @@ pub const METRIC_COLUMNS: &[ColumnDoc] = &[
     nullable("losses", Int32, "questions on which the config scores lower"),
 ];
 
+/// `evaluate/…/failures.parquet`: one row per config and missed question (no relevant judged
+/// passage in the top k), with the first stage that lost the gold.
+pub const FAILURE_COLUMNS: &[ColumnDoc] = &[
+    col("config", Utf8, "the config name"),
+    col("qid", Utf8, "the question id"),
+    col("lost_at", Utf8, "the first stage that lost the gold: `extraction` (gold pages without text), `chunking` (no relevant chunk in the index), `candidates` (no retriever returned one), `fusion` (ranked below k or the reranker's n_initial), `dedup` (removed by the per-document cap), `rerank` (put below k), `cutoff` (refused), `window` (in the top k, but the judged window or summary was not relevant)"),
+    col("relevant_chunks", Int32, "chunks of the config's index relevant to the question on their own"),
+    nullable("dense_rank", Int32, "best rank of a relevant chunk among the dense retriever's candidates (null: none, or no dense retriever)"),
+    nullable("bm25_rank", Int32, "the same among BM25's candidates"),
+    nullable("fused_rank", Int32, "the same after fusion"),
+    nullable("capped_rank", Int32, "the same after the per-document / per-page cap"),
+    nullable("reranked_rank", Int32, "the same after reranking (null without a reranker)"),
+    col("refused", Bool, "the score cutoff refused the question"),
+    nullable("top_rank", Int32, "the same in the final top k"),
+];
+
 /// `evaluate/…/per_query.parquet`: one row per config and question.
 pub const PER_QUERY_COLUMNS: &[ColumnDoc] = &[
     col("config", Utf8, "the config name"),

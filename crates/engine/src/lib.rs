@@ -91,6 +91,24 @@ pub struct SearchResult {
     pub rewrite: Option<rewrite::Rewrite>,
 }
 
+/// Every intermediate list of one search, chunk ids best first ([`Engine::search_traced`]):
+/// what failure attribution reads to say at which stage a gold passage was lost.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SearchTrace {
+    /// Each retriever's candidates (name, ids), one entry per retriever and searched text.
+    pub lists: Vec<(String, Vec<String>)>,
+    /// After fusion (and identifier promotion).
+    pub fused: Vec<String>,
+    /// After the per-document / per-page cap.
+    pub deduped: Vec<String>,
+    /// After reranking, when the config reranks (the reranker reads the first `n_initial`).
+    pub reranked: Option<Vec<String>>,
+    /// The cutoff refused.
+    pub refused: bool,
+    /// The final top k (before small-to-big windows are judged).
+    pub top: Vec<String>,
+}
+
 impl SearchResult {
     /// The passages a reader sees: a window merged around several hits counts once, at the
     /// rank of its best hit.
@@ -323,6 +341,18 @@ impl Engine {
     /// retriever searches each text the rewrite made (the dense retriever its dense text) and
     /// all the lists are fused; rerank and identifier promotion read the original question.
     pub fn search_full(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>, rewriter: Option<&rewrite::LlmRewriter>) -> anyhow::Result<SearchResult> {
+        self.search_inner(query, cfg, reranker, rewriter, None)
+    }
+
+    /// [`Engine::search_full`], also recording every intermediate list.
+    pub fn search_traced(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>, rewriter: Option<&rewrite::LlmRewriter>) -> anyhow::Result<(SearchResult, SearchTrace)> {
+        let mut trace = SearchTrace::default();
+        let result = self.search_inner(query, cfg, reranker, rewriter, Some(&mut trace))?;
+        Ok((result, trace))
+    }
+
+    fn search_inner(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>, rewriter: Option<&rewrite::LlmRewriter>, mut trace: Option<&mut SearchTrace>) -> anyhow::Result<SearchResult> {
+        let ids = |c: &[Candidate]| c.iter().map(|c| c.chunk_id.clone()).collect::<Vec<_>>();
         anyhow::ensure!(!query.trim().is_empty(), "the question is empty; ask something");
         cfg.validate()?;
         let cfg = &cfg.clone().normalize();
@@ -340,12 +370,19 @@ impl Engine {
         for (bm25_text, dense_text) in &searches {
             for r in self.retrievers().filter(|r| r.enabled(cfg)) {
                 let text = if r.name() == "dense" { dense_text } else { bm25_text };
-                lists.push(r.retrieve(text, cfg, &self.table)?);
+                let list = r.retrieve(text, cfg, &self.table)?;
+                if let Some(t) = trace.as_deref_mut() {
+                    t.lists.push((r.name().to_string(), list.hits.iter().map(|(id, _)| id.clone()).collect()));
+                }
+                lists.push(list);
             }
         }
         let mut fused = fuse(&lists, &cfg.fusion);
         if cfg.promote_exact {
             fused = self.promote_exact(query, fused);
+        }
+        if let Some(t) = trace.as_deref_mut() {
+            t.fused = ids(&fused);
         }
         let t = &self.table;
         let deduped = dedup_per_doc(
@@ -358,22 +395,37 @@ impl Engine {
             },
             cfg.max_per_doc,
         );
+        if let Some(tr) = trace.as_deref_mut() {
+            tr.deduped = ids(&deduped);
+        }
         let deduped = match (&cfg.rerank, reranker) {
             (Some(rc), Some(reranker)) => {
-                rerank_candidates(query, deduped, rc, reranker, |id| t.get(id).map(|c| c.text.clone()).unwrap_or_default()).map_err(|e| anyhow::anyhow!("rerank: {e}"))?
+                let reranked = rerank_candidates(query, deduped, rc, reranker, |id| t.get(id).map(|c| c.text.clone()).unwrap_or_default()).map_err(|e| anyhow::anyhow!("rerank: {e}"))?;
+                if let Some(tr) = trace.as_deref_mut() {
+                    tr.reranked = Some(ids(&reranked));
+                }
+                reranked
             }
             (Some(_), None) => anyhow::bail!("the config asks for reranking but no reranker is loaded"),
             _ => deduped,
         };
         let kept = match apply_cutoff(deduped, cfg.cutoff) {
             Ok(c) => c,
-            Err(refusal) => return Ok(SearchResult { passages: Vec::new(), refusal: Some(refusal), rewrite }),
+            Err(refusal) => {
+                if let Some(tr) = trace.as_deref_mut() {
+                    tr.refused = true;
+                }
+                return Ok(SearchResult { passages: Vec::new(), refusal: Some(refusal), rewrite });
+            }
         };
         let top: Vec<Candidate> = match cfg.summaries {
             SummaryUse::Keep => kept.into_iter().take(cfg.k).collect(),
             SummaryUse::Exclude => kept.into_iter().filter(|c| t.get(&c.chunk_id).is_none_or(|c| !c.is_summary())).take(cfg.k).collect(),
             SummaryUse::Expand => self.expand_summaries(kept, cfg.k),
         };
+        if let Some(tr) = trace.as_deref_mut() {
+            tr.top = ids(&top);
+        }
         let windows: Vec<Window> = if cfg.window > 0 {
             small_to_big(
                 &top,

@@ -1,7 +1,7 @@
 //! Orchestration of `evaluate`: build every config's upstream chain ([`crate::chain`]), run
 //! every config's searches through the engine, score them with the metric registry
 //! ([`crate::metric`]) and write the tables ([`crate::report`]).
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -416,7 +416,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
     let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(options.artifacts.join("llm-cache")));
-    let (query_rows, run_rows, qrels, contexts) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache)?;
+    let (query_rows, run_rows, qrels, contexts, failures) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache)?;
     if cache.hits() + cache.misses() > 0 {
         eprintln!("evaluate: {} model calls, {} served from the cache ({})", cache.misses(), cache.hits(), cache.dir().display());
         run.set_stat("model_calls", cache.misses());
@@ -577,6 +577,8 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     run.add_output("per_query.parquet", Some(n))?;
     let n = report::write_runs(&run.path("runs.parquet"), &run_rows)?;
     run.add_output("runs.parquet", Some(n))?;
+    let n = crate::failures::write_failures(&run.path("failures.parquet"), &failures)?;
+    run.add_output("failures.parquet", Some(n))?;
     std::fs::create_dir_all(run.path("trec"))?;
     for (i, v) in pipeline.variants.iter().enumerate().filter(|(_, v)| !skip.contains(v.name.as_str())) {
         let slug = report::slug(i, &v.name);
@@ -589,7 +591,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry, correction, family_size, power: &power };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report + &crate::gate::markdown(&gate_rows))?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report + &crate::failures::markdown(&failures, &names, pipeline.k) + &crate::gate::markdown(&gate_rows))?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;
@@ -635,6 +637,7 @@ fn evaluate_variants(
     let mut query_rows = Vec::new();
     let mut run_rows = Vec::new();
     let mut qrels: Vec<Qrels> = vec![Vec::new(); pipeline.variants.len()];
+    let mut failures = Vec::new();
     for (index, variant_ids) in &by_index {
         let dense = variant_ids.iter().any(|&i| pipeline.variants[i].stages.retrieval.dense);
         let engine = Engine::open(index, &EngineOptions { dense, model: None, device: device.to_string() })?;
@@ -651,6 +654,12 @@ fn evaluate_variants(
                     .collect::<Vec<_>>()
             })
             .collect();
+        let mut relevant_ids: HashMap<&str, HashSet<String>> = HashMap::new();
+        for (q, c) in &chunk_qrels {
+            relevant_ids.entry(q.as_str()).or_default().insert(c.clone());
+        }
+        // Which pages came out of extraction with text (failure attribution).
+        let pages: HashMap<(String, i32), bool> = gauge_core::schema::read_pages(&upstream[variant_ids[0]].pages.join("pages.parquet"))?.into_iter().map(|p| ((p.source, p.page), p.empty)).collect();
         for &vi in variant_ids {
             let v = &pipeline.variants[vi];
             qrels[vi] = chunk_qrels.clone();
@@ -678,6 +687,14 @@ fn evaluate_variants(
                     contexts.insert((v.name.clone(), q.qid.clone()), given);
                 }
                 let scores = score_question(q, &passages, mode, pipeline.k);
+                if !scores.relevant.iter().any(|&r| r) {
+                    // Missed: trace the search again to say where the gold was lost.
+                    let (_, trace) = engine.search_traced(&q.question, &cfg, reranker, rewriter).with_context(|| format!("config `{}`, question `{}`: tracing the miss", v.name, q.qid))?;
+                    let empty = HashSet::new();
+                    let relevant = relevant_ids.get(q.qid.as_str()).unwrap_or(&empty);
+                    let ranks = crate::failures::stage_ranks(&trace, relevant, crate::failures::gold_has_text(q, &pages), cfg.rerank.as_ref().map(|r| r.n_initial), pipeline.k);
+                    failures.push(crate::failures::FailureRow { config: v.name.clone(), qid: q.qid.clone(), lost_at: crate::failures::first_loss(&ranks), ranks });
+                }
                 for (rank, ((chunk_id, score, p), relevant)) in judged.iter().zip(&scores.relevant).enumerate() {
                     run_rows.push(RunRow {
                         config: v.name.clone(),
@@ -712,7 +729,8 @@ fn evaluate_variants(
     let qorder: HashMap<&str, usize> = golden.iter().enumerate().map(|(i, q)| (q.qid.as_str(), i)).collect();
     query_rows.sort_by_key(|r| (order[r.config.as_str()], qorder[r.qid.as_str()]));
     run_rows.sort_by_key(|r| (order[r.config.as_str()], qorder[r.qid.as_str()], r.rank));
-    Ok((query_rows, run_rows, qrels, contexts))
+    failures.sort_by_key(|f: &crate::failures::FailureRow| (order[f.config.as_str()], qorder[f.qid.as_str()]));
+    Ok((query_rows, run_rows, qrels, contexts, failures))
 }
 
 /// The passages each (config, question) retrieved, for the judge.
@@ -720,7 +738,7 @@ type Contexts = HashMap<(String, String), Vec<crate::judge::JudgedPassage>>;
 
 /// What the searches of every config give: per-question rows, ranked runs, qrels, and the
 /// contexts of the judged answer configs.
-type Evaluated = (Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>, Contexts);
+type Evaluated = (Vec<QueryRow>, Vec<RunRow>, Vec<Qrels>, Contexts, Vec<crate::failures::FailureRow>);
 
 /// The retrieval config a question is searched with: the config's, restricted to the
 /// question's gold sources when the config is the oracle source filter.

@@ -16,6 +16,7 @@ pub mod answers;
 pub mod chain;
 pub mod cli;
 pub mod dag;
+pub mod failures;
 pub mod gate;
 pub mod judge;
 pub mod metric;
