@@ -423,7 +423,7 @@ impl Engine {
             SummaryUse::Exclude => kept.into_iter().filter(|c| t.get(&c.chunk_id).is_none_or(|c| !c.is_summary())).take(cfg.k).collect(),
             SummaryUse::Expand => self.expand_summaries(kept, cfg.k),
         };
-        if let Some(tr) = trace.as_deref_mut() {
+        if let Some(tr) = trace {
             tr.top = ids(&top);
         }
         let windows: Vec<Window> = if cfg.window > 0 {

@@ -214,6 +214,9 @@ fn rebuild(pipeline: &Path, manifest: &Manifest, opts: &VerifyOptions, report: &
     Ok(())
 }
 
+/// One row of runs.parquet: rank, what it covers, the recorded relevance.
+type RankedPassage = (i32, PassageSpan, bool);
+
 /// Re-scores `runs.parquet` and compares `per_query.parquet` and `metrics.parquet`.
 fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Result<()> {
     let golden_entry = manifest.inputs.iter().find(|e| e.name == "golden").ok_or_else(|| anyhow::anyhow!("{}: no golden input in the manifest", dir.display()))?;
@@ -234,7 +237,7 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     let runs = read_parquet_any(&dir.join("runs.parquet"))?;
     let c = Columns::new(&runs);
     let (config, qid, rank, source, ps, pe, relevant) = (c.strings_required("config"), c.strings_required("qid"), c.i32s("rank"), c.strings_required("source"), c.i32s("page_start"), c.i32s("page_end"), c.bools("relevant"));
-    let mut ranked: BTreeMap<(String, String), Vec<(i32, PassageSpan, bool)>> = BTreeMap::new();
+    let mut ranked: BTreeMap<(String, String), Vec<RankedPassage>> = BTreeMap::new();
     for i in 0..runs.num_rows() {
         let span = PassageSpan { source: source[i].clone(), page_start: ps[i], page_end: pe[i], char_start: 0, char_end: 0, text: String::new(), leaves: Vec::new() };
         ranked.entry((config[i].clone(), qid[i].clone())).or_default().push((rank[i], span, relevant[i]));
