@@ -146,7 +146,7 @@ pub const METRIC_COLUMNS: &[ColumnDoc] = &[
 pub const FAILURE_COLUMNS: &[ColumnDoc] = &[
     col("config", Utf8, "the config name"),
     col("qid", Utf8, "the question id"),
-    col("lost_at", Utf8, "the first stage that lost the gold: `extraction` (gold pages without text), `chunking` (no relevant chunk in the index), `candidates` (no retriever returned one), `fusion` (ranked below k or the reranker's n_initial), `dedup` (removed by the per-document cap), `rerank` (put below k), `cutoff` (refused), `window` (in the top k, but the judged window or summary was not relevant)"),
+    col("lost_at", Utf8, "the first stage that lost the gold: `extraction` (gold pages without text), `chunking` (no relevant chunk in the index), `candidates` (no retriever returned one, or the only retriever ranked it below the cut), `fusion` (fusing several retrievers ranked it below k or the reranker's n_initial), `dedup` (removed by the per-document cap), `rerank` (put below k), `cutoff` (refused), `window` (in the top k, but the judged window or summary was not relevant)"),
     col("relevant_chunks", Int32, "chunks of the config's index relevant to the question on their own"),
     nullable("dense_rank", Int32, "best rank of a relevant chunk among the dense retriever's candidates (null: none, or no dense retriever)"),
     nullable("bm25_rank", Int32, "the same among BM25's candidates"),

@@ -6,8 +6,8 @@
 //! |---|---|
 //! | `extraction` | pages came out of `extract` empty (or missing): no text to find |
 //! | `chunking` | pages have text, but no chunk of the index is relevant (filtered, split away) |
-//! | `candidates` | chunks exist, but no retriever returned one among its candidates |
-//! | `fusion` | was a candidate, but fusion ranked it below the cut (k, or the reranker's `n_initial`) |
+//! | `candidates` | chunks exist, but no retriever returned one among its candidates (with a single retriever: or it ranked them below the cut) |
+//! | `fusion` | was a candidate, but fusion of several retrievers ranked it below the cut (k, or the reranker's `n_initial`) |
 //! | `dedup` | was fused, but the per-document / per-page cap removed it |
 //! | `rerank` | reached the reranker, which put it below k |
 //! | `cutoff` | would have been returned, but the score cutoff refused the question |
@@ -104,7 +104,14 @@ pub fn first_loss(s: &StageRanks) -> LostAt {
     let cut = s.rerank_pool.unwrap_or(s.k);
     if capped > cut {
         // Below the cut after fusion; the cap only moved it when it ranked within the cut before.
-        return if s.fused.is_some_and(|f| f <= cut) { LostAt::Dedup } else { LostAt::Fusion };
+        // With one retriever there is nothing to fuse: its own ranking lost it.
+        return if s.fused.is_some_and(|f| f <= cut) {
+            LostAt::Dedup
+        } else if s.retrievers.len() == 1 {
+            LostAt::Candidates
+        } else {
+            LostAt::Fusion
+        };
     }
     if s.rerank_pool.is_some() && s.reranked.is_none_or(|r| r > s.k) {
         return LostAt::Rerank;
@@ -185,7 +192,7 @@ pub fn write_failures(path: &Path, rows: &[FailureRow]) -> anyhow::Result<u64> {
 
 /// The `ablation.md` section: per config, how many questions it missed and where.
 pub fn markdown(rows: &[FailureRow], configs: &[String], k: usize) -> String {
-    let mut s = format!("\n## Where the missed questions were lost\n\nA question is missed when no judged passage of the top {k} is relevant; each is traced through the search again and labelled with the first stage that lost its gold (`failures.parquet` has the gold's best rank at every stage): **extraction** (gold pages without text), **chunking** (no relevant chunk), **candidates** (no retriever found one), **fusion** (ranked below the cut), **dedup** (removed by the per-document cap), **rerank** (put below k), **cutoff** (refused), **window** (in the top k, but the judged window or summary was not relevant).\n\n| Config | missed | {} |\n|---|---|{}\n", LostAt::ALL.map(LostAt::label).join(" | "), "---|".repeat(LostAt::ALL.len()));
+    let mut s = format!("\n## Where the missed questions were lost\n\nA question is missed when no judged passage of the top {k} is relevant; each is traced through the search again and labelled with the first stage that lost its gold (`failures.parquet` has the gold's best rank at every stage): **extraction** (gold pages without text), **chunking** (no relevant chunk), **candidates** (no retriever found one, or the only retriever ranked it below the cut), **fusion** (fusing several retrievers ranked it below the cut), **dedup** (removed by the per-document cap), **rerank** (put below k), **cutoff** (refused), **window** (in the top k, but the judged window or summary was not relevant).\n\n| Config | missed | {} |\n|---|---|{}\n", LostAt::ALL.map(LostAt::label).join(" | "), "---|".repeat(LostAt::ALL.len()));
     for c in configs {
         let mine: Vec<&FailureRow> = rows.iter().filter(|r| &r.config == c).collect();
         let counts: Vec<String> = LostAt::ALL.iter().map(|l| mine.iter().filter(|r| r.lost_at == *l).count()).map(|n| if n == 0 { "·".to_string() } else { n.to_string() }).collect();
@@ -228,6 +235,11 @@ mod tests {
             r.fused = Some(14);
             r.capped = Some(12);
         }), LostAt::Fusion);
+        assert_eq!(case(&|r| {
+            r.retrievers.remove("bm25");
+            r.fused = Some(14);
+            r.capped = Some(12);
+        }), LostAt::Candidates, "one retriever ranked it below the cut: nothing was fused");
         assert_eq!(case(&|r| r.capped = None), LostAt::Dedup);
         assert_eq!(case(&|r| {
             r.fused = Some(9);
