@@ -190,6 +190,7 @@ pub fn write_jsonl<T: Serialize>(path: &Path, rows: impl IntoIterator<Item = T>)
 pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     let p = path.display().to_string();
     let questions = match path.extension().and_then(|e| e.to_str()) {
+        _ if path.is_dir() => read_beir(path)?,
         Some("parquet") => read_parquet(path)?,
         _ => read_jsonl(path)?,
     };
@@ -213,6 +214,74 @@ pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
         }
     }
     Ok(questions)
+}
+
+/// The qrels file of a BEIR folder: `qrels/test.tsv`, else the only `.tsv` under `qrels/`.
+fn beir_qrels(dir: &Path) -> Result<std::path::PathBuf, GoldenError> {
+    let qrels = dir.join("qrels");
+    let test = qrels.join("test.tsv");
+    if test.is_file() {
+        return Ok(test);
+    }
+    let mut tsv: Vec<std::path::PathBuf> = std::fs::read_dir(&qrels).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "tsv")).collect()).unwrap_or_default();
+    tsv.sort();
+    match tsv.len() {
+        1 => Ok(tsv.remove(0)),
+        n => Err(GoldenError::Read { path: dir.display().to_string(), message: format!("a BEIR folder needs queries.jsonl and qrels/test.tsv (or one qrels/*.tsv); found {n} qrels files") }),
+    }
+}
+
+/// A BEIR folder as a golden set: `queries.jsonl` (`_id`, `text`) and the qrels TSV
+/// (`query-id`, `corpus-id`, `score`, a header line). Each query with a positive score
+/// becomes a question whose gold items are `{"source": "corpus.jsonl#<corpus-id>", "page": 1}`
+/// — the source `extract` gives a record of the folder's `corpus.jsonl` when the pipeline's
+/// corpus is that file (with `jsonl.id = "_id"`). Grades above 0 all count as relevant.
+fn read_beir(dir: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
+    let qrels_path = beir_qrels(dir)?;
+    let queries_path = dir.join("queries.jsonl");
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| GoldenError::Read { path: p.display().to_string(), message: format!("{e}; a BEIR folder holds queries.jsonl, corpus.jsonl and qrels/*.tsv") });
+    let mut gold: std::collections::BTreeMap<String, Vec<GoldItem>> = std::collections::BTreeMap::new();
+    for (i, line) in read(&qrels_path)?.lines().enumerate() {
+        let cols: Vec<&str> = line.split('\t').map(str::trim).collect();
+        if line.trim().is_empty() || (i == 0 && cols.first().is_some_and(|c| c.eq_ignore_ascii_case("query-id"))) {
+            continue;
+        }
+        let row = |message: String| GoldenError::Row { path: qrels_path.display().to_string(), line: i + 1, message };
+        let [q, doc, score] = cols[..] else { return Err(row("expected `query-id<TAB>corpus-id<TAB>score`".into())) };
+        let score: f64 = score.parse().map_err(|_| row(format!("score `{score}` is not a number")))?;
+        if score > 0.0 {
+            gold.entry(q.to_string()).or_default().push(GoldItem::Page { source: format!("corpus.jsonl#{doc}"), page: 1 });
+        }
+    }
+    let mut out = Vec::new();
+    for (i, line) in read(&queries_path)?.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let row = |message: String| GoldenError::Row { path: queries_path.display().to_string(), line: i + 1, message };
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| row(format!("not JSON ({e})")))?;
+        let id = match &v["_id"] {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return Err(row("no `_id`".into())),
+        };
+        let text = v["text"].as_str().ok_or_else(|| row("no string `text`".into()))?;
+        if let Some(items) = gold.remove(&id) {
+            out.push(GoldenQuestion { qid: id, question: text.to_string(), gold: items, keywords: Vec::new(), reference_answer: None, category: None });
+        }
+    }
+    if let Some(q) = gold.keys().next() {
+        return Err(GoldenError::Read { path: qrels_path.display().to_string(), message: format!("query `{q}` has judgements but is not in queries.jsonl") });
+    }
+    Ok(out)
+}
+
+/// The content hash of a golden set: its file's, or for a BEIR folder the queries' and the
+/// qrels' together.
+pub fn golden_hash(path: &Path) -> Result<String, crate::CoreError> {
+    if !path.is_dir() {
+        return crate::hash::file_hash(path);
+    }
+    let qrels = beir_qrels(path).map_err(|e| crate::CoreError::io(path, std::io::Error::other(e.to_string())))?;
+    let parts = [crate::hash::file_hash(&path.join("queries.jsonl"))?, crate::hash::file_hash(&qrels)?, qrels.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default()];
+    Ok(crate::hash::bytes_hash(parts.join("\n").as_bytes()))
 }
 
 fn read_jsonl(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {

@@ -221,7 +221,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         ups.push(upstream(&mut dag, &pipeline.corpus, v)?);
     }
     check_gold_sources(&golden, &pipeline, &ups[0])?;
-    let mut inputs = vec![FileEntry { path: pipeline.golden.display().to_string(), name: "golden".into(), hash: hash::file_hash(&pipeline.golden)?, rows: Some(golden.len() as u64) }];
+    let mut inputs = vec![FileEntry { path: pipeline.golden.display().to_string(), name: "golden".into(), hash: gauge_core::golden::golden_hash(&pipeline.golden)?, rows: Some(golden.len() as u64) }];
     inputs.extend(exclusion_inputs);
     // Each reranker model's weights are read (hashed) once, however many configs use it.
     let mut identities: HashMap<String, Result<String, String>> = HashMap::new();

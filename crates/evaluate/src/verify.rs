@@ -110,6 +110,14 @@ fn check_input(entry: &FileEntry, parent: &Manifest, seen: &mut BTreeSet<String>
         check_reranker(entry, parent, report);
         return;
     }
+    if entry.name == "golden" && path.is_dir() {
+        match gauge_core::golden::golden_hash(path) {
+            Ok(h) if h == entry.hash => report.findings.push(Finding::Holds(format!("{} (golden, a BEIR folder) hashes as recorded", entry.path))),
+            Ok(h) => report.findings.push(Finding::Changed(format!("{}: input `golden` changed (hash {}, recorded {})", entry.path, short(&h), short(&entry.hash)))),
+            Err(e) => report.findings.push(Finding::Changed(format!("{}: cannot read ({e})", entry.path))),
+        }
+        return;
+    }
     if path.is_file() {
         match gauge_core::hash::file_hash(path) {
             Ok(h) if h == entry.hash => report.findings.push(Finding::Holds(format!("{} ({}) hashes as recorded", entry.path, entry.name))),
@@ -221,7 +229,7 @@ type RankedPassage = (i32, PassageSpan, bool);
 fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Result<()> {
     let golden_entry = manifest.inputs.iter().find(|e| e.name == "golden").ok_or_else(|| anyhow::anyhow!("{}: no golden input in the manifest", dir.display()))?;
     let golden_path = Path::new(&golden_entry.path);
-    if !golden_path.is_file() {
+    if !golden_path.exists() {
         report.findings.push(Finding::Absent(format!("{}: golden set not here; runs not re-scored", golden_entry.path)));
         return Ok(());
     }
@@ -303,7 +311,11 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
             model_calls: calls[i] as usize,
         });
     }
-    if mismatches.is_empty() {
+    if mismatches.is_empty() && mode != RelevanceMode::Page {
+        // Span and keyword relevance need the passages' offsets and texts, which runs.parquet
+        // does not hold: only the hits are re-derived from its flags.
+        report.findings.push(Finding::Holds(format!("{} per-question rows: hits agree with runs.parquet's relevance flags ({} relevance is not re-judged from runs.parquet)", rows.len(), mode.name())));
+    } else if mismatches.is_empty() {
         report.findings.push(Finding::Holds(format!("{} per-question rows re-scored from runs.parquet: as recorded", rows.len())));
     } else {
         report.findings.push(Finding::Changed(format!("per_query.parquet: {} values differ when re-scored (first: {})", mismatches.len(), mismatches[0])));
