@@ -35,10 +35,10 @@ models:
 test: setup models refs-venv
     GAUGE_REFS_PYTHON={{refs_venv}}/bin/python3 cargo test --release --workspace
 
-# Reference implementations the tests hold gauge's statistics to (statsmodels' multipletests) → ~/.cache/gauge-refs-venv.
+# Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval) → ~/.cache/gauge-refs-venv.
 refs-venv:
     test -x {{refs_venv}}/bin/python3 || python3 -m venv {{refs_venv}}
-    {{refs_venv}}/bin/python3 -c "import statsmodels" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels
+    {{refs_venv}}/bin/python3 -c "import statsmodels, pytrec_eval" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels pytrec-eval-terrier
 
 # Clippy over every crate and target, warnings as errors (CI runs it).
 lint:

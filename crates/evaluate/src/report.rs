@@ -140,10 +140,23 @@ pub fn slug(i: usize, name: &str) -> String {
 }
 
 /// Writes a TREC run file: `qid Q0 docid rank score tag`.
+///
+/// trec_eval (and pytrec_eval, ranx) rank by score and break ties by document id, ignoring
+/// the rank column; gauge ranks by its own order (fusion, rerank and caps are stable). So that
+/// every tool ranks a run as gauge did, the written score is made strictly decreasing within a
+/// question: a score that would tie or exceed the previous one, at the 6 decimals written, is
+/// written one millionth below it (`runs.parquet` keeps the engine's scores).
 pub fn write_trec_run(path: &Path, rows: &[&RunRow], tag: &str) -> anyhow::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut prev: Option<(&str, i64)> = None;
     for r in rows {
-        writeln!(f, "{} Q0 {} {} {:.6} {}", r.qid, r.chunk_id, r.rank, r.score, tag)?;
+        let mut micros = (r.score * 1e6).round() as i64;
+        if let Some((_, p)) = prev.filter(|(q, _)| *q == r.qid.as_str()) {
+            micros = micros.min(p - 1);
+        }
+        prev = Some((r.qid.as_str(), micros));
+        let sign = if micros < 0 { "-" } else { "" };
+        writeln!(f, "{} Q0 {} {} {sign}{}.{:06} {}", r.qid, r.chunk_id, r.rank, micros.unsigned_abs() / 1_000_000, micros.unsigned_abs() % 1_000_000, tag)?;
     }
     f.flush()?;
     Ok(())

@@ -1,0 +1,22 @@
+"""Per-question trec_eval measures of every TREC run in an evaluation folder, computed by
+pytrec_eval on the run and qrels files gauge wrote: {run stem: {qid: {measure: value}}} as JSON
+on stdout. Used by tests/pytrec_reference.rs (`just refs-venv` installs pytrec-eval-terrier)."""
+import json
+import pathlib
+import sys
+
+import pytrec_eval
+
+ev = pathlib.Path(sys.argv[1])
+out = {}
+for run_file in sorted((ev / "trec").glob("*.run")):
+    qrels = {}
+    for line in open(run_file.with_suffix(".qrels"), encoding="utf-8"):
+        q, _, d, r = line.split()
+        qrels.setdefault(q, {})[d] = int(r)
+    run = {}
+    for line in open(run_file, encoding="utf-8"):
+        q, _, d, _rank, score, _tag = line.split()
+        run.setdefault(q, {})[d] = float(score)
+    out[run_file.stem] = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank", "success"}).evaluate(run)
+json.dump(out, sys.stdout)
