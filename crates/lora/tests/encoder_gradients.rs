@@ -7,6 +7,17 @@
 //! - an embedder adapter saved as a PEFT folder and merged by `gauge_encoder::Embedder` gives
 //!   the trained network's vectors.
 use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// One autodiff run at a time: two test threads each running a backward pass whose matmuls
+/// fan out on the shared rayon pool can deadlock in Burn's graph lock (one holds it while
+/// waiting for pool workers that are blocked on it; seen once in CI). `train-lora` runs one
+/// training per process, so this is a test-harness hazard only.
+static AUTODIFF: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    AUTODIFF.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
 use gauge_lora::bert::{EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
@@ -67,6 +78,7 @@ fn check(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: 
 
 #[test]
 fn training_forward_matches_the_reference_logits() {
+    let _serial = one_at_a_time();
     let device = gauge_encoder::device::cpu();
     let (model, params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(4), 0, &device).unwrap();
     let refs = reference();
@@ -79,6 +91,7 @@ fn training_forward_matches_the_reference_logits() {
 
 #[test]
 fn reranker_gradients_match_finite_differences() {
+    let _serial = one_at_a_time();
     let device = gauge_encoder::device::cpu();
     let (model, mut params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(2), 3, &device).unwrap();
     perturb_b(&mut params);
@@ -108,6 +121,7 @@ fn reranker_gradients_match_finite_differences() {
 
 #[test]
 fn embedder_contrastive_gradients_match_finite_differences_lora_and_full() {
+    let _serial = one_at_a_time();
     let device = gauge_encoder::device::cpu();
     let refs = reference();
     let queries: Vec<Encoded> = refs.iter().take(3).map(|(e, _)| Encoded { ids: e.ids[..e.ids.len().min(10)].to_vec(), types: vec![0; e.ids.len().min(10)] }).collect();
@@ -129,6 +143,7 @@ fn embedder_contrastive_gradients_match_finite_differences_lora_and_full() {
 
 #[test]
 fn embedder_adapter_round_trip_gives_the_trained_vectors() {
+    let _serial = one_at_a_time();
     let device = gauge_encoder::device::cpu();
     let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
     let (model, mut params) = TrainableBert::load(&fixture(), task, lora(4), 1, &device).unwrap();
@@ -172,6 +187,7 @@ fn embedder_adapter_round_trip_gives_the_trained_vectors() {
 
 #[test]
 fn saved_cross_encoder_and_full_embedder_give_the_trained_outputs() {
+    let _serial = one_at_a_time();
     let device = gauge_encoder::device::cpu();
     let refs = reference();
     let pairs: Vec<&Encoded> = refs.iter().map(|(e, _)| e).collect();
