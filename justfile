@@ -79,6 +79,10 @@ synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
+# A config search (`[search]` in the pipeline: grid, seeded random or successive halving over any config fields) on the search split of the golden set, its best configs confirmed on the held-out confirmation split → eval/<pipeline>/ (search.parquet, the confirmation table, the search section of ablation.md). Default: pipelines/fra-search.toml, 144 configs (6 chunkings embedded once each). A rerun is a cache hit; a killed search resumes from its journal.
+search pipeline="pipelines/fra-search.toml" *flags="": setup models
+    {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
+
 # The LLM layers on the FRA dev set with the local SmolLM2: query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact: ~47 min cold), each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
 ablate-llm: setup models
     {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}

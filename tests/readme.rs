@@ -1,5 +1,5 @@
 //! The README documents every Parquet column exactly as the schema module defines it.
-use gauge_core::schema::{markdown_table, ANSWER_COLUMNS, CHUNK_COLUMNS, EMBEDDING_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, JUDGED_ANSWER_COLUMNS, SUMMARY_COLUMNS, METRIC_COLUMNS, FAILURE_COLUMNS, PAGE_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS, SFT_COLUMNS, LOSS_CURVE_COLUMNS};
+use gauge_core::schema::{markdown_table, ANSWER_COLUMNS, CHUNK_COLUMNS, EMBEDDING_COLUMNS, EMBED_TEXT_COLUMN, ERROR_COLUMNS, JUDGED_ANSWER_COLUMNS, SUMMARY_COLUMNS, METRIC_COLUMNS, FAILURE_COLUMNS, PAGE_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS, SEARCH_COLUMNS, SFT_COLUMNS, LOSS_CURVE_COLUMNS};
 
 #[test]
 fn readme_schema_tables_match_the_code() {
@@ -13,6 +13,7 @@ fn readme_schema_tables_match_the_code() {
         ("per_query.parquet", PER_QUERY_COLUMNS.to_vec()),
         ("failures.parquet", FAILURE_COLUMNS.to_vec()),
         ("runs.parquet", RUN_COLUMNS.to_vec()),
+        ("search.parquet", SEARCH_COLUMNS.to_vec()),
         ("answers.parquet", ANSWER_COLUMNS.to_vec()),
         ("answers.parquet (evaluate)", JUDGED_ANSWER_COLUMNS.to_vec()),
         ("sft.parquet", SFT_COLUMNS.to_vec()),

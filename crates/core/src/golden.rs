@@ -123,6 +123,13 @@ pub struct GoldenQuestion {
 /// joins the half holding fewer questions so far. Returns, per question, whether it is in the
 /// second half (the held-out one). Questions without gold pages are groups of their own.
 pub fn page_halves(questions: &[GoldenQuestion], seed: u64) -> Vec<bool> {
+    page_split(questions, 0.5, seed)
+}
+
+/// [`page_halves`] with the second part holding `share` of the questions (0 < share < 1):
+/// each shuffled page group joins the second part while it holds less than `share` of the
+/// questions placed so far. `share = 0.5` is [`page_halves`].
+pub fn page_split(questions: &[GoldenQuestion], share: f64, seed: u64) -> Vec<bool> {
     let pages: Vec<Vec<(&str, i32)>> = questions.iter().map(|q| q.gold.iter().filter_map(|g| g.pages().map(|(a, b)| (a..=b).map(move |p| (g.source(), p)))).flatten().collect()).collect();
     let mut group: Vec<usize> = (0..questions.len()).collect();
     fn root(group: &mut [usize], mut i: usize) -> usize {
@@ -151,7 +158,7 @@ pub fn page_halves(questions: &[GoldenQuestion], seed: u64) -> Vec<bool> {
     let mut second = vec![false; questions.len()];
     let (mut first_n, mut second_n) = (0, 0);
     for g in groups {
-        if second_n < first_n {
+        if (second_n as f64) * (1.0 - share) < (first_n as f64) * share {
             second_n += g.len();
             g.iter().for_each(|&i| second[i] = true);
         } else {
@@ -382,6 +389,19 @@ mod tests {
             assert_eq!(h, page_halves(&qs, seed), "a seed fixes the split");
         }
         assert_ne!((0..20).map(|s| page_halves(&qs, s)).collect::<std::collections::BTreeSet<_>>().len(), 1, "seeds differ");
+    }
+
+    #[test]
+    fn page_split_gives_the_second_part_its_share() {
+        let q = |i: i32| GoldenQuestion { qid: format!("q{i}"), question: "?".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: i * 10 }], keywords: vec![], reference_answer: None, category: None };
+        let qs: Vec<GoldenQuestion> = (0..40).map(q).collect();
+        for (share, want) in [(0.25, 10), (0.4, 16), (0.5, 20)] {
+            for seed in 0..5 {
+                let second = page_split(&qs, share, seed).iter().filter(|&&x| x).count();
+                assert_eq!(second, want, "share {share}, seed {seed}");
+            }
+        }
+        assert_eq!(page_split(&qs, 0.5, 7), page_halves(&qs, 7));
     }
 
     use super::*;

@@ -141,12 +141,26 @@ pub const METRIC_COLUMNS: &[ColumnDoc] = &[
     nullable("losses", Int32, "questions on which the config scores lower"),
 ];
 
+/// `evaluate/…/search.parquet` (a pipeline with `[search]`): one row per config and rung of
+/// the search, then one `field:<path>` column per searched field (Float64 when every value
+/// of the field is a number, else Utf8; null or `none` where the config does not set it).
+pub const SEARCH_COLUMNS: &[ColumnDoc] = &[
+    col("config", Utf8, "the config name (`search #<id>`, the id its position in the space's enumeration)"),
+    col("id", Int32, "that id"),
+    col("rung", Int32, "the rung (0 first; grid and random search have one)"),
+    col("questions", Int32, "questions of the search split it was scored on at this rung"),
+    col("metric", Utf8, "the searched metric (`[search] metric`, default `mrr@k`)"),
+    col("value", Float64, "the metric's mean over those questions (optimistic for the winners: they were chosen on it)"),
+    col("cost_seconds", Float64, "wall seconds of its upstream artifacts (their manifests, each counted once) plus its searches so far"),
+    nullable("rank", Int32, "its rank on the rung among the configs that went on (null: dropped there); on the last rung, its final rank"),
+];
+
 /// `evaluate/…/failures.parquet`: one row per config and missed question (no relevant judged
 /// passage in the top k), with the first stage that lost the gold.
 pub const FAILURE_COLUMNS: &[ColumnDoc] = &[
     col("config", Utf8, "the config name"),
     col("qid", Utf8, "the question id"),
-    col("lost_at", Utf8, "the first stage that lost the gold: `extraction` (gold pages without text), `chunking` (no relevant chunk in the index), `candidates` (no retriever returned one, or the only retriever ranked it below the cut), `fusion` (fusing several retrievers ranked it below k or the reranker's n_initial), `dedup` (removed by the per-document cap), `rerank` (put below k), `cutoff` (refused), `window` (in the top k, but the judged window or summary was not relevant)"),
+    col("lost_at", Utf8, "the first stage that lost the gold: `extraction` (gold pages without text), `chunking` (no relevant chunk in the index), `candidates` (no retriever returned one, or the only retriever ranked it below the cut), `fusion` (fusing several retrievers ranked it below k or the reranker's n_initial), `dedup` (removed by the per-document cap), `rerank` (put below k), `cutoff` (refused), `window` (in the top k, but the judged window or summary was not relevant); for answer rows (config `<config> · <generator>`, or `<config> · answer` with one generator), `citation` (the gold was in the context, but the answer cites no gold page) or the retrieval's own label"),
     col("relevant_chunks", Int32, "chunks of the config's index relevant to the question on their own"),
     nullable("dense_rank", Int32, "best rank of a relevant chunk among the dense retriever's candidates (null: none, or no dense retriever)"),
     nullable("bm25_rank", Int32, "the same among BM25's candidates"),

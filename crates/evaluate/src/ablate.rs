@@ -63,6 +63,8 @@ pub struct EvaluatePlan {
     answers: Vec<crate::answers::AnswerRun>,
     /// Upstream artifacts built by this run.
     pub built: Vec<String>,
+    /// The config search's questions (the search split), when the pipeline has `[search]`.
+    search_questions: Option<Vec<GoldenQuestion>>,
 }
 
 /// What an evaluation did.
@@ -99,7 +101,12 @@ impl Stage for Evaluate {
         for b in &plan.built {
             eprintln!("evaluate: built {b}");
         }
-        let (configs, skipped) = write_evaluation(&plan, run, options)?;
+        let mut plan = plan;
+        let search_md = match plan.search_questions.take() {
+            Some(questions) => run_search(&mut plan, questions, run, options)?,
+            None => String::new(),
+        };
+        let (configs, skipped) = write_evaluation(&plan, run, options, &search_md)?;
         Ok(EvaluateSummary { configs, skipped, seconds: started.elapsed().as_secs_f64() })
     }
 
@@ -212,6 +219,20 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         eprintln!("evaluate: {n}");
     }
     let mode = pipeline.relevance.resolve(&golden).map_err(|e| anyhow::anyhow!("{}: {e}", pipeline.golden.display()))?;
+    // A config search: the golden set split by page groups into the search split and the
+    // confirmation split; the tables are the confirmation split's.
+    let (golden, search_questions) = match &pipeline.search {
+        None => (golden, None),
+        Some(sp) => {
+            let seed = sp.section.seed.unwrap_or(pipeline.seed);
+            let second = gauge_core::golden::page_split(&golden, sp.section.confirm_share, seed);
+            let (confirm, search): (Vec<(GoldenQuestion, bool)>, Vec<(GoldenQuestion, bool)>) = golden.into_iter().zip(second).partition(|(_, s)| *s);
+            let (confirm, search): (Vec<GoldenQuestion>, Vec<GoldenQuestion>) = (confirm.into_iter().map(|(q, _)| q).collect(), search.into_iter().map(|(q, _)| q).collect());
+            anyhow::ensure!(confirm.len() >= 5 && search.len() >= 5, "{}: a config search needs at least 5 questions in each split (search {}, confirmation {}); add questions or change [search] confirm_share", pipeline.golden.display(), search.len(), confirm.len());
+            notes.push(format!("Config search: the golden set split by page groups (seed {seed}); **these rows are the confirmation split: {} questions the search never saw** ({} searched).", confirm.len(), search.len()));
+            (confirm, Some(search))
+        }
+    };
     anyhow::ensure!(pipeline.corpus.exists(), "{}: corpus not found (set `corpus` in {})", pipeline.corpus.display(), pipeline_path.display());
     let store = ArtifactStore::new(&options.artifacts);
     let mut dag = Dag::new(&store);
@@ -247,6 +268,19 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
             inputs.push(FileEntry { path: rw.template.clone().unwrap_or_else(|| "built-in".into()), name: format!("rewrite:{}", v.name), hash: hash::bytes_hash(identity.as_bytes()), rows: None });
         }
     }
+    if let Some(sp) = &pipeline.search {
+        // The searched rerankers' weights are inputs too (each model hashed once).
+        for c in &sp.candidates {
+            if let Some(rc) = &c.variant.stages.retrieval.rerank {
+                if !identities.contains_key(&rc.model) {
+                    let identity = gauge_rerank::reranker_identity(rc);
+                    identities.insert(rc.model.clone(), identity.clone());
+                    let hash = identity.map_err(|reason| anyhow::anyhow!("[search] config `{}`: {reason}", c.variant.name))?;
+                    inputs.push(FileEntry { path: rc.model.clone(), name: format!("reranker:search:{}", rc.model), hash, rows: None });
+                }
+            }
+        }
+    }
     for (name, reason) in &skipped {
         eprintln!("evaluate: skipping config `{name}`: {reason}");
     }
@@ -272,6 +306,9 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
         "variants": pipeline.variants, "stats": pipeline.stats,
     });
+    if let Some(sp) = &pipeline.search {
+        echo["search"] = serde_json::to_value(sp)?;
+    }
     if let Some(section) = &pipeline.answer {
         echo["answer"] = serde_json::to_value(section)?;
     }
@@ -283,7 +320,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     }
     let seed = pipeline.seed;
     let built = dag.built.clone();
-    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, notes, answers, built }).echo(echo).seed(seed))
+    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, notes, answers, built, search_questions }).echo(echo).seed(seed))
 }
 
 /// Keeps the questions none of whose gold pages a listed trained model was trained on (its
@@ -411,12 +448,12 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
 }
 
 /// Evaluates every config and writes the tables into the run.
-fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOptions) -> anyhow::Result<(usize, usize)> {
+fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOptions, search_md: &str) -> anyhow::Result<(usize, usize)> {
     let EvaluatePlan { pipeline, golden, mode, upstream, skipped, notes, answers, .. } = plan;
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
     let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(options.artifacts.join("llm-cache")));
-    let (query_rows, run_rows, qrels, contexts, failures) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache)?;
+    let (query_rows, run_rows, qrels, contexts, mut failures) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache, true)?;
     if cache.hits() + cache.misses() > 0 {
         eprintln!("evaluate: {} model calls, {} served from the cache ({})", cache.misses(), cache.hits(), cache.dir().display());
         run.set_stat("model_calls", cache.misses());
@@ -490,6 +527,14 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
             answer_tables.push((a.name(), answered.len(), m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
             metrics.extend(rows);
             per_run.push((a.clone(), answered, m));
+        }
+        // Answer rows that cite no gold page: where each lost it (failures.parquet).
+        for (a, answered, _) in &per_run {
+            let lost: Vec<&crate::failures::FailureRow> = failures.iter().filter(|f| f.config == a.config).collect();
+            let rows: Vec<&QueryRow> = query_rows.iter().filter(|r| r.config == a.config).collect();
+            let row = if a.generator.is_some() { a.name() } else { format!("{} · answer", a.config) };
+            let mine = crate::failures::answer_failures(&row, answered, golden, &lost, &rows, pipeline.k);
+            failures.extend(mine);
         }
         // The evaluation's answers.parquet: every answer row's answers, with their grades.
         let mut rows = Vec::new();
@@ -591,7 +636,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry, correction, family_size, power: &power };
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report + &crate::failures::markdown(&failures, &names, pipeline.k) + &crate::gate::markdown(&gate_rows))?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &report::answers_markdown(pipeline.answer.as_ref(), &answer_tables, &answer_deltas, pipeline.judge.is_some()) + &split_report + &judge_report + &crate::failures::markdown(&failures, &names, pipeline.k) + &crate::gate::markdown(&gate_rows) + search_md)?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;
@@ -612,6 +657,7 @@ fn evaluate_variants(
     skip: &BTreeSet<&str>,
     device: &str,
     cache: &std::sync::Arc<gauge_generator::cache::CallCache>,
+    trace_and_show: bool,
 ) -> anyhow::Result<Evaluated> {
     // The passages the answer rows' configs retrieve, kept for the judge (the answer stage
     // searches with the same engine and config, so they are the passages it was given).
@@ -633,7 +679,7 @@ fn evaluate_variants(
     // Each distinct rewrite model is loaded once; every call goes through the shared cache.
     let mut rewriters: HashMap<String, gauge_engine::rewrite::LlmRewriter> = HashMap::new();
     let rewriter_key = |rc: &gauge_engine::rewrite::RewriteConfig| serde_json::to_string(&rc.model).expect("generator config serialises");
-    let bar = gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches");
+    let bar = if trace_and_show { gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches") } else { gauge_core::progress::hidden() };
     let mut query_rows = Vec::new();
     let mut run_rows = Vec::new();
     let mut qrels: Vec<Qrels> = vec![Vec::new(); pipeline.variants.len()];
@@ -687,7 +733,7 @@ fn evaluate_variants(
                     contexts.insert((v.name.clone(), q.qid.clone()), given);
                 }
                 let scores = score_question(q, &passages, mode, pipeline.k);
-                if !scores.relevant.iter().any(|&r| r) {
+                if trace_and_show && !scores.relevant.iter().any(|&r| r) {
                     // Missed: trace the search again to say where the gold was lost.
                     let (_, trace) = engine.search_traced(&q.question, &cfg, reranker, rewriter).with_context(|| format!("config `{}`, question `{}`: tracing the miss", v.name, q.qid))?;
                     let empty = HashSet::new();
@@ -731,6 +777,77 @@ fn evaluate_variants(
     run_rows.sort_by_key(|r| (order[r.config.as_str()], qorder[r.qid.as_str()], r.rank));
     failures.sort_by_key(|f: &crate::failures::FailureRow| (order[f.config.as_str()], qorder[f.qid.as_str()]));
     Ok((query_rows, run_rows, qrels, contexts, failures))
+}
+
+/// Runs the pipeline's config search on the search split (journaled in the run's checkpoint
+/// folder), writes `search.parquet`, and adds the best configs to the plan (their upstream
+/// built) so the tables confirm them on the confirmation split. Returns the report section.
+fn run_search(plan: &mut EvaluatePlan, questions: Vec<GoldenQuestion>, run: &mut StageRun, options: &EvaluateOptions) -> anyhow::Result<String> {
+    let sp = plan.pipeline.search.clone().expect("a search plan");
+    let seed = sp.section.seed.unwrap_or(plan.pipeline.seed);
+    let has_keywords = questions.iter().any(|q| !q.keywords.is_empty());
+    let metrics = registry(plan.pipeline.k, has_keywords);
+    let metric = match &sp.section.metric {
+        Some(name) => metrics.iter().find(|m| &m.name == name).ok_or_else(|| anyhow::anyhow!("[search] metric = `{name}` is not one of {}", metrics.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")))?,
+        None => metrics.iter().find(|m| m.name.starts_with("mrr@")).expect("the registry has MRR"),
+    };
+    let store = ArtifactStore::new(&options.artifacts);
+    let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(options.artifacts.join("llm-cache")));
+    let mut journal = crate::search::Journal::open(&run.checkpoint_dir()?.join("search-journal.jsonl"))?;
+    let state = std::cell::RefCell::new(SearchUpstream { dag: Dag::new(&store), ups: HashMap::new(), corpus: plan.pipeline.corpus.clone(), plan: &sp });
+    let outcome = {
+        let base = &plan.pipeline;
+        let mode = plan.mode;
+        let mut score = |group: &[usize], qs: &[&GoldenQuestion]| -> anyhow::Result<Vec<(usize, String, f64, f64)>> {
+            let mut mini = base.clone();
+            mini.variants = group.iter().map(|&i| sp.candidates[i].variant.clone()).collect();
+            mini.answer = None;
+            mini.judge = None;
+            mini.search = None;
+            let group_ups = group.iter().map(|&i| state.borrow_mut().get(i)).collect::<anyhow::Result<Vec<_>>>()?;
+            let golden: Vec<GoldenQuestion> = qs.iter().map(|q| (*q).clone()).collect();
+            let (rows, ..) = evaluate_variants(&mini, &group_ups, &golden, mode, &BTreeSet::new(), &options.device, &cache, false)?;
+            Ok(rows.iter().map(|r| (group[mini.variants.iter().position(|v| v.name == r.config).expect("a group config")], r.qid.clone(), metric.value(r), r.latency_ms / 1000.0)).collect())
+        };
+        let mut cost = |i: usize| -> anyhow::Result<f64> {
+            let u = state.borrow_mut().get(i)?;
+            Ok(crate::search::build_seconds(&[u.index.as_path()]))
+        };
+        crate::search::run(&sp, &questions, seed, &mut journal, &mut score, &mut cost, &metric.label)?
+    };
+    let mut state = state.into_inner();
+    let n = crate::search::write_parquet(&run.path("search.parquet"), &sp, &outcome.rows, &metric.name)?;
+    run.add_output("search.parquet", Some(n))?;
+    run.set_stat("search_configs", outcome.rows.iter().filter(|r| r.rung == 0).count());
+    run.set_stat("search_seconds", outcome.seconds);
+    // The best configs join the tables (confirmation split), the best first.
+    for &i in outcome.ranking.iter().take(sp.section.confirm_top) {
+        let u = state.get(i)?;
+        plan.pipeline.variants.push(sp.candidates[i].variant.clone());
+        plan.upstream.push(u);
+    }
+    plan.built.extend(state.dag.built.iter().cloned());
+    Ok(crate::search::markdown(&sp, &outcome, &metric.label, (questions.len(), plan.golden.len()), seed))
+}
+
+/// The searched configs' upstream artifacts, built through the DAG on first use.
+struct SearchUpstream<'s, 'a> {
+    dag: Dag<'a>,
+    ups: HashMap<usize, Upstream>,
+    corpus: PathBuf,
+    plan: &'s crate::search::SearchPlan,
+}
+
+impl SearchUpstream<'_, '_> {
+    fn get(&mut self, i: usize) -> anyhow::Result<Upstream> {
+        if let Some(u) = self.ups.get(&i) {
+            return Ok(u.clone());
+        }
+        let v = &self.plan.candidates[i].variant;
+        let u = upstream(&mut self.dag, &self.corpus, v).with_context(|| format!("[search] config `{}`", v.name))?;
+        self.ups.insert(i, u.clone());
+        Ok(u)
+    }
 }
 
 /// The passages each (config, question) retrieved, for the judge.

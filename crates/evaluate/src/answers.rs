@@ -199,7 +199,8 @@ pub fn token_f1(answer: &str, reference: &str) -> f64 {
     2.0 * p * rc / (p + rc)
 }
 
-fn cites_gold(c: &CitedPages, gold: &[GoldItem]) -> bool {
+/// Whether a citation lands on a gold page (sources compared by file name).
+pub(crate) fn cites_gold(c: &CitedPages, gold: &[GoldItem]) -> bool {
     let name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_lowercase();
     gold.iter().any(|g| {
         name(g.source()) == name(&c.0) && g.pages().is_some_and(|(a, b)| c.1 <= b && a <= c.2)

@@ -12,7 +12,10 @@
 //! | `rerank` | reached the reranker, which put it below k |
 //! | `cutoff` | would have been returned, but the score cutoff refused the question |
 //! | `window` | was in the top k, but the judged passage (its small-to-big window or summary) was not relevant |
+//! | `citation` | (answer rows) was in the context the generator was given, but the answer cites no gold page |
 //!
+//! An answer row misses a question when its answer cites no gold page; when the retrieval of
+//! its config had already lost the gold, the answer row carries that stage's label.
 //! `failures.parquet` has one row per missed (config, question) with the gold's best rank at
 //! every stage; `ablation.md` counts the labels per config.
 use std::collections::{BTreeMap, HashSet};
@@ -43,6 +46,8 @@ pub enum LostAt {
     Cutoff,
     /// In the top k, but the judged passage was not relevant.
     Window,
+    /// (Answer rows) in the context, but the answer cites no gold page.
+    Citation,
 }
 
 impl LostAt {
@@ -60,6 +65,7 @@ impl LostAt {
             LostAt::Rerank => "rerank",
             LostAt::Cutoff => "cutoff",
             LostAt::Window => "window",
+            LostAt::Citation => "citation",
         }
     }
 }
@@ -171,6 +177,28 @@ pub struct FailureRow {
     pub ranks: StageRanks,
 }
 
+/// The answer rows' failures: every answered question with gold pages whose answer cites
+/// none of them. Labelled with the retrieval's own failure when `retrieval` (the config's
+/// rows) has one for the question, else `citation` with the gold's rank in the retrieved list.
+pub fn answer_failures(row: &str, answered: &[crate::answers::AnsweredQuestion], golden: &[GoldenQuestion], retrieval: &[&FailureRow], query_rows: &[&crate::rows::QueryRow], k: usize) -> Vec<FailureRow> {
+    let mut out = Vec::new();
+    for a in answered {
+        let Some(q) = golden.iter().find(|q| q.qid == a.qid).filter(|q| q.gold.iter().any(|g| g.pages().is_some())) else { continue };
+        if a.citations.iter().any(|c| crate::answers::cites_gold(c, &q.gold)) {
+            continue;
+        }
+        let (lost_at, ranks) = match retrieval.iter().find(|f| f.qid == a.qid) {
+            Some(f) => (f.lost_at, f.ranks.clone()),
+            None => {
+                let top = query_rows.iter().find(|r| r.qid == a.qid).and_then(|r| r.scores.first_relevant_rank);
+                (LostAt::Citation, StageRanks { gold_text: true, top, k, ..Default::default() })
+            }
+        };
+        out.push(FailureRow { config: row.to_string(), qid: a.qid.clone(), lost_at, ranks });
+    }
+    out
+}
+
 /// Writes `failures.parquet`.
 pub fn write_failures(path: &Path, rows: &[FailureRow]) -> anyhow::Result<u64> {
     let int = |f: &dyn Fn(&FailureRow) -> Option<usize>| Arc::new(Int32Array::from_iter(rows.iter().map(|r| f(r).map(|v| v as i32)))) as ArrayRef;
@@ -192,10 +220,19 @@ pub fn write_failures(path: &Path, rows: &[FailureRow]) -> anyhow::Result<u64> {
 
 /// The `ablation.md` section: per config, how many questions it missed and where.
 pub fn markdown(rows: &[FailureRow], configs: &[String], k: usize) -> String {
-    let mut s = format!("\n## Where the missed questions were lost\n\nA question is missed when no judged passage of the top {k} is relevant; each is traced through the search again and labelled with the first stage that lost its gold (`failures.parquet` has the gold's best rank at every stage): **extraction** (gold pages without text), **chunking** (no relevant chunk), **candidates** (no retriever found one, or the only retriever ranked it below the cut), **fusion** (fusing several retrievers ranked it below the cut), **dedup** (removed by the per-document cap), **rerank** (put below k), **cutoff** (refused), **window** (in the top k, but the judged window or summary was not relevant).\n\n| Config | missed | {} |\n|---|---|{}\n", LostAt::ALL.map(LostAt::label).join(" | "), "---|".repeat(LostAt::ALL.len()));
-    for c in configs {
+    let answers = rows.iter().any(|r| !configs.contains(&r.config));
+    let labels: Vec<LostAt> = if answers { LostAt::ALL.into_iter().chain([LostAt::Citation]).collect() } else { LostAt::ALL.to_vec() };
+    let mut rows_of: Vec<String> = configs.to_vec();
+    for r in rows {
+        if !rows_of.contains(&r.config) {
+            rows_of.push(r.config.clone());
+        }
+    }
+    let citation = if answers { " Answer rows miss a question when the answer cites no gold page: **citation** when the gold was in the context they were given, else the retrieval's own label." } else { "" };
+    let mut s = format!("\n## Where the missed questions were lost\n\nA question is missed when no judged passage of the top {k} is relevant; each is traced through the search again and labelled with the first stage that lost its gold (`failures.parquet` has the gold's best rank at every stage): **extraction** (gold pages without text), **chunking** (no relevant chunk), **candidates** (no retriever found one, or the only retriever ranked it below the cut), **fusion** (fusing several retrievers ranked it below the cut), **dedup** (removed by the per-document cap), **rerank** (put below k), **cutoff** (refused), **window** (in the top k, but the judged window or summary was not relevant).{citation}\n\n| Config | missed | {} |\n|---|---|{}\n", labels.iter().map(|l| l.label()).collect::<Vec<_>>().join(" | "), "---|".repeat(labels.len()));
+    for c in &rows_of {
         let mine: Vec<&FailureRow> = rows.iter().filter(|r| &r.config == c).collect();
-        let counts: Vec<String> = LostAt::ALL.iter().map(|l| mine.iter().filter(|r| r.lost_at == *l).count()).map(|n| if n == 0 { "·".to_string() } else { n.to_string() }).collect();
+        let counts: Vec<String> = labels.iter().map(|l| mine.iter().filter(|r| r.lost_at == *l).count()).map(|n| if n == 0 { "·".to_string() } else { n.to_string() }).collect();
         s.push_str(&format!("| {} | {} | {} |\n", c.replace('|', "\\|"), mine.len(), counts.join(" | ")));
     }
     s
@@ -258,6 +295,23 @@ mod tests {
         }), LostAt::Fusion, "below the reranker's pool: it never read it");
         assert_eq!(case(&|r| r.refused = true), LostAt::Cutoff);
         assert_eq!(case(&|_| {}), LostAt::Window);
+    }
+
+    #[test]
+    fn an_answer_citing_no_gold_page_is_a_citation_failure_unless_retrieval_lost_it() {
+        let golden: Vec<GoldenQuestion> = ["a", "b", "c", "d"].iter().map(|id| serde_json::from_value(serde_json::json!({"qid": id, "question": "x", "gold": [{"source": "m.pdf", "page": 3}]})).unwrap()).collect();
+        let answer = |qid: &str, page: i32| crate::answers::AnsweredQuestion { qid: qid.into(), answer: "…".into(), refused: false, citations: if page > 0 { vec![("m.pdf".into(), page, page, true)] } else { vec![] }, completion_tokens: 1, seconds: 0.0, finish_reason: "eos".into() };
+        // a: cites the gold page; b: cites another page; c: cites nothing; d: retrieval lost it.
+        let answered = vec![answer("a", 3), answer("b", 7), answer("c", 0), answer("d", 9)];
+        let lost = FailureRow { config: "Hybrid".into(), qid: "d".into(), lost_at: LostAt::Fusion, ranks: ranks() };
+        let row = |qid: &str, rank: Option<usize>| crate::rows::QueryRow { config: "Hybrid".into(), qid: qid.into(), category: String::new(), scores: crate::relevance::QuestionScores { first_relevant_rank: rank, ..Default::default() }, refused: false, n_results: 5, latency_ms: 0.0, cold_latency_ms: 0.0, model_calls: 0 };
+        let qrows = [row("a", Some(1)), row("b", Some(2)), row("c", Some(4)), row("d", None)];
+        let f = answer_failures("Hybrid · base", &answered, &golden, &[&lost], &qrows.iter().collect::<Vec<_>>(), 5);
+        let got: Vec<(&str, LostAt, Option<usize>)> = f.iter().map(|r| (r.qid.as_str(), r.lost_at, r.ranks.top)).collect();
+        assert_eq!(got, vec![("b", LostAt::Citation, Some(2)), ("c", LostAt::Citation, Some(4)), ("d", LostAt::Fusion, Some(2))]);
+        let md = markdown(&f, &["Hybrid".to_string()], 5);
+        assert!(md.contains("| citation |") && md.contains("| Hybrid · base | 3 |"), "{md}");
+        assert!(!markdown(&[lost], &["Hybrid".to_string()], 5).contains("citation"), "retrieval-only tables keep their columns");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - [`judge`]: the LLM judge of answer rows (`[judge]`).
 //! - [`metric`]: the metric registry (name, computation, where it is printed).
 //! - [`rows`]: the table rows; [`report`]: Parquet, TREC, Markdown and the chart.
-//! - [`stats`]: bootstrap intervals and paired tests.
+//! - [`stats`]: bootstrap intervals and paired tests, corrected over a family.
+//! - [`search`]: `[search]`, the config search confirmed on held-out questions.
 #![deny(missing_docs)]
 pub mod ablate;
 pub mod answers;
@@ -25,6 +26,7 @@ pub mod pipeline;
 pub mod relevance;
 pub mod report;
 pub mod rows;
+pub mod search;
 pub mod stats;
 pub mod verify;
 

@@ -95,6 +95,8 @@ pub struct Pipeline {
     pub exclude_trained_pages: Vec<PathBuf>,
     /// How the family's p-values are adjusted (`[stats]` / `stats = { … }`).
     pub stats: StatsSection,
+    /// The config search (`[search]`), when the pipeline has one.
+    pub search: Option<crate::search::SearchPlan>,
 }
 
 /// `stats = { correction = "holm" | "bh" | "none" }`: the multiple-comparison correction over
@@ -129,6 +131,7 @@ struct PipelineFile {
     exclude_trained_pages: Vec<PathBuf>,
     #[serde(default)]
     stats: StatsSection,
+    search: Option<toml::Table>,
 }
 
 fn default_seed() -> u64 {
@@ -197,27 +200,7 @@ impl Pipeline {
             }
             // The one merge path of every config (see gauge_core::config).
             gauge_core::config::merge(&mut table, &gauge_core::config::toml_to_json(toml::Value::Table(over)));
-            let mut stages_table = table.clone();
-            let oracle = match stages_table.as_object_mut().and_then(|t| t.remove("oracle_source_filter")) {
-                None => false,
-                Some(serde_json::Value::Bool(b)) => b,
-                Some(_) => return Err(err(format!("`oracle_source_filter` of `{name}` must be true or false"))),
-            };
-            let mut stages: StageConfigs = gauge_core::config::resolve(&[gauge_core::config::Layer::new(format!("config `{name}`"), stages_table)])
-                .map_err(|e| err(e.to_string()))?;
-            if !stages.retrieval.dense && !stages.retrieval.bm25 {
-                return Err(err(format!("config `{name}` turns off both dense and BM25 retrieval")));
-            }
-            stages.retrieval = stages.retrieval.normalize();
-            if let Some(first) = variants.first() {
-                let first: &Variant = first;
-                if first.stages.retrieval.k != stages.retrieval.k {
-                    return Err(err(format!(
-                        "config `{name}` returns k = {} passages but `{}` returns {}; the metrics compare lists of one length, so give every config the same `retrieval.k` (or set the pipeline's `k`)",
-                        stages.retrieval.k, first.name, first.stages.retrieval.k
-                    )));
-                }
-            }
+            let (stages, oracle) = resolve_stages(&name, table.clone(), variants.first()).map_err(err)?;
             let description = row.get("description").and_then(|d| d.as_str()).unwrap_or_default().to_string();
             let compare_to = match row.get("compare_to") {
                 None => None,
@@ -256,9 +239,51 @@ impl Pipeline {
                 Some(section)
             }
         };
+        let search = match file.search {
+            None => None,
+            Some(t) => {
+                let section: crate::search::SearchSection =
+                    gauge_core::config::resolve(&[gauge_core::config::Layer::new("[search]", gauge_core::config::toml_to_json(toml::Value::Table(t)))]).map_err(|e| err(e.to_string()))?;
+                let seed = section.seed.unwrap_or(file.seed);
+                let first = variants[0].clone();
+                let resolve = |name: &str, table: serde_json::Value| -> Result<StageConfigs, String> {
+                    let (stages, oracle) = resolve_stages(name, table, Some(&first))?;
+                    if oracle {
+                        return Err(format!("config `{name}`: a searched config cannot use the oracle source filter"));
+                    }
+                    Ok(stages)
+                };
+                Some(crate::search::plan(section, &resolved[0].1, seed, &resolve).map_err(err)?)
+            }
+        };
         let prompts = here.join("prompts");
-        Ok(Pipeline { name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats })
+        Ok(Pipeline {
+            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats })
     }
+}
+
+/// Resolves one config's merged table into its stage settings and oracle flag, with the
+/// checks every config passes (some retriever on; the same k as `first`).
+fn resolve_stages(name: &str, mut table: serde_json::Value, first: Option<&Variant>) -> Result<(StageConfigs, bool), String> {
+    let oracle = match table.as_object_mut().and_then(|t| t.remove("oracle_source_filter")) {
+        None => false,
+        Some(serde_json::Value::Bool(b)) => b,
+        Some(_) => return Err(format!("`oracle_source_filter` of `{name}` must be true or false")),
+    };
+    let mut stages: StageConfigs = gauge_core::config::resolve(&[gauge_core::config::Layer::new(format!("config `{name}`"), table)]).map_err(|e| e.to_string())?;
+    if !stages.retrieval.dense && !stages.retrieval.bm25 {
+        return Err(format!("config `{name}` turns off both dense and BM25 retrieval"));
+    }
+    stages.retrieval = stages.retrieval.normalize();
+    if let Some(first) = first {
+        if first.stages.retrieval.k != stages.retrieval.k {
+            return Err(format!(
+                "config `{name}` returns k = {} passages but `{}` returns {}; the metrics compare lists of one length, so give every config the same `retrieval.k` (or set the pipeline's `k`)",
+                stages.retrieval.k, first.name, first.stages.retrieval.k
+            ));
+        }
+    }
+    Ok((stages, oracle))
 }
 
 /// Removes `.` and `name/..` pairs without touching the file system

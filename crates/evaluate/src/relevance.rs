@@ -94,7 +94,7 @@ pub fn is_relevant(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> 
 }
 
 /// The scores of one question's ranked passages.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct QuestionScores {
     /// Relevance of each passage, best first.
     pub relevant: Vec<bool>,

@@ -192,10 +192,24 @@ fn check_artifact(dir: &Path, fingerprint: &str, seen: &mut BTreeSet<String>, re
     }
 }
 
+/// Every config an evaluation's echo describes: its variants, then a config search's configs.
+fn config_rows(cfg: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let mut out: Vec<&serde_json::Value> = cfg["variants"].as_array().map(|vs| vs.iter().collect()).unwrap_or_default();
+    if let Some(cs) = cfg["search"]["candidates"].as_array() {
+        out.extend(cs.iter().map(|c| &c["variant"]));
+    }
+    out
+}
+
 /// A reranker input: the model's identity recomputed from the config the evaluation echoed.
 fn check_reranker(entry: &FileEntry, parent: &Manifest, report: &mut Report) {
     let config = entry.name.trim_start_matches("reranker:");
-    let rc = parent.config["variants"].as_array().and_then(|vs| vs.iter().find(|v| v["name"] == config)).map(|v| v["stages"]["retrieval"]["rerank"].clone());
+    let rc = match config.strip_prefix("search:") {
+        // A searched reranker: the first searched config with that model.
+        Some(model) => config_rows(&parent.config).into_iter().find(|v| v["stages"]["retrieval"]["rerank"]["model"] == model),
+        None => config_rows(&parent.config).into_iter().find(|v| v["name"] == config),
+    }
+    .map(|v| v["stages"]["retrieval"]["rerank"].clone());
     let Some(Ok(rc)) = rc.map(serde_json::from_value::<gauge_rank::RerankConfig>) else {
         report.findings.push(Finding::Absent(format!("reranker of `{config}`: no rerank config in the manifest")));
         return;
@@ -322,8 +336,16 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     }
 
     // Metrics: the same summaries with the recorded seed.
-    let evaluated: Vec<String> = cfg["variants"].as_array().map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).filter(|n| rows.iter().any(|r| r.config == *n)).map(str::to_string).collect()).unwrap_or_default();
-    let pairs: Vec<(String, Option<String>)> = cfg["variants"].as_array().map(|vs| vs.iter().map(|v| (v["name"].as_str().unwrap_or_default().to_string(), v["compare_to"].as_str().map(str::to_string))).collect()).unwrap_or_default();
+    // The evaluated configs in table order (per_query.parquet's order): the declared ones and,
+    // after a config search, the confirmed ones.
+    let declared = config_rows(cfg);
+    let mut evaluated: Vec<String> = Vec::new();
+    for r in &rows {
+        if !evaluated.contains(&r.config) && declared.iter().any(|v| v["name"] == r.config.as_str()) {
+            evaluated.push(r.config.clone());
+        }
+    }
+    let pairs: Vec<(String, Option<String>)> = declared.iter().map(|v| (v["name"].as_str().unwrap_or_default().to_string(), v["compare_to"].as_str().map(str::to_string))).collect();
     let Some(baseline) = evaluated.first().cloned() else {
         report.findings.push(Finding::Changed("per_query.parquet: no evaluated config".into()));
         return Ok(());
