@@ -1,6 +1,8 @@
 """Per-question trec_eval measures of every TREC run in an evaluation folder, computed by
 pytrec_eval on the run and qrels files gauge wrote: {run stem: {qid: {measure: value}}} as JSON
-on stdout. Used by tests/pytrec_reference.rs (`just refs-venv` installs pytrec-eval-terrier)."""
+on stdout. The measures are the second argument, comma-separated (default
+`recip_rank,success`; e.g. `recip_rank,success,ndcg_cut,recall`). Used by
+tests/pytrec_reference.rs and tests/formats.rs (`just refs-venv` installs pytrec-eval-terrier)."""
 import json
 import pathlib
 import sys
@@ -8,6 +10,7 @@ import sys
 import pytrec_eval
 
 ev = pathlib.Path(sys.argv[1])
+measures = set((sys.argv[2] if len(sys.argv) > 2 else "recip_rank,success").split(","))
 out = {}
 for run_file in sorted((ev / "trec").glob("*.run")):
     qrels = {}
@@ -18,5 +21,5 @@ for run_file in sorted((ev / "trec").glob("*.run")):
     for line in open(run_file, encoding="utf-8"):
         q, _, d, _rank, score, _tag = line.split()
         run.setdefault(q, {})[d] = float(score)
-    out[run_file.stem] = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank", "success"}).evaluate(run)
+    out[run_file.stem] = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
 json.dump(out, sys.stdout)

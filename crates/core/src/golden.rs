@@ -47,6 +47,9 @@ pub enum GoldItem {
         /// Last page of the span, when known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         page_end: Option<i32>,
+        /// Graded relevance (nDCG's gain; default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grade: Option<f64>,
     },
     /// A 1-based page.
     Page {
@@ -54,6 +57,9 @@ pub enum GoldItem {
         source: String,
         /// 1-based page number.
         page: i32,
+        /// Graded relevance (nDCG's gain; default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grade: Option<f64>,
     },
 }
 
@@ -73,8 +79,8 @@ impl GoldItem {
     /// item without pages whose characters overlap.
     pub fn covered_by_pages(&self, source: &str, pages: (i32, i32), chars: (i64, i64)) -> bool {
         match self {
-            GoldItem::Page { source: s, page } => s == source && pages.0 <= *page && *page <= pages.1,
-            GoldItem::Span { source: s, page_start: Some(a), page_end: Some(b), .. } => s == source && pages.0 <= *b && *a <= pages.1,
+            GoldItem::Page { page, .. } => self.matches_source(source) && pages.0 <= *page && *page <= pages.1,
+            GoldItem::Span { page_start: Some(a), page_end: Some(b), .. } => self.matches_source(source) && pages.0 <= *b && *a <= pages.1,
             GoldItem::Span { .. } => self.covered_by_chars(source, chars),
         }
     }
@@ -82,9 +88,24 @@ impl GoldItem {
     /// Span relevance: a span item whose characters overlap the passage's (page items never).
     pub fn covered_by_chars(&self, source: &str, chars: (i64, i64)) -> bool {
         match self {
-            GoldItem::Span { source: s, char_start, char_end, .. } => s == source && chars.0 < *char_end && *char_start < chars.1,
+            GoldItem::Span { char_start, char_end, .. } => self.matches_source(source) && chars.0 < *char_end && *char_start < chars.1,
             GoldItem::Page { .. } => false,
         }
+    }
+
+    /// Its graded relevance: the golden set's `grade` (a qrels file's level), 1 when not given.
+    pub fn grade(&self) -> f64 {
+        match self {
+            GoldItem::Span { grade, .. } | GoldItem::Page { grade, .. } => grade.unwrap_or(1.0),
+        }
+    }
+
+    /// Whether a passage's source is this item's: the same name, or — for an item naming a
+    /// record as `#<id>` (TREC and MS MARCO qrels, which know document ids, not files) — a
+    /// record `<file>#<id>` of any file.
+    pub fn matches_source(&self, source: &str) -> bool {
+        let s = self.source();
+        s == source || (s.starts_with('#') && source.find('#').is_some_and(|i| &source[i..] == s))
     }
 
     /// The source file.
@@ -172,10 +193,12 @@ pub fn page_split(questions: &[GoldenQuestion], share: f64, seed: u64) -> Vec<bo
 /// closest existing sources (by edit distance), so a typo is refused instead of scoring 0.
 pub fn unknown_sources<'a>(questions: &[GoldenQuestion], corpus_sources: impl IntoIterator<Item = &'a str>) -> Vec<(String, Vec<String>)> {
     let known: std::collections::BTreeSet<&str> = corpus_sources.into_iter().collect();
+    // Record ids (`#<id>`) of records named `<file>#<id>`.
+    let records: std::collections::HashSet<&str> = known.iter().filter_map(|s| s.find('#').map(|i| &s[i..])).collect();
     let wanted: std::collections::BTreeSet<&str> = questions.iter().flat_map(|q| &q.gold).map(GoldItem::source).collect();
     wanted
         .into_iter()
-        .filter(|s| !known.contains(s))
+        .filter(|s| !known.contains(s) && !(s.starts_with('#') && records.contains(s)))
         .map(|s| (s.to_string(), crate::text::closest(s, known.iter().copied(), 3)))
         .collect()
 }
@@ -197,7 +220,7 @@ pub fn write_jsonl<T: Serialize>(path: &Path, rows: impl IntoIterator<Item = T>)
 pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     let p = path.display().to_string();
     let questions = match path.extension().and_then(|e| e.to_str()) {
-        _ if path.is_dir() => read_beir(path)?,
+        _ if path.is_dir() => read_folder(path)?,
         Some("parquet") => read_parquet(path)?,
         _ => read_jsonl(path)?,
     };
@@ -238,56 +261,166 @@ fn beir_qrels(dir: &Path) -> Result<std::path::PathBuf, GoldenError> {
     }
 }
 
-/// A BEIR folder as a golden set: `queries.jsonl` (`_id`, `text`) and the qrels TSV
-/// (`query-id`, `corpus-id`, `score`, a header line). Each query with a positive score
-/// becomes a question whose gold items are `{"source": "corpus.jsonl#<corpus-id>", "page": 1}`
-/// — the source `extract` gives a record of the folder's `corpus.jsonl` when the pipeline's
-/// corpus is that file (with `jsonl.id = "_id"`). Grades above 0 all count as relevant.
-fn read_beir(dir: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
-    let qrels_path = beir_qrels(dir)?;
-    let queries_path = dir.join("queries.jsonl");
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| GoldenError::Read { path: p.display().to_string(), message: format!("{e}; a BEIR folder holds queries.jsonl, corpus.jsonl and qrels/*.tsv") });
-    let mut gold: std::collections::BTreeMap<String, Vec<GoldItem>> = std::collections::BTreeMap::new();
-    for (i, line) in read(&qrels_path)?.lines().enumerate() {
-        let cols: Vec<&str> = line.split('\t').map(str::trim).collect();
+/// The standard benchmark folders read as golden sets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum FolderKind {
+    /// `queries.jsonl` + `qrels/*.tsv` (`query-id corpus-id score`).
+    Beir,
+    /// One `topics*` file (SGML `<top>` or `<topic number=…>`) + one `qrels*` file (`qid iter docno rel`).
+    Trec,
+    /// One `queries*.tsv` (`qid<TAB>query`) + one `qrels*` file (`qid iter pid rel`).
+    MsMarco,
+}
+
+/// What a golden-set folder holds: its kind, its queries (or topics) file and its qrels file.
+fn folder_files(dir: &Path) -> Result<(FolderKind, std::path::PathBuf, std::path::PathBuf), GoldenError> {
+    if dir.join("queries.jsonl").is_file() {
+        return Ok((FolderKind::Beir, dir.join("queries.jsonl"), beir_qrels(dir)?));
+    }
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect()).unwrap_or_default();
+    files.sort();
+    let named = |prefix: &str, ext: Option<&str>| -> Vec<std::path::PathBuf> {
+        files.iter().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().to_lowercase().starts_with(prefix)) && ext.is_none_or(|e| p.extension().is_some_and(|x| x == e))).cloned().collect()
+    };
+    let (topics, queries, qrels) = (named("topics", None), named("queries", Some("tsv")), named("qrels", None));
+    match (topics.len(), queries.len(), qrels.len()) {
+        (1, 0, 1) => Ok((FolderKind::Trec, topics[0].clone(), qrels[0].clone())),
+        (0, 1, 1) => Ok((FolderKind::MsMarco, queries[0].clone(), qrels[0].clone())),
+        _ => Err(GoldenError::Read {
+            path: dir.display().to_string(),
+            message: "not a golden-set folder: expected a BEIR folder (queries.jsonl + qrels/test.tsv), a TREC folder (one topics* file + one qrels* file) or an MS MARCO folder (one queries*.tsv + one qrels* file)".into(),
+        }),
+    }
+}
+
+/// Positive judgements of a qrels file: `query-id corpus-id score` (BEIR TSV, a header line
+/// allowed) or `qid iter docno rel` (TREC, MS MARCO), whitespace-separated. Grades ≤ 0 are
+/// judged not relevant and left out.
+fn read_qrels(path: &Path, kind: FolderKind) -> Result<Vec<(String, String, f64)>, GoldenError> {
+    let text = std::fs::read_to_string(path).map_err(|e| GoldenError::Read { path: path.display().to_string(), message: e.to_string() })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let cols: Vec<&str> = if kind == FolderKind::Beir { line.split('\t').map(str::trim).collect() } else { line.split_whitespace().collect() };
         if line.trim().is_empty() || (i == 0 && cols.first().is_some_and(|c| c.eq_ignore_ascii_case("query-id"))) {
             continue;
         }
-        let row = |message: String| GoldenError::Row { path: qrels_path.display().to_string(), line: i + 1, message };
-        let [q, doc, score] = cols[..] else { return Err(row("expected `query-id<TAB>corpus-id<TAB>score`".into())) };
-        let score: f64 = score.parse().map_err(|_| row(format!("score `{score}` is not a number")))?;
-        if score > 0.0 {
-            gold.entry(q.to_string()).or_default().push(GoldItem::Page { source: format!("corpus.jsonl#{doc}"), page: 1 });
-        }
-    }
-    let mut out = Vec::new();
-    for (i, line) in read(&queries_path)?.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let row = |message: String| GoldenError::Row { path: queries_path.display().to_string(), line: i + 1, message };
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| row(format!("not JSON ({e})")))?;
-        let id = match &v["_id"] {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
-            _ => return Err(row("no `_id`".into())),
+        let row = |message: String| GoldenError::Row { path: path.display().to_string(), line: i + 1, message };
+        let (q, doc, grade) = match (kind, &cols[..]) {
+            (FolderKind::Beir, [q, d, g]) => (*q, *d, *g),
+            (FolderKind::Beir, _) => return Err(row("expected `query-id<TAB>corpus-id<TAB>score`".into())),
+            (_, [q, _, d, g]) => (*q, *d, *g),
+            _ => return Err(row("expected `qid iter docno relevance` (TREC qrels)".into())),
         };
-        let text = v["text"].as_str().ok_or_else(|| row("no string `text`".into()))?;
-        if let Some(items) = gold.remove(&id) {
-            out.push(GoldenQuestion { qid: id, question: text.to_string(), gold: items, keywords: Vec::new(), reference_answer: None, category: None });
+        let grade: f64 = grade.parse().map_err(|_| row(format!("relevance `{grade}` is not a number")))?;
+        if grade > 0.0 {
+            out.push((q.to_string(), doc.to_string(), grade));
         }
-    }
-    if let Some(q) = gold.keys().next() {
-        return Err(GoldenError::Read { path: qrels_path.display().to_string(), message: format!("query `{q}` has judgements but is not in queries.jsonl") });
     }
     Ok(out)
 }
 
-/// The content hash of a golden set: its file's, or for a BEIR folder the queries' and the
-/// qrels' together.
+/// A TREC topics file's (number, title): SGML `<top> <num> Number: 301 <title> …` topics, or
+/// XML `<topic number="1"> <query>…</query>` ones.
+fn read_topics(path: &Path) -> Result<Vec<(String, String)>, GoldenError> {
+    let text = std::fs::read_to_string(path).map_err(|e| GoldenError::Read { path: path.display().to_string(), message: e.to_string() })?;
+    // The text after `tag` up to the next tag, whitespace collapsed.
+    let field = |block: &str, tag: &str| -> Option<String> {
+        let at = block.find(tag)? + tag.len();
+        let rest = &block[at..];
+        let end = rest.find('<').unwrap_or(rest.len());
+        let v = rest[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+        (!v.is_empty()).then_some(v)
+    };
+    let mut out = Vec::new();
+    for block in text.split("<top>").skip(1) {
+        let num = field(block, "<num>").map(|n| n.trim_start_matches("Number:").trim().to_string());
+        let title = field(block, "<title>").map(|t| t.trim_start_matches("Topic:").trim().to_string());
+        match (num, title) {
+            (Some(n), Some(t)) if !n.is_empty() && !t.is_empty() => out.push((n, t)),
+            _ => return Err(GoldenError::Read { path: path.display().to_string(), message: format!("topic {} has no `<num>` or `<title>`", out.len() + 1) }),
+        }
+    }
+    for block in text.split("<topic ").skip(1) {
+        let head = &block[..block.find('>').unwrap_or(block.len())];
+        let num = head.split("number=\"").nth(1).and_then(|r| r.split('"').next()).map(str::to_string);
+        let query = field(block, "<query>").or_else(|| field(block, "<title>"));
+        match (num, query) {
+            (Some(n), Some(q)) => out.push((n, q)),
+            _ => return Err(GoldenError::Read { path: path.display().to_string(), message: format!("topic {} has no `number` or `<query>`", out.len() + 1) }),
+        }
+    }
+    if out.is_empty() {
+        return Err(GoldenError::Read { path: path.display().to_string(), message: "no topics: expected `<top>` blocks with `<num>` and `<title>`, or `<topic number=\"…\">` with `<query>`".into() });
+    }
+    Ok(out)
+}
+
+/// A BEIR, TREC or MS MARCO folder as a golden set. Each query with a positive judgement
+/// becomes a question (in the queries file's order; the others are left out) whose gold items
+/// are its judged documents as page 1 of a record, with the qrels' grade (nDCG's gain): BEIR's
+/// `corpus.jsonl#<corpus-id>` (the source `extract` gives a record of the folder's
+/// `corpus.jsonl`, with `jsonl.id = "_id"`), TREC's and MS MARCO's `#<docno>` (any record with
+/// that id: `extract` names a TREC `<DOC>` record `<file>#<DOCNO>` and a TSV record
+/// `<file>#<id>`). A TREC topic's question is its title.
+fn read_folder(dir: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
+    let (kind, queries_path, qrels_path) = folder_files(dir)?;
+    let mut gold: std::collections::BTreeMap<String, Vec<GoldItem>> = std::collections::BTreeMap::new();
+    for (q, doc, grade) in read_qrels(&qrels_path, kind)? {
+        let source = if kind == FolderKind::Beir { format!("corpus.jsonl#{doc}") } else { format!("#{doc}") };
+        gold.entry(q).or_default().push(GoldItem::Page { source, page: 1, grade: (grade != 1.0).then_some(grade) });
+    }
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| GoldenError::Read { path: p.display().to_string(), message: e.to_string() });
+    let queries: Vec<(String, String)> = match kind {
+        FolderKind::Trec => read_topics(&queries_path)?,
+        FolderKind::MsMarco => {
+            let mut v = Vec::new();
+            for (i, line) in read(&queries_path)?.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let (id, text) = line.split_once('\t').ok_or_else(|| GoldenError::Row { path: queries_path.display().to_string(), line: i + 1, message: "expected `qid<TAB>query`".into() })?;
+                v.push((id.trim().to_string(), text.trim().to_string()));
+            }
+            v
+        }
+        FolderKind::Beir => {
+            let mut v = Vec::new();
+            for (i, line) in read(&queries_path)?.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let row = |message: String| GoldenError::Row { path: queries_path.display().to_string(), line: i + 1, message };
+                let value: serde_json::Value = serde_json::from_str(line).map_err(|e| row(format!("not JSON ({e})")))?;
+                let id = match &value["_id"] {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Number(n) => n.to_string(),
+                    _ => return Err(row("no `_id`".into())),
+                };
+                let text = value["text"].as_str().ok_or_else(|| row("no string `text`".into()))?;
+                v.push((id, text.to_string()));
+            }
+            v
+        }
+    };
+    let mut out = Vec::new();
+    for (id, text) in queries {
+        if let Some(items) = gold.remove(&id) {
+            out.push(GoldenQuestion { qid: id, question: text, gold: items, keywords: Vec::new(), reference_answer: None, category: None });
+        }
+    }
+    if let Some(q) = gold.keys().next() {
+        return Err(GoldenError::Read { path: qrels_path.display().to_string(), message: format!("query `{q}` has judgements but is not in {}", queries_path.display()) });
+    }
+    Ok(out)
+}
+
+/// The content hash of a golden set: its file's, or for a benchmark folder its queries' (or
+/// topics') and its qrels' together.
 pub fn golden_hash(path: &Path) -> Result<String, crate::CoreError> {
     if !path.is_dir() {
         return crate::hash::file_hash(path);
     }
-    let qrels = beir_qrels(path).map_err(|e| crate::CoreError::io(path, std::io::Error::other(e.to_string())))?;
-    let parts = [crate::hash::file_hash(&path.join("queries.jsonl"))?, crate::hash::file_hash(&qrels)?, qrels.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default()];
+    let (_, queries, qrels) = folder_files(path).map_err(|e| crate::CoreError::io(path, std::io::Error::other(e.to_string())))?;
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let mut parts = vec![crate::hash::file_hash(&queries)?, crate::hash::file_hash(&qrels)?, name(&qrels)];
+    // A BEIR folder's hash as before (its queries file is always queries.jsonl).
+    if name(&queries) != "queries.jsonl" {
+        parts.push(name(&queries));
+    }
     Ok(crate::hash::bytes_hash(parts.join("\n").as_bytes()))
 }
 
@@ -378,7 +511,7 @@ mod tests {
 
     #[test]
     fn page_halves_never_share_a_page_or_its_neighbour() {
-        let q = |id: &str, src: &str, pages: &[i32]| GoldenQuestion { qid: id.into(), question: id.into(), gold: pages.iter().map(|&p| GoldItem::Page { source: src.into(), page: p }).collect(), keywords: vec![], reference_answer: None, category: None };
+        let q = |id: &str, src: &str, pages: &[i32]| GoldenQuestion { qid: id.into(), question: id.into(), gold: pages.iter().map(|&p| GoldItem::Page { source: src.into(), page: p, grade: None }).collect(), keywords: vec![], reference_answer: None, category: None };
         let qs = vec![q("a", "m.pdf", &[10]), q("b", "m.pdf", &[11]), q("c", "m.pdf", &[30]), q("d", "n.pdf", &[10]), q("e", "m.pdf", &[10, 50]), q("f", "m.pdf", &[51]), q("g", "n.pdf", &[90]), q("h", "m.pdf", &[70])];
         for seed in 0..20 {
             let h = page_halves(&qs, seed);
@@ -393,7 +526,7 @@ mod tests {
 
     #[test]
     fn page_split_gives_the_second_part_its_share() {
-        let q = |i: i32| GoldenQuestion { qid: format!("q{i}"), question: "?".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: i * 10 }], keywords: vec![], reference_answer: None, category: None };
+        let q = |i: i32| GoldenQuestion { qid: format!("q{i}"), question: "?".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: i * 10, grade: None }], keywords: vec![], reference_answer: None, category: None };
         let qs: Vec<GoldenQuestion> = (0..40).map(q).collect();
         for (share, want) in [(0.25, 10), (0.4, 16), (0.5, 20)] {
             for seed in 0..5 {
@@ -425,8 +558,8 @@ mod tests {
         );
         let g = load_golden(&p).unwrap();
         assert_eq!(g.len(), 2);
-        assert_eq!(g[0].gold[0], GoldItem::Page { source: "x.pdf".into(), page: 3 });
-        assert_eq!(g[0].gold[1], GoldItem::Span { source: "x.pdf".into(), char_start: 10, char_end: 20, page_start: None, page_end: None });
+        assert_eq!(g[0].gold[0], GoldItem::Page { source: "x.pdf".into(), page: 3, grade: None });
+        assert_eq!(g[0].gold[1], GoldItem::Span { source: "x.pdf".into(), char_start: 10, char_end: 20, page_start: None, page_end: None, grade: None });
         assert_eq!(g[1].keywords, vec!["gate arm".to_string()]);
         assert_eq!(g[1].category.as_deref(), Some("factual"));
     }
@@ -459,7 +592,7 @@ mod tests {
         let g = load_golden(&path).unwrap();
         assert_eq!(g[0].keywords, vec!["gate arm".to_string()]);
         assert_eq!(g[0].category.as_deref(), Some("factual"));
-        assert_eq!(g[1].gold, vec![GoldItem::Page { source: "x.pdf".into(), page: 4 }]);
+        assert_eq!(g[1].gold, vec![GoldItem::Page { source: "x.pdf".into(), page: 4, grade: None }]);
         assert!(g[1].keywords.is_empty() && g[1].category.is_none());
         // A Parquet file without `question` names the column.
         let bad = dir.path().join("bad.parquet");
@@ -491,7 +624,7 @@ mod tests {
         let q = |src: &str| GoldenQuestion {
             qid: src.into(),
             question: "q".into(),
-            gold: vec![GoldItem::Page { source: src.into(), page: 1 }],
+            gold: vec![GoldItem::Page { source: src.into(), page: 1, grade: None }],
             keywords: Vec::new(),
             reference_answer: None,
             category: None,

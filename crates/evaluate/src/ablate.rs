@@ -15,15 +15,16 @@ use serde::{Deserialize, Serialize};
 use crate::chain::{upstream, Upstream};
 use crate::metric::{registry, Metric};
 use crate::pipeline::Pipeline;
-use crate::relevance::{is_relevant, score_question, PassageSpan, RelevanceMode};
+use crate::relevance::{score_question, PassageSpan, RelevanceMode};
 use crate::report;
 use crate::rows::{MetricRow, QueryRow, RunRow};
 use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 
 /// Stage name of evaluation artifacts.
 pub const STAGE: &str = "evaluate";
-/// Output format version (4: adjusted p-values, wins/ties/losses).
-pub const FORMAT_VERSION: u32 = 4;
+/// Output format version (4: adjusted p-values, wins/ties/losses; 5: graded nDCG over gold
+/// items, graded TREC qrels).
+pub const FORMAT_VERSION: u32 = 5;
 
 /// Settings of `evaluate` beyond the pipeline file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -647,7 +648,8 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     Ok((names.len(), skipped.len()))
 }
 
-type Qrels = Vec<(String, String)>;
+/// (question, chunk, grade) of every chunk relevant on its own.
+type Qrels = Vec<(String, String, f64)>;
 
 fn evaluate_variants(
     pipeline: &Pipeline,
@@ -695,13 +697,15 @@ fn evaluate_variants(
                     .chunks()
                     .chunks
                     .iter()
-                    .filter(|c| is_relevant(q, &engine.passage_span(c), mode))
-                    .map(|c| (q.qid.clone(), c.chunk_id.clone()))
+                    .filter_map(|c| {
+                        let grade = crate::relevance::relevance_grade(q, &engine.passage_span(c), mode);
+                        (grade > 0.0).then(|| (q.qid.clone(), c.chunk_id.clone(), grade))
+                    })
                     .collect::<Vec<_>>()
             })
             .collect();
         let mut relevant_ids: HashMap<&str, HashSet<String>> = HashMap::new();
-        for (q, c) in &chunk_qrels {
+        for (q, c, _) in &chunk_qrels {
             relevant_ids.entry(q.as_str()).or_default().insert(c.clone());
         }
         // Which pages came out of extraction with text (failure attribution).

@@ -203,7 +203,7 @@ pub fn token_f1(answer: &str, reference: &str) -> f64 {
 pub(crate) fn cites_gold(c: &CitedPages, gold: &[GoldItem]) -> bool {
     let name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_lowercase();
     gold.iter().any(|g| {
-        name(g.source()) == name(&c.0) && g.pages().is_some_and(|(a, b)| c.1 <= b && a <= c.2)
+        (name(g.source()) == name(&c.0) || g.matches_source(&c.0)) && g.pages().is_some_and(|(a, b)| c.1 <= b && a <= c.2)
     })
 }
 
@@ -333,7 +333,7 @@ mod tests {
         assert!(four_phases_in_order("1. Contextual audit ... 2. Evidence map ... 3. Synthesis ... 4. Verification ok"));
         assert!(!four_phases_in_order("Synthesis first, then contextual audit, evidence map, verification"));
         assert!((token_f1("the gate arm is lowered", "gate arms are lowered") - 2.0 * (2.0 / 5.0) * (2.0 / 4.0) / (2.0 / 5.0 + 2.0 / 4.0)).abs() < 1e-12);
-        let q = GoldenQuestion { qid: "a".into(), question: "q".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: 3 }], keywords: vec!["gate".into()], reference_answer: None, category: None };
+        let q = GoldenQuestion { qid: "a".into(), question: "q".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: 3, grade: None }], keywords: vec!["gate".into()], reference_answer: None, category: None };
         let answers = vec![
             AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)], completion_tokens: 12, seconds: 0.5, finish_reason: "eos".into() },
         ];

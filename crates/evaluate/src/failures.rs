@@ -157,7 +157,7 @@ pub fn stage_ranks(trace: &SearchTrace, relevant: &HashSet<String>, gold_text: b
 /// Whether some gold page of `q` has text in the extracted pages (`(source, page)` → empty);
 /// span and keyword questions count as having text.
 pub fn gold_has_text(q: &GoldenQuestion, pages: &std::collections::HashMap<(String, i32), bool>) -> bool {
-    let page_items: Vec<(&str, i32)> = q.gold.iter().filter_map(|g| if let GoldItem::Page { source, page } = g { Some((source.as_str(), *page)) } else { None }).collect();
+    let page_items: Vec<(&str, i32)> = q.gold.iter().filter_map(|g| if let GoldItem::Page { source, page, .. } = g { Some((source.as_str(), *page)) } else { None }).collect();
     if page_items.len() < q.gold.len() || page_items.is_empty() {
         return true;
     }

@@ -19,13 +19,33 @@ pub fn reciprocal_rank_at(relevant: &[bool], k: usize) -> f64 {
 }
 
 /// Binary nDCG@k whose ideal ordering is the same list's relevances sorted (relevant first);
-/// 0 when nothing in the first `k` is relevant.
+/// 0 when nothing in the first `k` is relevant. Keyword mode's per-keyword nDCG (a keyword has
+/// no gold items to count); gold-item judgements use [`ndcg_items_at`].
 pub fn ndcg_at(relevant: &[bool], k: usize) -> f64 {
     let gain = |i: usize| 1.0 / ((i + 2) as f64).log2();
     let top = &relevant[..relevant.len().min(k)];
     let dcg: f64 = top.iter().enumerate().filter(|(_, &r)| r).map(|(i, _)| gain(i)).sum();
     let n_rel = top.iter().filter(|&&r| r).count();
     let idcg: f64 = (0..n_rel).map(gain).sum();
+    if idcg == 0.0 { 0.0 } else { dcg / idcg }
+}
+
+/// Graded nDCG@k over gold items (trec_eval's `ndcg_cut_k` when each passage is one judged
+/// document): a passage's gain is the sum of the grades of the gold items it is the first to
+/// cover (an item counts once, at its first covering passage; later passages covering it gain
+/// nothing); the ideal ranks the gold items with a positive grade by grade, one per rank, cut
+/// at `k`. Discount `1 / log2(rank + 1)`.
+pub fn ndcg_items_at(covers: &[Vec<usize>], grades: &[f64], k: usize) -> f64 {
+    let discount = |i: usize| 1.0 / ((i + 2) as f64).log2();
+    let mut seen = std::collections::HashSet::new();
+    let mut dcg = 0.0;
+    for (i, c) in covers.iter().take(k).enumerate() {
+        let gain: f64 = c.iter().filter(|j| seen.insert(**j)).map(|&j| grades.get(j).copied().unwrap_or(0.0).max(0.0)).sum();
+        dcg += gain * discount(i);
+    }
+    let mut ideal: Vec<f64> = grades.iter().copied().filter(|g| *g > 0.0).collect();
+    ideal.sort_by(|a, b| b.total_cmp(a));
+    let idcg: f64 = ideal.iter().take(k).enumerate().map(|(i, g)| g * discount(i)).sum();
     if idcg == 0.0 { 0.0 } else { dcg / idcg }
 }
 
@@ -76,6 +96,23 @@ pub fn keyword_scores(keywords: &[String], texts: &[&str], k: usize) -> KeywordS
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn item_ndcg_counts_each_gold_item_once_and_its_grade() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        let d = |r: usize| 1.0 / ((r + 1) as f64).log2();
+        // One gold item found at rank 3: 1/log2(4) = 0.5; found again at rank 4: no gain.
+        assert!(close(ndcg_items_at(&[vec![], vec![], vec![0], vec![0]], &[1.0], 10), 0.5));
+        // Two items graded 2 and 1, found in reverse order at ranks 1 and 2.
+        let got = ndcg_items_at(&[vec![1], vec![0]], &[2.0, 1.0], 10);
+        assert!(close(got, (1.0 * d(1) + 2.0 * d(2)) / (2.0 * d(1) + 1.0 * d(2))), "{got}");
+        // A missing item lowers it (the ideal holds every positive item), a zero grade does not.
+        assert!(close(ndcg_items_at(&[vec![0]], &[1.0, 1.0], 10), 1.0 / (1.0 + d(2))));
+        assert!(close(ndcg_items_at(&[vec![0]], &[1.0, 0.0], 10), 1.0));
+        // Cut at k, and nothing judged gives 0.
+        assert!(close(ndcg_items_at(&[vec![], vec![0]], &[1.0], 1), 0.0));
+        assert!(close(ndcg_items_at(&[], &[], 10), 0.0));
+    }
 
     const T: bool = true;
     const F: bool = false;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use gauge_core::golden::{GoldItem, GoldenQuestion};
-use crate::metrics::{first_relevant_rank, keyword_scores, ndcg_at, recall_at, reciprocal_rank_at};
+use crate::metrics::{first_relevant_rank, keyword_scores, ndcg_items_at, recall_at, reciprocal_rank_at};
 
 /// How a retrieved passage is judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -58,7 +58,7 @@ impl RelevanceMode {
 
 pub use gauge_engine::PassageSpan;
 
-/// Which gold items of `q` the passage covers (page mode: a `Page` item whose page lies in its
+/// Which gold items of `q` (those with a positive grade) the passage covers (page mode: a `Page` item whose page lies in its
 /// range, or a `Span` item it overlaps; span mode: overlapping spans only). A RAPTOR summary
 /// covers what its leaves cover.
 pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> Vec<usize> {
@@ -69,6 +69,7 @@ pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) ->
     q.gold
         .iter()
         .enumerate()
+        .filter(|(_, g)| g.grade() > 0.0)
         .filter(|(_, g)| match mode {
             RelevanceMode::Page => g.covered_by_pages(&p.source, (p.page_start, p.page_end), (p.char_start, p.char_end)),
             RelevanceMode::Span => g.covered_by_chars(&p.source, (p.char_start, p.char_end)),
@@ -76,6 +77,17 @@ pub fn covered_gold(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) ->
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// A passage's grade for a question (0: not relevant): the highest grade of the gold items it
+/// covers; 1 when relevant in keyword mode. Written into the TREC qrels.
+pub fn relevance_grade(q: &GoldenQuestion, p: &PassageSpan, mode: RelevanceMode) -> f64 {
+    match mode {
+        RelevanceMode::Keyword => {
+            if is_relevant(q, p, mode) { 1.0 } else { 0.0 }
+        }
+        _ => covered_gold(q, p, mode).iter().map(|&i| q.gold[i].grade()).fold(0.0, f64::max),
+    }
 }
 
 /// Whether a passage is relevant to a question under a (resolved) mode; a RAPTOR summary is
@@ -134,8 +146,8 @@ pub fn score_question(q: &GoldenQuestion, passages: &[PassageSpan], mode: Releva
             QuestionScores {
                 first_relevant_rank: first_relevant_rank(&relevant),
                 reciprocal_rank: reciprocal_rank_at(&relevant, k),
-                ndcg: ndcg_at(&relevant, k),
-                recall: recall_at(&covers, q.gold.len(), k),
+                ndcg: ndcg_items_at(&covers, &q.gold.iter().map(GoldItem::grade).collect::<Vec<_>>(), k),
+                recall: recall_at(&covers, q.gold.iter().filter(|g| g.grade() > 0.0).count(), k),
                 keyword_coverage: keyword.map(|k| k.coverage),
                 relevant,
             }
@@ -168,7 +180,7 @@ mod tests {
 
     #[test]
     fn page_mode_needs_the_source_and_a_page_in_range() {
-        let g = q(vec![GoldItem::Page { source: "a.pdf".into(), page: 5 }, GoldItem::Page { source: "a.pdf".into(), page: 6 }], &[]);
+        let g = q(vec![GoldItem::Page { source: "a.pdf".into(), page: 5, grade: None }, GoldItem::Page { source: "a.pdf".into(), page: 6, grade: None }], &[]);
         assert_eq!(covered_gold(&g, &passage("a.pdf", (4, 5), (0, 10), ""), RelevanceMode::Page), vec![0]);
         assert_eq!(covered_gold(&g, &passage("a.pdf", (5, 6), (0, 10), ""), RelevanceMode::Page), vec![0, 1]);
         assert!(covered_gold(&g, &passage("b.pdf", (5, 5), (0, 10), ""), RelevanceMode::Page).is_empty());
@@ -177,7 +189,7 @@ mod tests {
 
     #[test]
     fn span_mode_needs_an_overlap() {
-        let g = q(vec![GoldItem::Span { source: "a.pdf".into(), char_start: 100, char_end: 200, page_start: Some(3), page_end: Some(3) }], &[]);
+        let g = q(vec![GoldItem::Span { source: "a.pdf".into(), char_start: 100, char_end: 200, page_start: Some(3), page_end: Some(3), grade: None }], &[]);
         // Page mode judges a span that knows its pages by page overlap.
         assert!(is_relevant(&g, &passage("a.pdf", (2, 3), (0, 10), ""), RelevanceMode::Page));
         assert!(!is_relevant(&g, &passage("a.pdf", (4, 5), (150, 400), ""), RelevanceMode::Page));
@@ -190,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_summary_is_judged_by_its_leaves() {
-        let g = q(vec![GoldItem::Page { source: "a.pdf".into(), page: 5 }, GoldItem::Page { source: "b.pdf".into(), page: 2 }], &["gate"]);
+        let g = q(vec![GoldItem::Page { source: "a.pdf".into(), page: 5, grade: None }, GoldItem::Page { source: "b.pdf".into(), page: 2, grade: None }], &["gate"]);
         let mut summary = passage("a.pdf; b.pdf", (1, 9), (0, 0), "a summary that never says the keyword");
         summary.leaves = vec![passage("a.pdf", (4, 4), (0, 10), "x"), passage("b.pdf", (2, 2), (0, 10), "the gate arm")];
         // Its own page range (1–9 of a joined source) is not what counts: the leaves are.
@@ -205,7 +217,7 @@ mod tests {
     #[test]
     fn scores_by_hand() {
         // Gold pages 5 and 9; ranks 2 (page 5) and 4 (page 9) are relevant.
-        let g = q(vec![GoldItem::Page { source: "a".into(), page: 5 }, GoldItem::Page { source: "a".into(), page: 9 }], &[]);
+        let g = q(vec![GoldItem::Page { source: "a".into(), page: 5, grade: None }, GoldItem::Page { source: "a".into(), page: 9, grade: None }], &[]);
         let list: Vec<PassageSpan> = [1, 5, 2, 9, 3].iter().map(|&p| passage("a", (p, p), (0, 1), "")).collect();
         let s = score_question(&g, &list, RelevanceMode::Page, 10);
         assert_eq!(s.first_relevant_rank, Some(2));
@@ -223,7 +235,7 @@ mod tests {
 
     #[test]
     fn perfect_ranking_scores_one_everywhere() {
-        let g = q(vec![GoldItem::Page { source: "a".into(), page: 1 }], &["gate"]);
+        let g = q(vec![GoldItem::Page { source: "a".into(), page: 1, grade: None }], &["gate"]);
         let mut list = vec![passage("a", (1, 1), (0, 1), "the gate")];
         list.extend((2..=10).map(|p| passage("a", (p, p), (0, 1), "other")));
         for mode in [RelevanceMode::Page, RelevanceMode::Keyword] {
@@ -240,8 +252,8 @@ mod tests {
 
     #[test]
     fn modes_resolve_from_the_fields_present() {
-        let page = q(vec![GoldItem::Page { source: "a".into(), page: 1 }], &[]);
-        let span = q(vec![GoldItem::Span { source: "a".into(), char_start: 0, char_end: 5, page_start: None, page_end: None }], &[]);
+        let page = q(vec![GoldItem::Page { source: "a".into(), page: 1, grade: None }], &[]);
+        let span = q(vec![GoldItem::Span { source: "a".into(), char_start: 0, char_end: 5, page_start: None, page_end: None, grade: None }], &[]);
         let kw = q(vec![], &["x"]);
         assert_eq!(RelevanceMode::Auto.resolve(std::slice::from_ref(&page)), Ok(RelevanceMode::Page));
         assert_eq!(RelevanceMode::Auto.resolve(std::slice::from_ref(&span)), Ok(RelevanceMode::Span));

@@ -162,11 +162,12 @@ pub fn write_trec_run(path: &Path, rows: &[&RunRow], tag: &str) -> anyhow::Resul
     Ok(())
 }
 
-/// Writes TREC qrels: `qid 0 docid 1` for every relevant chunk.
-pub fn write_qrels(path: &Path, qrels: &[(String, String)]) -> anyhow::Result<()> {
+/// Writes TREC qrels: `qid 0 docid grade` for every relevant chunk (the highest grade of the
+/// gold items it covers, rounded to an integer as trec_eval reads them; at least 1).
+pub fn write_qrels(path: &Path, qrels: &[(String, String, f64)]) -> anyhow::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for (q, d) in qrels {
-        writeln!(f, "{q} 0 {d} 1")?;
+    for (q, d, grade) in qrels {
+        writeln!(f, "{q} 0 {d} {}", (grade.round() as i64).max(1))?;
     }
     f.flush()?;
     Ok(())

@@ -134,6 +134,11 @@ enum Format {
     Text,
     Markdown,
     Jsonl,
+    /// Records, one per line: `id<TAB>text`, `id<TAB>title<TAB>text` or MS MARCO's documents
+    /// `id<TAB>url<TAB>title<TAB>body`.
+    Tsv,
+    /// TREC SGML: `<DOC> <DOCNO>…</DOCNO> … <TEXT>…</TEXT> </DOC>` records.
+    Trec,
 }
 
 fn format_of(path: &Path) -> Option<Format> {
@@ -142,6 +147,8 @@ fn format_of(path: &Path) -> Option<Format> {
         "txt" | "text" => Some(Format::Text),
         "md" | "markdown" => Some(Format::Markdown),
         "jsonl" | "ndjson" => Some(Format::Jsonl),
+        "tsv" => Some(Format::Tsv),
+        "trec" | "sgml" => Some(Format::Trec),
         _ => None,
     }
 }
@@ -242,7 +249,7 @@ fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig
             None => errors.push(ErrorRecord {
                 source: file.source.clone(),
                 reason: format!(
-                    "unsupported file type `{}` (expected .pdf, .md, .txt or .jsonl)",
+                    "unsupported file type `{}` (expected .pdf, .md, .txt, .jsonl, .tsv or .trec)",
                     file.path.extension().map(|e| e.to_string_lossy().to_string()).unwrap_or_default()
                 ),
             }),
@@ -388,7 +395,40 @@ fn read_text_document(file: &InputFile, file_hash: &str, fmt: Format, fields: &J
     let bytes = std::fs::read(&file.path).map_err(|e| format!("cannot read: {e}"))?;
     let (text, encoding) = decode_text(&bytes)?;
     let doc_id = file_hash[..16].to_string();
+    // A text file of TREC `<DOC>` records is read as records.
+    let fmt = if fmt == Format::Text && text.trim_start().starts_with("<DOC>") { Format::Trec } else { fmt };
+    let records_doc = |records: Vec<(String, String, String)>, what: &str| -> Result<RawDoc, String> {
+        if records.is_empty() {
+            return Err(format!("{what} file holds no records"));
+        }
+        let mut pages = Vec::new();
+        let mut sources = Vec::new();
+        for (id, title, body) in records {
+            let rec_id = hash::short_id(&[id.as_bytes(), body.as_bytes()]);
+            sources.push((format!("{}#{id}", file.source), rec_id, if title.is_empty() { id.clone() } else { title }, serde_json::json!({})));
+            pages.push(body);
+        }
+        Ok(RawDoc { file: file.clone(), doc_id: doc_id.clone(), title: String::new(), metadata: serde_json::Value::Null, pages, record_sources: Some(sources) })
+    };
     match fmt {
+        Format::Tsv => {
+            let mut records = Vec::new();
+            for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let cols: Vec<&str> = line.split('\t').collect();
+                let (id, title, body) = match cols[..] {
+                    [id, body] => (id, "", body),
+                    [id, title, body] => (id, title, body),
+                    [id, _url, title, body] => (id, title, body),
+                    _ => return Err(format!("line {}: expected `id<TAB>text`, `id<TAB>title<TAB>text` or `id<TAB>url<TAB>title<TAB>body` ({} columns)", n + 1, cols.len())),
+                };
+                if id.trim().is_empty() {
+                    return Err(format!("line {}: empty record id", n + 1));
+                }
+                records.push((id.trim().to_string(), title.trim().to_string(), body.trim().to_string()));
+            }
+            records_doc(records, "TSV")
+        }
+        Format::Trec => records_doc(trec_records(&text)?, "TREC"),
         Format::Text | Format::Markdown => {
             let title = if fmt == Format::Markdown {
                 text.lines().find_map(|l| l.strip_prefix("# ").map(|t| t.trim().to_string()))
@@ -448,6 +488,50 @@ fn read_text_document(file: &InputFile, file_hash: &str, fmt: Format, fields: &J
         }
         Format::Pdf => unreachable!("PDFs are read by the pdf module"),
     }
+}
+
+/// The records of a TREC SGML file: (DOCNO, headline or title, text): the `<TEXT>` sections
+/// joined (the whole record without its DOCNO when it has none), inner tags removed.
+fn trec_records(text: &str) -> Result<Vec<(String, String, String)>, String> {
+    let strip = |s: &str| -> String {
+        let mut out = String::with_capacity(s.len());
+        let mut in_tag = false;
+        for ch in s.chars() {
+            match ch {
+                '<' => in_tag = true,
+                '>' if in_tag => {
+                    in_tag = false;
+                    out.push(' ');
+                }
+                c if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let between = |s: &str, open: &str, close: &str| -> Vec<String> {
+        let mut v = Vec::new();
+        let mut rest = s;
+        while let Some(a) = rest.find(open) {
+            let after = &rest[a + open.len()..];
+            let Some(b) = after.find(close) else { break };
+            v.push(after[..b].to_string());
+            rest = &after[b + close.len()..];
+        }
+        v
+    };
+    let mut out = Vec::new();
+    for (n, doc) in between(text, "<DOC>", "</DOC>").into_iter().enumerate() {
+        let id = between(&doc, "<DOCNO>", "</DOCNO>").first().map(|d| d.trim().to_string()).filter(|d| !d.is_empty()).ok_or_else(|| format!("record {}: no <DOCNO>", n + 1))?;
+        let title = between(&doc, "<HEADLINE>", "</HEADLINE>").into_iter().chain(between(&doc, "<TITLE>", "</TITLE>")).next().map(|t| strip(&t)).unwrap_or_default();
+        let texts = between(&doc, "<TEXT>", "</TEXT>");
+        let body = if texts.is_empty() { strip(&doc.replacen(&format!("<DOCNO>{}</DOCNO>", between(&doc, "<DOCNO>", "</DOCNO>")[0]), "", 1)) } else { strip(&texts.join("\n")) };
+        out.push((id, title, body));
+    }
+    if out.is_empty() && text.contains("<DOC>") {
+        return Err("a <DOC> without its </DOC>".into());
+    }
+    Ok(out)
 }
 
 /// Applies character- and document-level cleaning and flattens documents into page rows.

@@ -193,7 +193,7 @@ pub fn sha256_hex(text: &str) -> String {
 }
 
 fn gold_of(c: &ChunkRecord) -> GoldItem {
-    GoldItem::Span { source: c.source.clone(), char_start: c.char_start, char_end: c.char_end, page_start: Some(c.page_start), page_end: Some(c.page_end) }
+    GoldItem::Span { source: c.source.clone(), char_start: c.char_start, char_end: c.char_end, page_start: Some(c.page_start), page_end: Some(c.page_end), grade: None }
 }
 
 /// Reads the journal, dropping a torn last line (a crash mid-write) by truncating the file

@@ -119,7 +119,7 @@ mod tests {
             golden: GoldenQuestion {
                 qid: format!("q{i}"),
                 question: q.into(),
-                gold: pages.iter().map(|&(a, b)| GoldItem::Span { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: Some(a), page_end: Some(b) }).collect(),
+                gold: pages.iter().map(|&(a, b)| GoldItem::Span { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: Some(a), page_end: Some(b), grade: None }).collect(),
                 keywords: Vec::new(),
                 reference_answer: None,
                 category: Some("ict".into()),

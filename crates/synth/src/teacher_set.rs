@@ -68,7 +68,7 @@ pub fn read_teacher_set(path: &Path) -> anyhow::Result<Vec<TeacherRecord>> {
 
 /// The record as a golden row (its gold pages), for page-grouped splits.
 pub fn golden_of(r: &TeacherRecord) -> GoldenQuestion {
-    GoldenQuestion { qid: r.qid.clone(), question: r.question.clone(), gold: r.gold.iter().map(|g| GoldItem::Page { source: g.source.clone(), page: g.page }).collect(), keywords: Vec::new(), reference_answer: Some(r.answer.clone()), category: Some(if r.in_corpus { "teacher" } else { "out_of_corpus" }.into()) }
+    GoldenQuestion { qid: r.qid.clone(), question: r.question.clone(), gold: r.gold.iter().map(|g| GoldItem::Page { source: g.source.clone(), page: g.page, grade: None }).collect(), keywords: Vec::new(), reference_answer: Some(r.answer.clone()), category: Some(if r.in_corpus { "teacher" } else { "out_of_corpus" }.into()) }
 }
 
 /// The four phases of a teacher's `thinking`, by their `PHASE n:` headers (each without its
