@@ -40,6 +40,10 @@ refs-venv:
     test -x {{refs_venv}}/bin/python3 || python3 -m venv {{refs_venv}}
     {{refs_venv}}/bin/python3 -c "import statsmodels, pytrec_eval" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels pytrec-eval-terrier
 
+# Rewrites the generated reference pages of the book (docs/src/reference/: every binary's --help, the Parquet schemas); `just test` fails while a committed page is stale.
+docs-gen: setup
+    GAUGE_BLESS=1 cargo test --release --test reference_docs
+
 # Clippy over every crate and target, warnings as errors (CI runs it).
 lint:
     cargo clippy --release --workspace --all-targets -- -D warnings

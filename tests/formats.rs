@@ -55,8 +55,7 @@ fn agrees_with_pytrec(dir: &Path, pipeline: &Path) -> usize {
     let art = dir.join("artifacts");
     let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", dir.join("eval").to_str().unwrap()]));
     let ev = PathBuf::from(last_line(&out));
-    let python = std::env::var_os("GAUGE_REFS_PYTHON").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/gauge-refs-venv/bin/python3"));
-    assert!(python.is_file(), "{}: no Python with pytrec_eval; run `./just.sh refs-venv` (`./just.sh test` does) or set GAUGE_REFS_PYTHON", python.display());
+    let python = gauge::refs_python();
     let out = Command::new(&python).arg(repo_root().join("scripts/pytrec_per_query.py")).arg(&ev).arg("recip_rank,success,ndcg_cut,recall").output().unwrap();
     assert!(out.status.success(), "pytrec_eval failed: {}", String::from_utf8_lossy(&out.stderr));
     let reference: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -3,7 +3,6 @@
 //! the chunk itself (small-to-big judges its window, which trec_eval cannot see). The runs'
 //! scores are written strictly decreasing in gauge's order, so trec_eval's tie rule (score,
 //! then document id) ranks them as gauge did. `just test` installs pytrec-eval-terrier.
-use std::path::PathBuf;
 use std::process::Command;
 
 use gauge::repo_root;
@@ -11,8 +10,7 @@ use gauge_core::table::{read_parquet_any, Columns};
 
 #[test]
 fn mrr_and_hits_equal_pytrec_evals_on_the_committed_runs() {
-    let python = std::env::var_os("GAUGE_REFS_PYTHON").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/gauge-refs-venv/bin/python3"));
-    assert!(python.is_file(), "{}: no Python with pytrec_eval; run `./just.sh refs-venv` (`./just.sh test` does) or set GAUGE_REFS_PYTHON", python.display());
+    let python = gauge::refs_python();
     let root = repo_root();
     let ev = root.join("eval/fra");
     let out = Command::new(&python).arg(root.join("scripts/pytrec_per_query.py")).arg(&ev).output().unwrap();

@@ -7,8 +7,7 @@ use std::process::{Command, Stdio};
 use gauge_evaluate::stats::{adjust, Correction, SplitMix64};
 
 fn python() -> PathBuf {
-    let p = std::env::var_os("GAUGE_REFS_PYTHON").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/gauge-refs-venv/bin/python3"));
-    assert!(p.is_file(), "{}: no Python with statsmodels; run `./just.sh refs-venv` (`./just.sh test` does) or set GAUGE_REFS_PYTHON", p.display());
+    let p = gauge::refs_python();
     p
 }
 

@@ -98,3 +98,12 @@ pub fn write_golden(root: &Path, rows: &[(&str, &str, &str)]) -> PathBuf {
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path
 }
+
+/// The Python of the reference implementations (statsmodels, pytrec_eval): `$GAUGE_REFS_PYTHON`,
+/// else `~/.cache/gauge-refs-venv` (`just refs-venv`, which `just test` runs); fails the test
+/// naming the fix when it is missing.
+pub fn refs_python() -> PathBuf {
+    let p = std::env::var_os("GAUGE_REFS_PYTHON").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/gauge-refs-venv/bin/python3"));
+    assert!(p.is_file(), "{}: no Python with statsmodels and pytrec_eval; run `./just.sh refs-venv` (`./just.sh test` does) or set GAUGE_REFS_PYTHON", p.display());
+    p
+}

@@ -198,7 +198,7 @@ pub fn unknown_sources<'a>(questions: &[GoldenQuestion], corpus_sources: impl In
     let wanted: std::collections::BTreeSet<&str> = questions.iter().flat_map(|q| &q.gold).map(GoldItem::source).collect();
     wanted
         .into_iter()
-        .filter(|s| !known.contains(s) && !(s.starts_with('#') && records.contains(s)))
+        .filter(|s| !(known.contains(s) || (s.starts_with('#') && records.contains(s))))
         .map(|s| (s.to_string(), crate::text::closest(s, known.iter().copied(), 3)))
         .collect()
 }

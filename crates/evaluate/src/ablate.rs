@@ -132,11 +132,7 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics:
     let mut out = Vec::new();
     for config in configs {
         for cat in &categories {
-            let sel = |name: &str| -> Vec<&QueryRow> {
-                let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == name && (cat == "all" || &r.category == cat)).collect();
-                v.sort_by(|a, b| a.qid.cmp(&b.qid));
-                v
-            };
+            let sel = |name: &str| rows_of(rows, name, cat);
             let mine = sel(config);
             let base = sel(baseline);
             for (mi, metric) in metrics.iter().enumerate() {
@@ -168,6 +164,14 @@ pub fn summarize(rows: &[QueryRow], configs: &[String], baseline: &str, metrics:
         }
     }
     out
+}
+
+/// One config's rows in one category (`all`: every question), in question-id order: the
+/// order every paired comparison pairs them in.
+fn rows_of<'r>(rows: &'r [QueryRow], config: &str, category: &str) -> Vec<&'r QueryRow> {
+    let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == config && (category == "all" || r.category == category)).collect();
+    v.sort_by(|a, b| a.qid.cmp(&b.qid));
+    v
 }
 
 /// Builds (or finds cached) every config's upstream artifacts of a pipeline and returns each
@@ -361,11 +365,7 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], 
 /// Paired differences of each config with a `compare_to` against that config, for the main
 /// metrics that get a Δ column: (config, other, metric label, comparison). Both must have run.
 pub(crate) fn named_comparisons(rows: &[QueryRow], pairs: &[(String, Option<String>)], evaluated: &[String], metrics: &[Metric], resamples: usize, seed: u64) -> Vec<(String, String, String, crate::stats::PairedComparison)> {
-    let sel = |name: &str| -> Vec<&QueryRow> {
-        let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == name).collect();
-        v.sort_by(|a, b| a.qid.cmp(&b.qid));
-        v
-    };
+    let sel = |name: &str| rows_of(rows, name, "all");
     let mut out = Vec::new();
     for (name, compare_to) in pairs {
         let Some(other) = compare_to.as_ref().filter(|o| evaluated.contains(o) && evaluated.contains(name)) else { continue };
@@ -411,11 +411,7 @@ fn set_adjusted(mut family: Vec<&mut crate::stats::PairedComparison>, correction
 /// effect detected with 80 % power at α 0.05).
 fn detectable_effects(rows: &[QueryRow], configs: &[String], registry: &[Metric]) -> Vec<(String, f64, usize, f64)> {
     let Some(baseline) = configs.first() else { return Vec::new() };
-    let sel = |name: &str| -> Vec<&QueryRow> {
-        let mut v: Vec<&QueryRow> = rows.iter().filter(|r| r.config == name).collect();
-        v.sort_by(|a, b| a.qid.cmp(&b.qid));
-        v
-    };
+    let sel = |name: &str| rows_of(rows, name, "all");
     let base = sel(baseline);
     let mut out = Vec::new();
     for metric in registry.iter().filter(|m| m.delta_column) {

@@ -11,7 +11,19 @@ use crate::chain::{chain, TaskPlan};
 use crate::pipeline::Pipeline;
 
 /// What `pipeline-dag` prints.
-pub const ABOUT: &str = "Prints a pipeline's stage DAG as JSON (tasks: id, stage, bin, argv with @task:<id> placeholders, config, needs, shard; then the evaluate command), for cluster launchers.";
+pub const ABOUT: &str = "Prints a pipeline's stage DAG without running it: as JSON (tasks: id, stage, bin, argv with @task:<id> placeholders, config, needs, shard; then the evaluate command) for cluster launchers, or as a Mermaid or Graphviz DOT graph for the docs.";
+
+/// How the DAG is printed.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DagFormat {
+    /// The tasks as JSON (for launchers).
+    #[default]
+    Json,
+    /// A Mermaid `flowchart` (renders in GitHub Markdown and mdBook).
+    Mermaid,
+    /// A Graphviz `digraph` (`dot -Tsvg`).
+    Dot,
+}
 
 /// Arguments of `pipeline-dag`.
 #[derive(clap::Args, Debug)]
@@ -19,6 +31,9 @@ pub struct DagArgs {
     /// The pipeline file.
     #[arg(default_value = "pipelines/fra.toml")]
     pub pipeline: PathBuf,
+    /// Output: json (tasks for launchers), mermaid or dot (a picture of the DAG).
+    #[arg(long, value_enum, default_value_t = DagFormat::Json)]
+    pub format: DagFormat,
 }
 
 /// The DAG of a pipeline: its tasks and the final evaluation.
@@ -39,9 +54,80 @@ pub fn pipeline_dag(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
     }))
 }
 
-/// Prints [`pipeline_dag`].
+/// A task's label in a picture: its stage and what tells it apart from its siblings (the
+/// chunking, the embedding model, the shard, the index type).
+fn task_label(t: &serde_json::Value) -> String {
+    let c = &t["config"];
+    let stage = t["stage"].as_str().unwrap_or("?");
+    let short = |v: &serde_json::Value| v.as_str().map(|s| s.rsplit('/').next().unwrap_or(s).to_string());
+    let detail = match stage {
+        "chunk" => Some(format!("{} {}/{}", c["strategy"].as_str().unwrap_or(""), c["size"], c["overlap"])),
+        "embed" => short(&c["model"]).map(|m| match t["shard"].as_str() { Some(s) => format!("{m} shard {s}"), None => m }),
+        "index" => c["faiss"].as_str().map(str::to_string),
+        "raptor" => Some("summaries".to_string()),
+        _ => None,
+    };
+    match detail {
+        Some(d) if !d.trim().is_empty() => format!("{stage}: {}", d.trim()),
+        _ => stage.to_string(),
+    }
+}
+
+/// The DAG as a Mermaid flowchart or a DOT digraph: one node per task, an edge per input, and
+/// each index's edge into `evaluate` labelled with the configs evaluated on it.
+pub fn render(dag: &serde_json::Value, format: DagFormat) -> String {
+    let tasks = dag["tasks"].as_array().cloned().unwrap_or_default();
+    let name = dag["pipeline"].as_str().unwrap_or("pipeline");
+    // Index task id → the configs evaluated on it, in pipeline order.
+    let mut on_index: Vec<(String, Vec<String>)> = Vec::new();
+    for i in dag["indexes"].as_array().into_iter().flatten() {
+        let id = i["index"].as_str().unwrap_or("").trim_start_matches("@task:").to_string();
+        let config = i["config"].as_str().unwrap_or("").to_string();
+        match on_index.iter_mut().find(|(t, _)| *t == id) {
+            Some((_, cs)) => cs.push(config),
+            None => on_index.push((id, vec![config])),
+        }
+    }
+    let edges = || tasks.iter().flat_map(|t| t["needs"].as_array().cloned().unwrap_or_default().into_iter().map(move |n| (n.as_str().unwrap_or("").to_string(), t["id"].as_str().unwrap_or("").to_string())));
+    match format {
+        DagFormat::Mermaid => {
+            let esc = |s: &str| s.replace('"', "#quot;");
+            let mut out = String::from("flowchart LR\n");
+            for t in &tasks {
+                out.push_str(&format!("  {}[\"{}\"]\n", t["id"].as_str().unwrap_or(""), esc(&task_label(t))));
+            }
+            out.push_str(&format!("  evaluate[[\"evaluate: {}\"]]\n", esc(name)));
+            for (a, b) in edges() {
+                out.push_str(&format!("  {a} --> {b}\n"));
+            }
+            for (id, configs) in &on_index {
+                out.push_str(&format!("  {id} -- \"{}\" --> evaluate\n", esc(&configs.join(", "))));
+            }
+            out
+        }
+        DagFormat::Dot => {
+            let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+            let mut out = format!("digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box, fontname=\"Helvetica\"];\n", esc(name));
+            for t in &tasks {
+                out.push_str(&format!("  {} [label=\"{}\"];\n", t["id"].as_str().unwrap_or(""), esc(&task_label(t))));
+            }
+            out.push_str(&format!("  evaluate [label=\"evaluate: {}\", shape=doubleoctagon];\n", esc(name)));
+            for (a, b) in edges() {
+                out.push_str(&format!("  {a} -> {b};\n"));
+            }
+            for (id, configs) in &on_index {
+                out.push_str(&format!("  {id} -> evaluate [label=\"{}\"];\n", esc(&configs.join(", "))));
+            }
+            out.push_str("}\n");
+            out
+        }
+        DagFormat::Json => serde_json::to_string_pretty(dag).expect("JSON") + "\n",
+    }
+}
+
+/// Prints [`pipeline_dag`] in the chosen format.
 pub fn print_dag(args: &DagArgs) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(&pipeline_dag(&args.pipeline)?)?);
+    print!("{}", render(&pipeline_dag(&args.pipeline)?, args.format));
     Ok(())
 }
 
@@ -72,5 +158,16 @@ mod tests {
         }
         let shards: Vec<&str> = tasks.iter().filter_map(|t| t["shard"].as_str()).collect();
         assert_eq!(shards, vec!["0/3", "1/3", "2/3"]);
+
+        // The pictures: a node per task, an edge per input, the configs on each index's edge.
+        let mermaid = super::render(&dag, super::DagFormat::Mermaid);
+        assert!(mermaid.starts_with("flowchart LR\n"), "{mermaid}");
+        let needs: usize = tasks.iter().map(|t| t["needs"].as_array().unwrap().len()).sum();
+        assert_eq!(mermaid.matches(" --> t").count(), needs, "{mermaid}");
+        assert!(mermaid.contains("chunk: recursive 500/50") && mermaid.contains("-- \"A, B\" --> evaluate"), "{mermaid}");
+        let dot = super::render(&dag, super::DagFormat::Dot);
+        assert!(dot.starts_with("digraph \"p\" {") && dot.trim_end().ends_with('}'), "{dot}");
+        assert_eq!(dot.matches(" -> t").count(), needs);
+        assert_eq!(dot.matches("-> evaluate").count(), 3, "three indexes: A/B's, C's, D's");
     }
 }
