@@ -25,8 +25,10 @@ const DOCS: [(&str, &str); 10] = [
     ("d10", "Bridge workers must wear a harness when working above the water; the anchorage is inspected first."),
 ];
 
-/// (query id, text, judgements (doc, grade)).
-const QUERIES: [(&str, &str, &[(&str, i32)]); 6] = [
+/// A query: id, text, judgements (doc, grade).
+type Query = (&'static str, &'static str, &'static [(&'static str, i32)]);
+
+const QUERIES: [Query; 6] = [
     ("q1", "how fast do crossing flashing lights flash", &[("d2", 2), ("d7", 1)]),
     ("q2", "moving a leaking hazardous materials tank car", &[("d3", 2), ("d8", 1)]),
     ("q3", "brake pipe pressure recorded in the yard test", &[("d9", 1), ("d5", 2)]),

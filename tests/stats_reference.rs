@@ -7,8 +7,7 @@ use std::process::{Command, Stdio};
 use gauge_evaluate::stats::{adjust, Correction, SplitMix64};
 
 fn python() -> PathBuf {
-    let p = gauge::refs_python();
-    p
+    gauge::refs_python()
 }
 
 #[test]

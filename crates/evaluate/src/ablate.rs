@@ -231,8 +231,10 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         Some(sp) => {
             let seed = sp.section.seed.unwrap_or(pipeline.seed);
             let second = gauge_core::golden::page_split(&golden, sp.section.confirm_share, seed);
-            let (confirm, search): (Vec<(GoldenQuestion, bool)>, Vec<(GoldenQuestion, bool)>) = golden.into_iter().zip(second).partition(|(_, s)| *s);
-            let (confirm, search): (Vec<GoldenQuestion>, Vec<GoldenQuestion>) = (confirm.into_iter().map(|(q, _)| q).collect(), search.into_iter().map(|(q, _)| q).collect());
+            let (mut confirm, mut search) = (Vec::new(), Vec::new());
+            for (q, held_out) in golden.into_iter().zip(second) {
+                if held_out { confirm.push(q) } else { search.push(q) }
+            }
             anyhow::ensure!(confirm.len() >= 5 && search.len() >= 5, "{}: a config search needs at least 5 questions in each split (search {}, confirmation {}); add questions or change [search] confirm_share", pipeline.golden.display(), search.len(), confirm.len());
             notes.push(format!("Config search: the golden set split by page groups (seed {seed}); **these rows are the confirmation split: {} questions the search never saw** ({} searched).", confirm.len(), search.len()));
             (confirm, Some(search))
@@ -450,7 +452,7 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
     let mode = *mode;
     let skip: BTreeSet<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
     let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(options.artifacts.join("llm-cache")));
-    let (query_rows, run_rows, qrels, contexts, mut failures) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &options.device, &cache, true)?;
+    let (query_rows, run_rows, qrels, contexts, mut failures) = evaluate_variants(pipeline, upstream, golden, mode, &skip, &SearchRun { device: &options.device, cache: &cache, trace_and_show: true })?;
     if cache.hits() + cache.misses() > 0 {
         eprintln!("evaluate: {} model calls, {} served from the cache ({})", cache.misses(), cache.hits(), cache.dir().display());
         run.set_stat("model_calls", cache.misses());
@@ -647,16 +649,25 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
 /// (question, chunk, grade) of every chunk relevant on its own.
 type Qrels = Vec<(String, String, f64)>;
 
+/// How [`evaluate_variants`] runs the searches: the device, the model-call cache, and whether
+/// misses are traced (failure attribution) and progress is shown (a config search does
+/// neither).
+#[derive(Clone, Copy)]
+struct SearchRun<'a> {
+    device: &'a str,
+    cache: &'a std::sync::Arc<gauge_generator::cache::CallCache>,
+    trace_and_show: bool,
+}
+
 fn evaluate_variants(
     pipeline: &Pipeline,
     upstream: &[Upstream],
     golden: &[GoldenQuestion],
     mode: RelevanceMode,
     skip: &BTreeSet<&str>,
-    device: &str,
-    cache: &std::sync::Arc<gauge_generator::cache::CallCache>,
-    trace_and_show: bool,
+    how: &SearchRun<'_>,
 ) -> anyhow::Result<Evaluated> {
+    let SearchRun { device, cache, trace_and_show } = *how;
     // The passages the answer rows' configs retrieve, kept for the judge (the answer stage
     // searches with the same engine and config, so they are the passages it was given).
     let judged_configs: BTreeSet<&str> = match (&pipeline.answer, &pipeline.judge) {
@@ -806,7 +817,7 @@ fn run_search(plan: &mut EvaluatePlan, questions: Vec<GoldenQuestion>, run: &mut
             mini.search = None;
             let group_ups = group.iter().map(|&i| state.borrow_mut().get(i)).collect::<anyhow::Result<Vec<_>>>()?;
             let golden: Vec<GoldenQuestion> = qs.iter().map(|q| (*q).clone()).collect();
-            let (rows, ..) = evaluate_variants(&mini, &group_ups, &golden, mode, &BTreeSet::new(), &options.device, &cache, false)?;
+            let (rows, ..) = evaluate_variants(&mini, &group_ups, &golden, mode, &BTreeSet::new(), &SearchRun { device: &options.device, cache: &cache, trace_and_show: false })?;
             Ok(rows.iter().map(|r| (group[mini.variants.iter().position(|v| v.name == r.config).expect("a group config")], r.qid.clone(), metric.value(r), r.latency_ms / 1000.0)).collect())
         };
         let mut cost = |i: usize| -> anyhow::Result<f64> {

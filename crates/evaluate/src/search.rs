@@ -138,7 +138,7 @@ fn choices(path: &str, spec: &Value) -> Result<Param, String> {
         let a = v.as_array().filter(|a| a.len() == 2 && a.iter().all(Value::is_number)).ok_or_else(|| format!("[search.space] `{path}`: `{key}` must be [low, high] numbers"))?;
         let ints = a.iter().all(|x| x.is_i64() || x.is_u64());
         let (lo, hi) = (a[0].as_f64().unwrap_or(0.0), a[1].as_f64().unwrap_or(0.0));
-        if !(lo < hi) {
+        if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
             return Err(format!("[search.space] `{path}`: `{key}` needs low < high"));
         }
         Ok((lo, hi, ints))
@@ -296,7 +296,7 @@ pub fn rungs(strategy: Strategy, configs: usize, questions: usize, eta: usize, k
         survivors = survivors.div_ceil(eta);
         n += 1;
     }
-    let mut counts: Vec<usize> = (0..n).map(|r| ((questions as f64) / (eta as f64).powi((n - 1 - r) as i32)).ceil().max(5.0_f64.min(questions as f64)) as usize).collect();
+    let mut counts: Vec<usize> = (0..n).map(|r| ((questions as f64) / (eta as f64).powi(n - 1 - r)).ceil().max(5.0_f64.min(questions as f64)) as usize).collect();
     // Rungs floored at the same count would only prune again on the same questions.
     counts.dedup();
     counts
