@@ -417,10 +417,13 @@ pub fn build_seconds(dirs: &[&Path]) -> f64 {
         }
         let Ok(m) = gauge_core::Manifest::read(&d) else { continue };
         total += m.wall_seconds;
+        // Inputs name files inside upstream artifacts (`…/embed/<fp>/embeddings.parquet`) or
+        // the artifact folders themselves; corpus files lead nowhere.
         for i in &m.inputs {
             let p = std::path::PathBuf::from(&i.path);
-            if p.join("manifest.json").is_file() {
-                stack.push(p);
+            let dir = if p.is_dir() { Some(p) } else { p.parent().map(Path::to_path_buf) };
+            if let Some(dir) = dir.filter(|d| d.join("manifest.json").is_file()) {
+                stack.push(dir);
             }
         }
     }
@@ -696,6 +699,29 @@ mod tests {
         let second = run(&p, &qs, 1, &mut journal, &mut score, &mut |_| Ok(1.0), "MRR").unwrap();
         assert_eq!(again, 0);
         assert_eq!(second.ranking, first.ranking);
+    }
+
+    #[test]
+    fn build_seconds_walk_the_upstream_artifacts_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = |name: &str, seconds: f64, inputs: &[String]| {
+            let d = dir.path().join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            let inputs: Vec<serde_json::Value> = inputs.iter().map(|p| serde_json::json!({"path": p, "name": "x", "hash": "h", "rows": null})).collect();
+            let m = serde_json::json!({"stage": name, "format_version": 1, "fingerprint": name, "gauge_version": "0", "git_commit": "", "config": {}, "inputs": inputs, "outputs": [], "seed": null, "started_at": "", "finished_at": "", "wall_seconds": seconds, "stats": {}});
+            std::fs::write(d.join("manifest.json"), m.to_string()).unwrap();
+            std::fs::write(d.join("out.parquet"), "").unwrap();
+            d
+        };
+        let corpus = dir.path().join("corpus.pdf");
+        std::fs::write(&corpus, "").unwrap();
+        let pages = manifest("extract", 10.0, &[corpus.display().to_string()]);
+        let chunks = manifest("chunk", 2.0, &[pages.join("out.parquet").display().to_string()]);
+        let emb = manifest("embed", 300.0, &[chunks.join("out.parquet").display().to_string()]);
+        // The index reads the chunks twice over (directly and through the embeddings): once.
+        let index = manifest("index", 1.0, &[chunks.join("out.parquet").display().to_string(), emb.join("out.parquet").display().to_string()]);
+        assert_eq!(build_seconds(&[index.as_path()]), 313.0);
+        assert_eq!(build_seconds(&[emb.as_path(), chunks.as_path()]), 312.0);
     }
 
     #[test]
