@@ -182,7 +182,7 @@ pub const PER_QUERY_COLUMNS: &[ColumnDoc] = &[
     col("hit_3", Float64, "same within the first 3"),
     col("hit_5", Float64, "same within the first 5"),
     col("hit_10", Float64, "same within the first 10"),
-    col("ndcg_10", Float64, "graded nDCG@k over gold items (each counted once, at its first covering passage; the ideal ranks every gold item by grade); keyword mode: mean over keywords of binary nDCG"),
+    col("ndcg_10", Float64, "graded nDCG@k over gold items (each counted once, at its first covering passage; the ideal ranks every gold item by grade; at most 1); keyword mode: mean over keywords of binary nDCG"),
     col("recall", Float64, "share of gold items (pages/spans) covered by the first k passages (keyword mode: keyword coverage)"),
     nullable("keyword_coverage", Float64, "share of keywords found in the first k passages (questions with keywords)"),
     col("refused", Bool, "the score cutoff refused to answer"),

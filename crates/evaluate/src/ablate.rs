@@ -23,8 +23,8 @@ use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 /// Stage name of evaluation artifacts.
 pub const STAGE: &str = "evaluate";
 /// Output format version (4: adjusted p-values, wins/ties/losses; 5: graded nDCG over gold
-/// items, graded TREC qrels).
-pub const FORMAT_VERSION: u32 = 5;
+/// items, graded TREC qrels; 6: that nDCG capped at 1 for passages covering several items).
+pub const FORMAT_VERSION: u32 = 6;
 
 /// Settings of `evaluate` beyond the pipeline file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

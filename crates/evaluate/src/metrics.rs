@@ -34,7 +34,8 @@ pub fn ndcg_at(relevant: &[bool], k: usize) -> f64 {
 /// document): a passage's gain is the sum of the grades of the gold items it is the first to
 /// cover (an item counts once, at its first covering passage; later passages covering it gain
 /// nothing); the ideal ranks the gold items with a positive grade by grade, one per rank, cut
-/// at `k`. Discount `1 / log2(rank + 1)`.
+/// at `k`. Discount `1 / log2(rank + 1)`. Capped at 1: a passage covering several gold items at
+/// once (a window) can beat the one-item-per-rank ideal.
 pub fn ndcg_items_at(covers: &[Vec<usize>], grades: &[f64], k: usize) -> f64 {
     let discount = |i: usize| 1.0 / ((i + 2) as f64).log2();
     let mut seen = std::collections::HashSet::new();
@@ -46,7 +47,9 @@ pub fn ndcg_items_at(covers: &[Vec<usize>], grades: &[f64], k: usize) -> f64 {
     let mut ideal: Vec<f64> = grades.iter().copied().filter(|g| *g > 0.0).collect();
     ideal.sort_by(|a, b| b.total_cmp(a));
     let idcg: f64 = ideal.iter().take(k).enumerate().map(|(i, g)| g * discount(i)).sum();
-    if idcg == 0.0 { 0.0 } else { dcg / idcg }
+    // A passage covering several gold items (a small-to-big window over two gold pages) gains
+    // them all at one rank, which the one-item-per-rank ideal cannot: capped at 1.
+    if idcg == 0.0 { 0.0 } else { (dcg / idcg).min(1.0) }
 }
 
 /// Share of `n_gold` gold items covered by the first `k` results, given which gold item (if
@@ -109,6 +112,8 @@ mod tests {
         // A missing item lowers it (the ideal holds every positive item), a zero grade does not.
         assert!(close(ndcg_items_at(&[vec![0]], &[1.0, 1.0], 10), 1.0 / (1.0 + d(2))));
         assert!(close(ndcg_items_at(&[vec![0]], &[1.0, 0.0], 10), 1.0));
+        // One passage covering both gold items at rank 1 beats the ideal: capped at 1.
+        assert!(close(ndcg_items_at(&[vec![0, 1]], &[1.0, 1.0], 10), 1.0));
         // Cut at k, and nothing judged gives 0.
         assert!(close(ndcg_items_at(&[vec![], vec![0]], &[1.0], 1), 0.0));
         assert!(close(ndcg_items_at(&[], &[], 10), 0.0));
