@@ -83,7 +83,7 @@ synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
-# A config search (`[search]` in the pipeline: grid, seeded random or successive halving over any config fields) on the search split of the golden set, its best configs confirmed on the held-out confirmation split → eval/<pipeline>/ (search.parquet, the confirmation table, the search section of ablation.md). Default: pipelines/fra-search.toml, 144 configs (6 chunkings embedded once each). A rerun is a cache hit; a killed search resumes from its journal.
+# A config search (`[search]` in the pipeline: grid, seeded random or successive halving over any config fields) on the search split of the golden set, its best configs confirmed on the held-out confirmation split → eval/<pipeline>/ (search.parquet, the confirmation table, the search section of ablation.md). Default: pipelines/fra-search.toml, 144 configs (6 chunkings embedded once each): ~12 min on 2 cores with the indexes built, about a minute more per chunking to embed on a first run. A rerun is a cache hit; a killed search resumes from its journal.
 search pipeline="pipelines/fra-search.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
 
