@@ -60,8 +60,10 @@ pub trait StageCli: Stage {
 /// The command line of a binary taking `A` (and the shared stage flags when `shared`);
 /// `Command::debug_assert` on it catches two flags with one name.
 pub fn command<A: Args>(name: &'static str, about: &'static str, shared: bool) -> Command {
-    let base = Command::new(name).about(about).version(crate::GAUGE_VERSION);
-    A::augment_args(if shared { SharedArgs::augment_args(base) } else { base })
+    let base = Command::new(name).version(crate::GAUGE_VERSION);
+    // After the args: a derived `Args` sets the command's about from its struct's rustdoc,
+    // which would replace the binary's own paragraph.
+    A::augment_args(if shared { SharedArgs::augment_args(base) } else { base }).about(about)
 }
 
 /// Parses `A` for a binary named `name` (a command that is not a stage, e.g. `query`).

@@ -53,7 +53,7 @@ pub struct ExtractArgs {
 }
 
 impl StageCli for Extract {
-    const ABOUT: &'static str = "Extracts pages from documents (PDF, Markdown, text, JSONL) into artifacts/extract/<fingerprint>/pages.parquet; prints the artifact directory as the last line of stdout.";
+    const ABOUT: &'static str = "Extracts pages from documents (PDF, Markdown, text; JSONL, TSV and TREC <DOC> records) into artifacts/extract/<fingerprint>/pages.parquet; prints the artifact directory as the last line of stdout.";
     type Args = ExtractArgs;
 
     fn invocation(args: ExtractArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
