@@ -715,8 +715,13 @@ fn evaluate_variants(
         for (q, c, _) in &chunk_qrels {
             relevant_ids.entry(q.as_str()).or_default().insert(c.clone());
         }
-        // Which pages came out of extraction with text (failure attribution).
-        let pages: HashMap<(String, i32), bool> = gauge_core::schema::read_pages(&upstream[variant_ids[0]].pages.join("pages.parquet"))?.into_iter().map(|p| ((p.source, p.page), p.empty)).collect();
+        // Which pages came out of extraction with text (failure attribution; a config search,
+        // which traces nothing, does not read them on every group and rung).
+        let pages: HashMap<(String, i32), bool> = if trace_and_show {
+            gauge_core::schema::read_pages(&upstream[variant_ids[0]].pages.join("pages.parquet"))?.into_iter().map(|p| ((p.source, p.page), p.empty)).collect()
+        } else {
+            HashMap::new()
+        };
         for &vi in variant_ids {
             let v = &pipeline.variants[vi];
             qrels[vi] = chunk_qrels.clone();
