@@ -7,7 +7,9 @@ export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME"
 
 bin := CARGO_TARGET_DIR / "release"
 corpus := "../shared/corpora/fra"
-artifacts := "artifacts"
+# Where artifacts and evaluation folders go (the tutorial test points them at a temporary folder).
+artifacts := env_var_or_default("GAUGE_ARTIFACTS", "artifacts")
+eval_dir := env_var_or_default("GAUGE_EVAL_DIR", "eval")
 venv := env_var("HOME") / ".cache/gauge-venv"
 ray_venv := env_var("HOME") / ".cache/gauge-ray-venv"
 nb_venv := env_var("HOME") / ".cache/gauge-notebook-venv"
@@ -35,14 +37,19 @@ models:
 test: setup models refs-venv
     GAUGE_REFS_PYTHON={{refs_venv}}/bin/python3 cargo test --release --workspace
 
-# Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval) → ~/.cache/gauge-refs-venv.
+# Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval, jsonschema for the pipeline schema) → ~/.cache/gauge-refs-venv.
 refs-venv:
     test -x {{refs_venv}}/bin/python3 || python3 -m venv {{refs_venv}}
-    {{refs_venv}}/bin/python3 -c "import statsmodels, pytrec_eval" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels pytrec-eval-terrier
+    {{refs_venv}}/bin/python3 -c "import statsmodels, pytrec_eval, jsonschema" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels pytrec-eval-terrier jsonschema
 
-# Rewrites the generated reference pages of the book (docs/src/reference/: every binary's --help, the Parquet schemas); `just test` fails while a committed page is stale.
+# Rewrites the generated references (docs/src/reference/: every binary's --help, the Parquet schemas, the pipeline reference; pipelines/pipeline.schema.json; the README's DAG); `just test` fails while one is stale.
 docs-gen: setup
     GAUGE_BLESS=1 cargo test --release --test reference_docs
+
+# Builds the book (docs/) into target/book (installs mdbook with cargo when missing); a warning fails it. Links are checked by tests/book.rs.
+docs:
+    command -v mdbook >/dev/null 2>&1 || cargo install mdbook --locked --version 0.4.52
+    out=$(mdbook build docs 2>&1) || { echo "$out"; exit 1; }; echo "$out"; ! echo "$out" | grep -E "WARN|ERROR"
 
 # Clippy over every crate and target, warnings as errors (CI runs it).
 lint:
@@ -81,11 +88,11 @@ synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.
 
 # Ablation: build every distinct upstream artifact of a pipeline once (cached), evaluate every config on its golden set → eval/<name>/ablation.md, .png, Parquet, TREC files.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
-    {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
+    {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} --eval-dir {{eval_dir}} {{flags}}
 
 # A config search (`[search]` in the pipeline: grid, seeded random or successive halving over any config fields) on the search split of the golden set, its best configs confirmed on the held-out confirmation split → eval/<pipeline>/ (search.parquet, the confirmation table, the search section of ablation.md). Default: pipelines/fra-search.toml, 144 configs (6 chunkings embedded once each): ~12 min on 2 cores with the indexes built, about a minute more per chunking to embed on a first run. A rerun is a cache hit; a killed search resumes from its journal.
 search pipeline="pipelines/fra-search.toml" *flags="": setup models
-    {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} {{flags}}
+    {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} --eval-dir {{eval_dir}} {{flags}}
 
 # The LLM layers on the FRA dev set with the local SmolLM2: query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact: ~47 min cold), each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
 ablate-llm: setup models
@@ -309,10 +316,6 @@ check-peft out="bench/gpu-check-cpu-peft": models torch-venv
       {{torch_venv}}/bin/python scripts/gpu_check.py hf-reranker "$answer" data/models/fra-reranker 2>> {{out}}/python.log | tee {{out}}/hf-reranker.json; rm -f "$answer"; \
       {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["max_abs_diff_gauge_vs_transformers"] <= 1e-3 * max(1.0, r["score_range"]) and r["same_order"] else "check-peft: transformers and gauge disagree on the reranker")' {{out}}/hf-reranker.json; \
     fi
-
-# Print the Parquet schema tables the README shows.
-schemas:
-    cargo run --release -q --example schemas -p gauge-core
 
 # Remove artifacts (not the build cache).
 clean:

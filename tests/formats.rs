@@ -4,7 +4,9 @@
 //! `queries.dev.tsv`, `qrels.dev.tsv`), all with graded judgements. Each evaluates with BM25,
 //! and gauge's per-question MRR, Hit@1/5/10, nDCG@10 and recall@10 equal pytrec_eval's
 //! (`recip_rank`, `success`, `ndcg_cut_10`, `recall_10`) on the run and qrels files gauge
-//! wrote, ties included (gauge writes strictly decreasing scores in its own order).
+//! wrote, ties included (gauge writes strictly decreasing scores in its own order): both on the
+//! chunk run (`<config>.run` with `<config>.qrels`) and on the gold-item run
+//! (`<config>.items.run` with `items.qrels`, the document ranking the passages imply).
 //! `just test` installs pytrec-eval-terrier (`just refs-venv`).
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,8 +63,9 @@ fn agrees_with_pytrec(dir: &Path, pipeline: &Path) -> usize {
     let out = Command::new(&python).arg(repo_root().join("scripts/pytrec_per_query.py")).arg(&ev).arg("recip_rank,success,ndcg_cut,recall").output().unwrap();
     assert!(out.status.success(), "pytrec_eval failed: {}", String::from_utf8_lossy(&out.stderr));
     let reference: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let theirs = reference.as_object().unwrap().values().next().unwrap().clone();
-    let qrels = std::fs::read_to_string(std::fs::read_dir(ev.join("trec")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "qrels")).unwrap()).unwrap();
+    let chunk_runs = reference["00-bm25"].clone();
+    let item_runs = reference["00-bm25.items"].clone();
+    let qrels = std::fs::read_to_string(ev.join("trec/00-bm25.qrels")).unwrap();
     assert!(qrels.lines().any(|l| l.ends_with(" 2")), "graded judgements reach the qrels:\n{qrels}");
     let pq = read_parquet_any(&ev.join("per_query.parquet")).unwrap();
     let c = Columns::new(&pq);
@@ -70,13 +73,13 @@ fn agrees_with_pytrec(dir: &Path, pipeline: &Path) -> usize {
     assert_eq!(pq.num_rows(), QUERIES.len(), "every judged query is a question");
     let pairs = [("recip_rank", "reciprocal_rank"), ("success_1", "hit_1"), ("success_5", "hit_5"), ("success_10", "hit_10"), ("ndcg_cut_10", "ndcg_10"), ("recall_10", "recall")];
     let mut graded = 0;
-    for (m, col) in pairs {
+    for ((m, col), theirs) in pairs.iter().flat_map(|p| [(p, &chunk_runs), (p, &item_runs)]) {
         let mine = c.f64s(col);
         for (i, q) in qid.iter().enumerate() {
             let want = theirs[q][m].as_f64().unwrap_or_else(|| panic!("{}: no {m} for {q}", pipeline.display()));
             let got = mine[i].unwrap();
             assert!((got - want).abs() < 1e-9, "{} {q}: {col} {got} (gauge) vs {m} {want} (trec_eval)", pipeline.display());
-            if m == "ndcg_cut_10" && got > 0.0 && got < 1.0 {
+            if *m == "ndcg_cut_10" && theirs == &item_runs && got > 0.0 && got < 1.0 {
                 graded += 1;
             }
         }

@@ -1,7 +1,8 @@
 //! The generated reference pages of the book (`docs/src/reference/`) are what the code
 //! generates now: every binary's `--help` (from its clap definition; one page per binary, the
 //! binaries found from every crate's `[[bin]]`) and every Parquet table's columns (from
-//! `gauge_core::schema`). A stale page fails, naming the command that rewrites them:
+//! `gauge_core::schema`), and the README's picture of `pipelines/fra.toml`'s DAG (from
+//! `pipeline-dag --format mermaid`). A stale page fails, naming the command that rewrites them:
 //! `GAUGE_BLESS=1 cargo test --release --test reference_docs` (or `just docs-gen`).
 use std::path::Path;
 
@@ -76,5 +77,137 @@ fn reference_pages_are_what_the_code_generates() {
         parquet.push_str(&format!("\n## {name}\n\n{what}.\n\n{}", markdown_table(cols)));
     }
     check(&dir.join("parquet.md"), &parquet, &mut stale);
+    // The README's DAG: every `<!-- dag:begin PIPELINE -->` … `<!-- dag:end -->` block holds
+    // that pipeline's Mermaid graph.
+    let readme_path = root.join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let mut generated = String::new();
+    let mut rest = readme.as_str();
+    let mut blocks = 0;
+    while let Some(i) = rest.find("<!-- dag:begin ") {
+        let open_end = i + rest[i..].find("-->").unwrap() + 3;
+        let pipeline = rest[i + "<!-- dag:begin ".len()..open_end - 3].trim();
+        let end = open_end + rest[open_end..].find("<!-- dag:end -->").expect("a dag:begin without its dag:end");
+        let out = std::process::Command::new(bin("pipeline-dag")).args([pipeline, "--format", "mermaid"]).current_dir(&root).output().unwrap();
+        assert!(out.status.success(), "pipeline-dag {pipeline}: {}", String::from_utf8_lossy(&out.stderr));
+        generated.push_str(&rest[..open_end]);
+        generated.push_str(&format!("\n```mermaid\n{}```\n", String::from_utf8(out.stdout).unwrap()));
+        rest = &rest[end..];
+        blocks += 1;
+    }
+    generated.push_str(rest);
+    assert!(blocks >= 1, "README.md shows no generated DAG");
+    check(&readme_path, &generated, &mut stale);
+    // The pipeline files' JSON Schema and the reference page made from it.
+    let schema = gauge_evaluate::pipeline::json_schema();
+    check(&root.join("pipelines/pipeline.schema.json"), &(serde_json::to_string_pretty(&schema).unwrap() + "\n"), &mut stale);
+    check(&dir.join("pipeline.md"), &pipeline_reference(&schema), &mut stale);
     assert!(stale.is_empty(), "generated reference pages are stale: {}; regenerate them with `{REGENERATE}`", stale.join(", "));
+}
+
+/// A schema node's type in words, with links to the sections of named types.
+fn type_of(node: &serde_json::Value) -> String {
+    if let Some(r) = node["$ref"].as_str() {
+        let name = r.rsplit('/').next().unwrap();
+        return format!("[{name}](#{})", name.to_lowercase());
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(options) = node[key].as_array() {
+            let parts: Vec<String> = options.iter().filter(|o| o["type"] != "null").map(type_of).collect();
+            let nullable = options.iter().any(|o| o["type"] == "null");
+            return format!("{}{}", parts.join(" or "), if nullable { " (optional)" } else { "" });
+        }
+    }
+    if let Some(c) = node.get("const") {
+        return format!("`{c}`");
+    }
+    if let Some(values) = node["enum"].as_array() {
+        return values.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ");
+    }
+    match &node["type"] {
+        serde_json::Value::String(t) if t == "array" => format!("list of {}", node.get("items").map(type_of).unwrap_or_else(|| "values".into())),
+        serde_json::Value::String(t) if t == "object" && node.get("additionalProperties").is_some_and(|a| a.is_object()) => format!("table of {}", type_of(&node["additionalProperties"])),
+        serde_json::Value::String(t) => t.clone(),
+        serde_json::Value::Array(ts) => ts.iter().filter_map(|t| t.as_str()).filter(|t| *t != "null").collect::<Vec<_>>().join(" or ") + if ts.iter().any(|t| t == "null") { " (optional)" } else { "" },
+        _ => "any".into(),
+    }
+}
+
+/// One section per object type (its fields) or choice type (its variants).
+fn type_section(title: &str, node: &serde_json::Value) -> String {
+    let mut out = format!("\n## {title}\n\n");
+    if let Some(d) = node["description"].as_str() {
+        out.push_str(&format!("{}\n\n", d.replace('\n', " ")));
+    }
+    if let Some(props) = node["properties"].as_object() {
+        let required: Vec<&str> = node["required"].as_array().map(|r| r.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+        out.push_str("| field | type | meaning |\n|---|---|---|\n");
+        for (name, p) in props {
+            let req = if required.contains(&name.as_str()) { " (required)" } else { "" };
+            let default = p.get("default").map(|d| format!(" Default: `{d}`.")).unwrap_or_default();
+            out.push_str(&format!("| `{name}`{req} | {} | {}{default} |\n", type_of(p), p["description"].as_str().unwrap_or("").replace('\n', " ").replace('|', "\\|")));
+        }
+    }
+    for key in ["oneOf", "anyOf"] {
+        if let Some(options) = node[key].as_array() {
+            out.push_str("One of:\n\n");
+            for o in options {
+                let desc = o["description"].as_str().unwrap_or("").replace('\n', " ");
+                let what = match o["properties"].as_object() {
+                    Some(props) => props.iter().map(|(k, v)| format!("`{k}`: {}", type_of(v))).collect::<Vec<_>>().join(", "),
+                    None => type_of(o),
+                };
+                out.push_str(&format!("- {what}{}\n", if desc.is_empty() { String::new() } else { format!(" — {desc}") }));
+            }
+        }
+    }
+    if node["enum"].is_array() && node["properties"].is_null() {
+        out.push_str(&format!("One of {}.\n", type_of(node)));
+    }
+    out
+}
+
+/// `docs/src/reference/pipeline.md`, made from the JSON Schema.
+fn pipeline_reference(schema: &serde_json::Value) -> String {
+    let mut out = String::from("# Pipeline file reference\n\n<!-- generated by tests/reference_docs.rs from the config types (gauge_evaluate::pipeline::json_schema); do not edit -->\n\nEvery field of a pipeline file (`pipelines/*.toml`), generated from the Rust config types the parser reads them into (their doc comments, through `schemars`). The same types are each stage binary's `--config` / `--set` config. The JSON Schema is committed as `pipelines/pipeline.schema.json`; put `#:schema ./pipeline.schema.json` (relative to the file) on the first line of a pipeline and editors that read it (taplo, Even Better TOML) complete and check fields as you type. Any field below the top level may be left out: defaults fill it, and in a variant the config it is based on does.\n");
+    out.push_str(&type_section("The pipeline file", schema));
+    if let Some(defs) = schema["$defs"].as_object() {
+        for (name, def) in defs {
+            out.push_str(&type_section(name, def));
+        }
+    }
+    out
+}
+
+/// Runs `scripts/validate_pipelines.py` (jsonschema, in the refs venv) on files.
+fn validate(files: &[&Path]) -> std::process::Output {
+    std::process::Command::new(gauge::refs_python()).arg(repo_root().join("scripts/validate_pipelines.py")).args(files).output().unwrap()
+}
+
+#[test]
+fn every_shipped_pipeline_validates_against_the_schema_and_an_unknown_field_does_not() {
+    let root = repo_root();
+    let mut shipped: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("pipelines")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+    shipped.sort();
+    assert!(shipped.len() >= 10, "{shipped:?}");
+    for p in &shipped {
+        let first = std::fs::read_to_string(p).unwrap().lines().next().unwrap_or_default().to_string();
+        assert_eq!(first, "#:schema ./pipeline.schema.json", "{}: the first line names the schema for editors", p.display());
+        // Each also parses as gauge reads it (the schema and the parser agree on what is valid).
+        gauge_evaluate::Pipeline::load(p).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let out = validate(&shipped.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+    assert!(out.status.success(), "shipped pipelines do not validate:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // A misspelt field, nested or in a variant, fails the schema and the parser alike.
+    let tmp = tempfile::tempdir().unwrap();
+    let fra = std::fs::read_to_string(root.join("pipelines/fra.toml")).unwrap();
+    for (wrong, field) in [(fra.replacen("chunk = { strategy", "chunk = { stratgy", 1), "stratgy"), (fra.clone() + "\n[[variants]]\nname = \"typo\"\nretreival = { k = 3 }\n", "retreival")] {
+        let path = tmp.path().join("wrong.toml");
+        std::fs::write(&path, &wrong).unwrap();
+        let out = validate(&[&path]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success() && said.contains(field), "the schema accepts `{field}`: {said}");
+        let err = gauge_evaluate::Pipeline::load(&path).unwrap_err().to_string();
+        assert!(err.contains(field), "the parser accepts `{field}`: {err}");
+    }
 }

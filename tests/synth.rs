@@ -357,7 +357,7 @@ fn prompts_are_fitted_to_the_context_the_endpoint_reports() {
     assert_eq!(reqs.len(), 6, "{:?}", std::fs::read_to_string(dir.join("failures.jsonl")));
     for r in &reqs {
         let msgs = r.body["messages"].as_array().unwrap();
-        let tokens: usize = msgs.iter().map(|m| gauge_llm::estimate_tokens(m["content"].as_str().unwrap()) + gauge_llm::TOKENS_PER_MESSAGE).sum();
+        let tokens: usize = msgs.iter().map(|m| gauge_chat_client::estimate_tokens(m["content"].as_str().unwrap()) + gauge_chat_client::TOKENS_PER_MESSAGE).sum();
         assert!(tokens + 300 + 16 <= 1000, "a prompt of {tokens} tokens was sent");
         assert_eq!(r.body["max_tokens"], 300);
     }
@@ -378,7 +378,7 @@ fn prompts_are_fitted_to_the_context_the_endpoint_reports() {
     assert_eq!(reqs.len(), 2, "{:?}", std::fs::read_to_string(PathBuf::from(last_line(&out)).join("failures.jsonl")));
     let msgs = reqs[1].body["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4);
-    let tokens: usize = msgs.iter().map(|m| gauge_llm::estimate_tokens(m["content"].as_str().unwrap()) + gauge_llm::TOKENS_PER_MESSAGE).sum();
+    let tokens: usize = msgs.iter().map(|m| gauge_chat_client::estimate_tokens(m["content"].as_str().unwrap()) + gauge_chat_client::TOKENS_PER_MESSAGE).sum();
     assert!(tokens + 300 + 16 <= 1200, "the repair prompt has {tokens} tokens");
     assert!(msgs[2]["content"].as_str().unwrap().ends_with('…'), "the bad reply shown back was cut");
     assert_eq!(jsonl(&PathBuf::from(last_line(&out)).join("golden.jsonl")).len(), 1);

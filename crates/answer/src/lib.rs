@@ -17,7 +17,7 @@ use gauge_core::schema::{arrow_schema, ANSWER_COLUMNS};
 use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
 use gauge_decoder::GenerateOptions;
 use gauge_generator::Generator;
-use gauge_llm::Message;
+use gauge_chat_client::Message;
 use gauge_engine::{Engine, RetrievalConfig};
 use serde::{Deserialize, Serialize};
 
@@ -156,15 +156,15 @@ impl Stage for Answer {
     fn plan(config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<Plan<AnswerState>> {
         config.retrieval.validate()?;
         let (manifest, _) = gauge_index::IndexManifest::read(&inputs.index)?;
-        let mut entries = vec![FileEntry { path: inputs.index.display().to_string(), name: "index".into(), hash: manifest.fingerprint, rows: None }];
+        let mut entries = vec![FileEntry::hashed("index", inputs.index.display(), manifest.fingerprint)];
         let mut questions = match (&inputs.golden, &inputs.question) {
             (Some(g), None) => {
-                entries.push(FileEntry { path: g.display().to_string(), name: "questions".into(), hash: hash::file_hash(g)?, rows: None });
+                entries.push(FileEntry::file("questions", g)?);
                 load_golden(g)?
             }
             (None, Some(q)) => {
                 anyhow::ensure!(!q.trim().is_empty(), "the question is empty; ask something");
-                entries.push(FileEntry { path: "(command line)".into(), name: "questions".into(), hash: hash::bytes_hash(q.as_bytes()), rows: Some(1) });
+                entries.push(FileEntry::text("questions", "(command line)", q).with_rows(1));
                 vec![GoldenQuestion { qid: "q1".into(), question: q.clone(), gold: Vec::new(), keywords: Vec::new(), reference_answer: None, category: None }]
             }
             _ => anyhow::bail!("give either --golden FILE or one question"),
@@ -174,7 +174,7 @@ impl Stage for Answer {
         }
         // The questions answered are part of what the output depends on: a `--limit` run and a
         // full run of the same file must not share an artifact.
-        entries.push(FileEntry { path: "(question count)".into(), name: "question_count".into(), hash: questions.len().to_string(), rows: Some(questions.len() as u64) });
+        entries.push(FileEntry::hashed("question_count", "(question count)", questions.len().to_string()).with_rows(questions.len()));
         entries.extend(gauge_generator::model_entry(&config.generator)?);
         let system = read(&options.prompts.join("answer_system.md"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
@@ -222,7 +222,7 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
 fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
     let cfg = config.retrieval.clone().normalize();
     let engine = Engine::open_for(&inputs.index, &cfg, &options.device)?;
-    let generator = Generator::open(&config.generator, &options.device, gauge_llm::RetryPolicy::default())?;
+    let generator = Generator::open(&config.generator, &options.device, gauge_chat_client::RetryPolicy::default())?;
     // Streaming shows one reply at a time, so it decodes one at a time.
     let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };
     let mut cut_passages = 0usize;

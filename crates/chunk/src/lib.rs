@@ -24,7 +24,7 @@ pub const STAGE: &str = "chunk";
 pub const FORMAT_VERSION: u32 = 4;
 
 /// How a document is cut into chunks.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// LangChain-compatible recursive character splitting (size/overlap in characters).
@@ -38,7 +38,7 @@ pub enum Strategy {
 }
 
 /// Chunk filters, each switchable.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FilterConfig {
     /// Drop chunks shorter than this many characters (0 keeps all).
@@ -57,7 +57,7 @@ impl Default for FilterConfig {
 }
 
 /// Effective configuration of `chunk`, echoed into the manifest.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChunkConfig {
     /// Strategy.
@@ -365,7 +365,7 @@ impl Stage for Chunk {
             (Strategy::Tokens, Some(spec)) => {
                 let file = tokenizer_file(spec)?;
                 let tw = tokens::TokenWindows::from_file(&file)?;
-                inputs.push(FileEntry { path: file.to_string_lossy().to_string(), name: "tokenizer.json".into(), hash: hash::file_hash(&file)?, rows: None });
+                inputs.push(FileEntry::file("tokenizer.json", &file)?);
                 Some(tw)
             }
             _ => None,

@@ -29,6 +29,37 @@ pub struct FileEntry {
     pub rows: Option<u64>,
 }
 
+impl FileEntry {
+    /// An input known by a hash computed elsewhere (a model's weights, an artifact's
+    /// fingerprint): `name` enters the fingerprint, `path` is only shown.
+    pub fn hashed(name: impl Into<String>, path: impl std::fmt::Display, hash: impl Into<String>) -> FileEntry {
+        FileEntry { path: path.to_string(), name: name.into(), hash: hash.into(), rows: None }
+    }
+
+    /// A file input, hashed now (BLAKE3 of its bytes).
+    pub fn file(name: impl Into<String>, path: &Path) -> Result<FileEntry, CoreError> {
+        Ok(FileEntry::hashed(name, path.display(), hash::file_hash(path)?))
+    }
+
+    /// An input that is text rather than a file (a prompt, a question given on the command
+    /// line): its bytes are hashed; `label` says where it came from.
+    pub fn text(name: impl Into<String>, label: impl std::fmt::Display, text: &str) -> FileEntry {
+        FileEntry::hashed(name, label, hash::bytes_hash(text.as_bytes()))
+    }
+
+    /// The same entry with its row count.
+    pub fn with_rows(mut self, rows: usize) -> FileEntry {
+        self.rows = Some(rows as u64);
+        self
+    }
+
+    /// The same entry under another name.
+    pub fn named(mut self, name: impl Into<String>) -> FileEntry {
+        self.name = name.into();
+        self
+    }
+}
+
 /// `manifest.json`: everything needed to know how an artifact was made.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -327,8 +358,8 @@ pub fn input_file(arg: &Path, file: &str, made_by: &str) -> Result<(PathBuf, Fil
     if !path.is_file() {
         return Err(CoreError::Artifact { path: dir, message: format!("no {file} here; pass the directory printed by `{made_by}`") });
     }
-    let hash = hash::file_hash(&path)?;
-    Ok((path.clone(), FileEntry { path: path.display().to_string(), name: file.to_string(), hash, rows: None }))
+    let entry = FileEntry::file(file, &path)?;
+    Ok((path, entry))
 }
 
 /// An embed artifact and the chunk artifact its rows were made from.

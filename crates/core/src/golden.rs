@@ -108,6 +108,18 @@ impl GoldItem {
         s == source || (s.starts_with('#') && source.find('#').is_some_and(|i| &source[i..] == s))
     }
 
+    /// Its document id in gauge's item-level TREC files (`trec/items.qrels`): a record's own
+    /// id for a TREC / MS MARCO / BEIR item (`#<id>`, page 1), else `<source>#p<page>` or
+    /// `<source>#c<start>-<end>`; whitespace becomes `_` (TREC ids hold none).
+    pub fn trec_docno(&self) -> String {
+        let id = match self {
+            GoldItem::Page { source, page: 1, .. } if source.starts_with('#') => source[1..].to_string(),
+            GoldItem::Page { source, page, .. } => format!("{source}#p{page}"),
+            GoldItem::Span { source, char_start, char_end, .. } => format!("{source}#c{char_start}-{char_end}"),
+        };
+        id.split_whitespace().collect::<Vec<_>>().join("_")
+    }
+
     /// The source file.
     pub fn source(&self) -> &str {
         match self {

@@ -10,7 +10,7 @@ use crate::sampling::{self, Dry, DrySettings, LoopDetector, LoopStop};
 use crate::{DecoderError, JsonConstraint, LanguageModel};
 
 /// How to generate (serde, with defaults: greedy, 256 new tokens).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GenerateOptions {
     /// New tokens at most.

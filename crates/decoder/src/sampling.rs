@@ -248,7 +248,7 @@ impl Dry {
 
 /// When a generation counts as looping: its last tokens are `repeats` or more copies of one
 /// span in a row, covering at least `min_tokens` tokens. The reply keeps the first copy.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoopStop {
     /// Copies in a row that end generation (below 2: off).

@@ -21,7 +21,7 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const DEFAULT_MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2";
 
 /// Effective configuration of `embed`, echoed into the manifest.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbedConfig {
     /// Model folder or hub id.
@@ -43,6 +43,7 @@ pub struct EmbedConfig {
     /// Embed only this shard of the chunks (`i/n`, a stable partition by chunk id); `index`
     /// takes every shard's artifact and builds the same index as from an unsharded run.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub shard: Option<gauge_core::shard::Shard>,
 }
 
@@ -119,11 +120,11 @@ impl Stage for Embed {
         let info = &embedder.info;
         let mut inputs = vec![
             entry,
-            FileEntry { path: format!("{}/model.safetensors", config.model), name: "model.safetensors".into(), hash: info.weights_hash.clone(), rows: None },
-            FileEntry { path: format!("{}/tokenizer.json", config.model), name: "tokenizer.json".into(), hash: info.tokenizer_hash.clone(), rows: None },
+            FileEntry::hashed("model.safetensors", format!("{}/model.safetensors", config.model), info.weights_hash.clone()),
+            FileEntry::hashed("tokenizer.json", format!("{}/tokenizer.json", config.model), info.tokenizer_hash.clone()),
         ];
         if let (Some(dir), Some(hash)) = (&config.adapter, &info.adapter_hash) {
-            inputs.push(FileEntry { path: dir.clone(), name: "adapter".into(), hash: hash.clone(), rows: None });
+            inputs.push(FileEntry::hashed("adapter", dir, hash.clone()));
         }
         // The effective settings (after family defaults) are what the output depends on.
         let echo = serde_json::json!({ "config": config, "embedder": info });

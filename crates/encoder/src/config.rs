@@ -127,7 +127,7 @@ impl BertConfig {
 }
 
 /// How token vectors become one text vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Pooling {
     /// The `[CLS]` token's last hidden state (BGE).

@@ -4,7 +4,7 @@ use gauge_rank::{Fusion, RerankConfig};
 use serde::{Deserialize, Serialize};
 
 /// Metadata filters, applied inside every retriever.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Filter {
     /// Keep only these sources (empty: all).
@@ -30,7 +30,7 @@ impl Filter {
 }
 
 /// The unit per-document dedup counts in.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DedupKey {
     /// The whole document (`doc_id`).
@@ -43,7 +43,7 @@ pub enum DedupKey {
 
 /// What a search does with RAPTOR summary nodes (indexes built from a `raptor` artifact; an
 /// index without summaries is unaffected).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SummaryUse {
     /// Summaries compete with chunks and are returned as passages (RAPTOR's "collapsed tree").
@@ -63,7 +63,7 @@ impl SummaryUse {
 }
 
 /// Retrieval settings (serde, with defaults); every layer can be switched.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetrievalConfig {
     /// Dense retrieval on.

@@ -15,11 +15,11 @@ use std::sync::Arc;
 
 use gauge_generator::cache::{model_identity, CallCache};
 use gauge_generator::{Generator, GeneratorConfig};
-use gauge_llm::{Message, RetryPolicy};
+use gauge_chat_client::{Message, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Which rewrite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RewriteKind {
     /// Add terms to the query.
@@ -31,7 +31,7 @@ pub enum RewriteKind {
 }
 
 /// `retrieval.rewrite`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RewriteConfig {
     /// Which rewrite.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use gauge_core::golden::{load_golden, GoldenQuestion};
 use gauge_core::stage::{Dag, Plan, Stage};
-use gauge_core::{hash, ArtifactStore, FileEntry, StageRun};
+use gauge_core::{ArtifactStore, FileEntry, StageRun};
 use gauge_engine::{Engine, EngineOptions, Passage};
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +23,10 @@ use crate::stats::{bootstrap_ci, mean, paired_comparison, percentile};
 /// Stage name of evaluation artifacts.
 pub const STAGE: &str = "evaluate";
 /// Output format version (4: adjusted p-values, wins/ties/losses; 5: graded nDCG over gold
-/// items, graded TREC qrels; 6: that nDCG capped at 1 for passages covering several items).
-pub const FORMAT_VERSION: u32 = 6;
+/// items, graded TREC qrels; 6: that nDCG capped at 1 for passages covering several items;
+/// 7: nDCG and recall over the gold-item ranking the passages imply, written as
+/// `trec/<config>.items.run` + `trec/items.qrels`).
+pub const FORMAT_VERSION: u32 = 7;
 
 /// Settings of `evaluate` beyond the pipeline file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -249,12 +251,12 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         ups.push(upstream(&mut dag, &pipeline.corpus, v)?);
     }
     check_gold_sources(&golden, &pipeline, &ups[0])?;
-    let mut inputs = vec![FileEntry { path: pipeline.golden.display().to_string(), name: "golden".into(), hash: gauge_core::golden::golden_hash(&pipeline.golden)?, rows: Some(golden.len() as u64) }];
+    let mut inputs = vec![FileEntry::hashed("golden", pipeline.golden.display(), gauge_core::golden::golden_hash(&pipeline.golden)?).with_rows(golden.len())];
     inputs.extend(exclusion_inputs);
     // Each reranker model's weights are read (hashed) once, however many configs use it.
     let mut identities: HashMap<String, Result<String, String>> = HashMap::new();
     for (i, (v, u)) in pipeline.variants.iter().zip(&ups).enumerate() {
-        inputs.push(FileEntry { path: u.index.display().to_string(), name: format!("index:{}", v.name), hash: u.fingerprint.clone(), rows: None });
+        inputs.push(FileEntry::hashed(format!("index:{}", v.name), u.index.display(), u.fingerprint.clone()));
         if let Some(rc) = &v.stages.retrieval.rerank {
             // The reranker's weights are an input: a config skipped for a missing model runs
             // once the model is there, and a changed model re-evaluates.
@@ -267,12 +269,12 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
                     "missing".to_string()
                 }
             };
-            inputs.push(FileEntry { path: rc.model.clone(), name: format!("reranker:{}", v.name), hash, rows: None });
+            inputs.push(FileEntry::hashed(format!("reranker:{}", v.name), &rc.model, hash));
         }
         if let Some(rw) = &v.stages.retrieval.rewrite {
             // The rewrites depend on the model's weights (or endpoint) and the template's text.
             let identity = rw.identity().with_context(|| format!("config `{}`: rewrite", v.name))?;
-            inputs.push(FileEntry { path: rw.template.clone().unwrap_or_else(|| "built-in".into()), name: format!("rewrite:{}", v.name), hash: hash::bytes_hash(identity.as_bytes()), rows: None });
+            inputs.push(FileEntry::text(format!("rewrite:{}", v.name), rw.template.as_deref().unwrap_or("built-in"), &identity));
         }
     }
     if let Some(sp) = &pipeline.search {
@@ -283,7 +285,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
                     let identity = gauge_rerank::reranker_identity(rc);
                     identities.insert(rc.model.clone(), identity.clone());
                     let hash = identity.map_err(|reason| anyhow::anyhow!("[search] config `{}`: {reason}", c.variant.name))?;
-                    inputs.push(FileEntry { path: rc.model.clone(), name: format!("reranker:search:{}", rc.model), hash, rows: None });
+                    inputs.push(FileEntry::hashed(format!("reranker:search:{}", rc.model), &rc.model, hash));
                 }
             }
         }
@@ -307,7 +309,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
         }
     }
     for a in &answers {
-        inputs.push(FileEntry { path: a.dir.display().to_string(), name: format!("answers:{}", a.name()), hash: gauge_core::Manifest::read(&a.dir)?.fingerprint, rows: None });
+        inputs.push(FileEntry::hashed(format!("answers:{}", a.name()), a.dir.display(), gauge_core::Manifest::read(&a.dir)?.fingerprint));
     }
     let mut echo = serde_json::json!({
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
@@ -322,7 +324,7 @@ fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &Eval
     if let Some(judge) = &pipeline.judge {
         // The grades depend on the judge's weights (or endpoint) and both templates' text.
         let identity = judge.identity(&pipeline.dir).context("[judge]")?;
-        inputs.push(FileEntry { path: judge.template.clone().unwrap_or_else(|| "built-in".into()), name: "judge".into(), hash: hash::bytes_hash(identity.as_bytes()), rows: None });
+        inputs.push(FileEntry::text("judge", judge.template.as_deref().unwrap_or("built-in"), &identity));
         echo["judge"] = serde_json::to_value(judge)?;
     }
     let seed = pipeline.seed;
@@ -347,7 +349,7 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], 
         let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file)?).map_err(|e| anyhow::anyhow!("{}: not a training_pages.json ({e})", file.display()))?;
         let list = record["pages"].as_array().ok_or_else(|| anyhow::anyhow!("{}: no `pages` list", file.display()))?;
         pages.extend(list.iter().filter_map(|p| p.as_str().map(str::to_string)));
-        inputs.push(FileEntry { path: file.display().to_string(), name: format!("trained_pages:{}", inputs.len()), hash: hash::file_hash(&file)?, rows: Some(list.len() as u64) });
+        inputs.push(FileEntry::file(format!("trained_pages:{}", inputs.len()), &file)?.with_rows(list.len()));
         used.push(format!("`{}`", m.display()));
     }
     if used.is_empty() {
@@ -632,6 +634,15 @@ fn write_evaluation(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateO
         let q = &qrels[i];
         report::write_qrels(&run.path(&format!("trec/{slug}.qrels")), q)?;
         run.add_output(&format!("trec/{slug}.qrels"), Some(q.len() as u64))?;
+        if mode != RelevanceMode::Keyword {
+            let queries: Vec<&QueryRow> = query_rows.iter().filter(|r| r.config == v.name).collect();
+            report::write_item_run(&run.path(&format!("trec/{slug}.items.run")), &queries, &mine, golden, &slug)?;
+            run.add_output(&format!("trec/{slug}.items.run"), Some(queries.iter().map(|q| q.scores.items.len() as u64).sum()))?;
+        }
+    }
+    if mode != RelevanceMode::Keyword {
+        let n = report::write_item_qrels(&run.path("trec/items.qrels"), golden)?;
+        run.add_output("trec/items.qrels", Some(n as u64))?;
     }
     let retrieval_metrics: Vec<MetricRow> = metrics.iter().filter(|m| !m.metric.starts_with("answer/")).cloned().collect();
     let context = report::ReportContext { pipeline, golden_len: golden.len(), mode, metrics: &retrieval_metrics, skipped, notes, named: &named, registry: &metric_registry, correction, family_size, power: &power };

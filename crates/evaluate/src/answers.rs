@@ -12,7 +12,7 @@ use crate::rows::MetricRow;
 use crate::stats::{bootstrap_ci, mean};
 
 /// The `[answer]` section of a pipeline.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AnswerSection {
     /// Configs whose retrieval feeds the generator (default: the baseline).
@@ -42,7 +42,7 @@ pub struct AnswerSection {
 
 /// A generator with the name its answer rows carry, and optionally its own generation
 /// settings (an A/B test of sampling controls on one model).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NamedGenerator {
     /// Short name (`base`, `+ adapter`, `dry 0.8`).

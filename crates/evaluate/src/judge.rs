@@ -12,11 +12,11 @@ use std::sync::Arc;
 use gauge_generator::cache::{model_identity, CallCache};
 use gauge_generator::structured::{complete_with_repair, repair_conversation};
 use gauge_generator::{Generator, GeneratorConfig};
-use gauge_llm::{Message, ResponseSchema, RetryPolicy};
+use gauge_chat_client::{Message, ResponseSchema, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
 /// The `[judge]` section of a pipeline.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct JudgeSection {
     /// The judge model (local decoder or an OpenAI-compatible endpoint).
@@ -103,7 +103,7 @@ impl JudgeReply {
 /// Parses a reply strictly: the JSON object (a fenced block is unwrapped), no other keys,
 /// every grade an integer from 1 to 5, a non-empty reason.
 pub fn parse_judge_reply(text: &str) -> Result<JudgeReply, String> {
-    let payload = gauge_llm::json_payload(text);
+    let payload = gauge_chat_client::json_payload(text);
     let r: JudgeReply = serde_json::from_str(payload).map_err(|e| format!("the reply is not the JSON object asked for ({e})"))?;
     for ((name, _), v) in CRITERIA.iter().zip(r.scores()) {
         if !(1..=5).contains(&v) {

@@ -23,6 +23,7 @@ pub mod judge;
 pub mod metric;
 pub mod metrics;
 pub mod pipeline;
+pub mod variant;
 pub mod relevance;
 pub mod report;
 pub mod rows;

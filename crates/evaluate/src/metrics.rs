@@ -30,39 +30,50 @@ pub fn ndcg_at(relevant: &[bool], k: usize) -> f64 {
     if idcg == 0.0 { 0.0 } else { dcg / idcg }
 }
 
-/// Graded nDCG@k over gold items (trec_eval's `ndcg_cut_k` when each passage is one judged
-/// document): a passage's gain is the sum of the grades of the gold items it is the first to
-/// cover (an item counts once, at its first covering passage; later passages covering it gain
-/// nothing); the ideal ranks the gold items with a positive grade by grade, one per rank, cut
-/// at `k`. Discount `1 / log2(rank + 1)`. Capped at 1: a passage covering several gold items at
-/// once (a window) can beat the one-item-per-rank ideal.
-pub fn ndcg_items_at(covers: &[Vec<usize>], grades: &[f64], k: usize) -> f64 {
-    let discount = |i: usize| 1.0 / ((i + 2) as f64).log2();
+/// One entry of the gold-item ranking a passage list implies: the passage (0-based rank) it
+/// comes from and the gold item it stands for (`None`: a passage that covers no gold item not
+/// already covered, which stands for itself and is not relevant).
+pub type ItemEntry = (usize, Option<usize>);
+
+/// The ranking of gold items that the first `k` passages imply (trec_eval's document-level
+/// reading of a passage run, "first passage"): in rank order, each passage stands for the gold
+/// items it is the first to cover, one rank each in the golden set's order, or for itself
+/// when it covers none. `trec/<config>.items.run` is this ranking, so trec_eval's `ndcg_cut_k`
+/// and `recall_k` on it equal [`ndcg_items_at`] and [`recall_at`].
+pub fn item_ranking(covers: &[Vec<usize>], k: usize) -> Vec<ItemEntry> {
     let mut seen = std::collections::HashSet::new();
-    let mut dcg = 0.0;
+    let mut out = Vec::new();
     for (i, c) in covers.iter().take(k).enumerate() {
-        let gain: f64 = c.iter().filter(|j| seen.insert(**j)).map(|&j| grades.get(j).copied().unwrap_or(0.0).max(0.0)).sum();
-        dcg += gain * discount(i);
+        let mut new: Vec<usize> = c.iter().copied().filter(|j| seen.insert(*j)).collect();
+        new.sort_unstable();
+        if new.is_empty() {
+            out.push((i, None));
+        }
+        out.extend(new.into_iter().map(|j| (i, Some(j))));
     }
+    out
+}
+
+/// Graded nDCG@k over the implied gold-item ranking ([`item_ranking`]): an entry's gain is its
+/// gold item's grade (0 for a passage standing for itself), discounted `1 / log2(rank + 1)`
+/// over the first `k` entries; the ideal ranks the gold items with a positive grade by grade.
+/// Each gold item appears once, so the value is at most 1 (trec_eval's `ndcg_cut_k`).
+pub fn ndcg_items_at(ranking: &[ItemEntry], grades: &[f64], k: usize) -> f64 {
+    let discount = |i: usize| 1.0 / ((i + 2) as f64).log2();
+    let dcg: f64 = ranking.iter().take(k).enumerate().map(|(i, (_, j))| j.map_or(0.0, |j| grades.get(j).copied().unwrap_or(0.0).max(0.0)) * discount(i)).sum();
     let mut ideal: Vec<f64> = grades.iter().copied().filter(|g| *g > 0.0).collect();
     ideal.sort_by(|a, b| b.total_cmp(a));
     let idcg: f64 = ideal.iter().take(k).enumerate().map(|(i, g)| g * discount(i)).sum();
-    // A passage covering several gold items (a small-to-big window over two gold pages) gains
-    // them all at one rank, which the one-item-per-rank ideal cannot: capped at 1.
-    if idcg == 0.0 { 0.0 } else { (dcg / idcg).min(1.0) }
+    if idcg == 0.0 { 0.0 } else { dcg / idcg }
 }
 
-/// Share of `n_gold` gold items covered by the first `k` results, given which gold item (if
-/// any) each result covers.
-pub fn recall_at(covers: &[Vec<usize>], n_gold: usize, k: usize) -> f64 {
+/// Share of `n_gold` gold items among the first `k` entries of the implied gold-item ranking
+/// ([`item_ranking`]; trec_eval's `recall_k`).
+pub fn recall_at(ranking: &[ItemEntry], n_gold: usize, k: usize) -> f64 {
     if n_gold == 0 {
         return 0.0;
     }
-    let mut seen = std::collections::HashSet::new();
-    for c in covers.iter().take(k) {
-        seen.extend(c.iter().copied());
-    }
-    seen.len() as f64 / n_gold as f64
+    ranking.iter().take(k).filter(|(_, j)| j.is_some()).count() as f64 / n_gold as f64
 }
 
 /// Keyword-mode scores of one question: each keyword is judged on its own (a chunk is
@@ -104,19 +115,29 @@ mod tests {
     fn item_ndcg_counts_each_gold_item_once_and_its_grade() {
         let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
         let d = |r: usize| 1.0 / ((r + 1) as f64).log2();
+        let ndcg = |covers: &[Vec<usize>], grades: &[f64], k: usize| ndcg_items_at(&item_ranking(covers, k), grades, k);
         // One gold item found at rank 3: 1/log2(4) = 0.5; found again at rank 4: no gain.
-        assert!(close(ndcg_items_at(&[vec![], vec![], vec![0], vec![0]], &[1.0], 10), 0.5));
+        assert!(close(ndcg(&[vec![], vec![], vec![0], vec![0]], &[1.0], 10), 0.5));
         // Two items graded 2 and 1, found in reverse order at ranks 1 and 2.
-        let got = ndcg_items_at(&[vec![1], vec![0]], &[2.0, 1.0], 10);
+        let got = ndcg(&[vec![1], vec![0]], &[2.0, 1.0], 10);
         assert!(close(got, (1.0 * d(1) + 2.0 * d(2)) / (2.0 * d(1) + 1.0 * d(2))), "{got}");
         // A missing item lowers it (the ideal holds every positive item), a zero grade does not.
-        assert!(close(ndcg_items_at(&[vec![0]], &[1.0, 1.0], 10), 1.0 / (1.0 + d(2))));
-        assert!(close(ndcg_items_at(&[vec![0]], &[1.0, 0.0], 10), 1.0));
-        // One passage covering both gold items at rank 1 beats the ideal: capped at 1.
-        assert!(close(ndcg_items_at(&[vec![0, 1]], &[1.0, 1.0], 10), 1.0));
+        assert!(close(ndcg(&[vec![0]], &[1.0, 1.0], 10), 1.0 / (1.0 + d(2))));
+        assert!(close(ndcg(&[vec![0]], &[1.0, 0.0], 10), 1.0));
+        // One passage covering both gold items stands for both, at ranks 1 and 2: the ideal.
+        assert!(close(ndcg(&[vec![0, 1]], &[1.0, 1.0], 10), 1.0));
+        // ... and pushes what follows down one rank: the item after it counts at rank 3.
+        assert!(close(ndcg(&[vec![1, 0], vec![2]], &[1.0, 1.0, 1.0], 10), 1.0));
+        assert!(close(ndcg(&[vec![0, 1], vec![], vec![2]], &[1.0, 1.0, 1.0], 10), (1.0 + d(2) + d(4)) / (1.0 + d(2) + d(3))));
         // Cut at k, and nothing judged gives 0.
-        assert!(close(ndcg_items_at(&[vec![], vec![0]], &[1.0], 1), 0.0));
-        assert!(close(ndcg_items_at(&[], &[], 10), 0.0));
+        assert!(close(ndcg(&[vec![], vec![0]], &[1.0], 1), 0.0));
+        assert!(close(ndcg(&[], &[], 10), 0.0));
+    }
+
+    #[test]
+    fn the_implied_ranking_stands_each_passage_for_its_new_items_or_itself() {
+        let r = item_ranking(&[vec![], vec![2, 0], vec![0], vec![1], vec![3]], 4);
+        assert_eq!(r, vec![(0, None), (1, Some(0)), (1, Some(2)), (2, None), (3, Some(1))]);
     }
 
     const T: bool = true;
@@ -183,9 +204,12 @@ mod tests {
     #[test]
     fn recall_counts_distinct_gold_items() {
         let covers = vec![vec![0], vec![], vec![0], vec![1]];
-        assert_eq!(recall_at(&covers, 2, 3), 0.5);
-        assert_eq!(recall_at(&covers, 2, 4), 1.0);
-        assert_eq!(recall_at(&covers, 0, 4), 0.0);
+        let r = item_ranking(&covers, 10);
+        assert_eq!(recall_at(&r, 2, 3), 0.5);
+        assert_eq!(recall_at(&r, 2, 4), 1.0);
+        assert_eq!(recall_at(&r, 0, 4), 0.0);
+        // A passage covering two items fills two of the k ranks.
+        assert_eq!(recall_at(&item_ranking(&[vec![0, 1], vec![2]], 10), 3, 2), 2.0 / 3.0);
     }
 
     #[test]

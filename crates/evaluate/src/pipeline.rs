@@ -2,14 +2,10 @@
 //! every stage, and named variants overriding any of its fields.
 use std::path::{Path, PathBuf};
 
-use gauge_chunk::ChunkConfig;
-use gauge_embed::EmbedConfig;
-use gauge_engine::RetrievalConfig;
-use gauge_extract::ExtractConfig;
-use gauge_index::IndexConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::relevance::RelevanceMode;
+pub use crate::variant::{StageConfigs, Variant};
 
 /// Errors in a pipeline file.
 #[derive(Debug, thiserror::Error)]
@@ -19,47 +15,6 @@ pub struct PipelineError {
     pub path: PathBuf,
     /// What is wrong and how to fix it.
     pub message: String,
-}
-
-/// The configuration of every stage for one row of the ablation.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct StageConfigs {
-    /// `extract` settings.
-    pub extract: ExtractConfig,
-    /// `chunk` settings.
-    pub chunk: ChunkConfig,
-    /// `embed` settings (model, prefixes, pooling…).
-    pub embed: EmbedConfig,
-    /// `raptor` settings: when present, summary nodes are added to the chunks before they are
-    /// embedded and indexed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub raptor: Option<gauge_raptor::RaptorConfig>,
-    /// Embed in this many shards (`embed --shard i/n`, one artifact each, the index built over
-    /// all of them: the same index as one embed run); a cluster runs the shards in parallel.
-    #[serde(skip_serializing_if = "is_one")]
-    pub embed_shards: usize,
-    /// `index` settings (faiss type, stemming).
-    pub index: IndexConfig,
-    /// Retrieval engine settings.
-    pub retrieval: RetrievalConfig,
-}
-
-/// One evaluated config.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Variant {
-    /// Row name in the tables.
-    pub name: String,
-    /// One line on what the row tests.
-    pub description: String,
-    /// Restrict retrieval to each question's gold sources (an oracle: it uses the answer key).
-    pub oracle_source_filter: bool,
-    /// Every stage's settings.
-    pub stages: StageConfigs,
-    /// Another config this one is also compared with, question by question (e.g. a tuned
-    /// model's row against the untuned row it changes).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub compare_to: Option<String>,
 }
 
 /// A parsed pipeline with its variants resolved (the baseline first).
@@ -102,11 +57,102 @@ pub struct Pipeline {
 /// `stats = { correction = "holm" | "bh" | "none" }`: the multiple-comparison correction over
 /// the declared family (every variant's paired Δ on the primary metrics — those with a Δ column —
 /// and every `compare_to` comparison; the answer rows' deltas form a family of their own).
-#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct StatsSection {
     /// Holm (default), Benjamini–Hochberg or none.
     pub correction: crate::stats::Correction,
+}
+
+/// A pipeline file (`pipelines/*.toml`): a corpus, a golden set, a baseline config and its
+/// variants, and optional answer rows, judge, statistics and config search. Every stage table
+/// is typed; any config field may be left out: defaults fill it (and in a variant, the config
+/// it is based on).
+#[derive(schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PipelineFileSchema {
+    /// Name of the evaluation (the `eval/<name>/` folder; default: the file's stem).
+    name: Option<String>,
+    /// Corpus folder or file (relative to this file): PDFs, Markdown, text, JSONL, or a BEIR,
+    /// TREC or MS MARCO collection.
+    corpus: PathBuf,
+    /// Golden set: JSONL or Parquet, or a BEIR / TREC / MS MARCO folder (relative to this file).
+    golden: PathBuf,
+    /// How passages are judged: `auto` (from the golden set's fields), `page`, `span`, `keyword`.
+    #[serde(default)]
+    relevance: RelevanceMode,
+    /// Passages judged per question: the baseline's `retrieval.k` (default 10).
+    k: Option<usize>,
+    /// Seed of every bootstrap and randomisation test (default 42).
+    seed: Option<u64>,
+    /// Bootstrap resamples, at least 1000 (default 2000).
+    resamples: Option<usize>,
+    /// The baseline config: every stage's settings (the first row of the tables).
+    baseline: ConfigRowSchema,
+    /// Variants: each the baseline (or `base`) with some fields overridden.
+    #[serde(default)]
+    variants: Vec<ConfigRowSchema>,
+    /// Answer rows: generated answers for some configs, with citation checks.
+    answer: Option<crate::answers::AnswerSection>,
+    /// The LLM judge of the answer rows.
+    judge: Option<crate::judge::JudgeSection>,
+    /// Trained-model folders (or their `training_pages.json`) whose training pages are taken
+    /// out of the golden set.
+    #[serde(default)]
+    exclude_trained_pages: Vec<PathBuf>,
+    /// The multiple-comparison correction.
+    #[serde(default)]
+    stats: StatsSection,
+    /// A config search over a space of fields, confirmed on held-out questions.
+    search: Option<crate::search::SearchSection>,
+}
+
+/// One config of a pipeline (`[baseline]` or `[[variants]]`).
+#[derive(schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ConfigRowSchema {
+    /// Row name in the tables (unique).
+    name: String,
+    /// One line on what the row tests.
+    description: Option<String>,
+    /// The config this one starts from (default: the baseline); defined above it.
+    base: Option<String>,
+    /// Another config this one is also compared with, question by question.
+    compare_to: Option<String>,
+    /// Restrict retrieval to each question's gold sources (an oracle: it uses the answer key).
+    oracle_source_filter: Option<bool>,
+    /// Every stage's settings.
+    #[serde(flatten)]
+    stages: StageConfigs,
+}
+
+/// The JSON Schema of pipeline files (draft 2020-12), as committed in
+/// `pipelines/pipeline.schema.json`: every field with its doc comment. No field below the top
+/// level is required (defaults fill what a file leaves out).
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(PipelineFileSchema)).expect("a schema serialises");
+    fn optional_below_top(v: &mut serde_json::Value, top: bool) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if !top {
+                    map.remove("required");
+                }
+                for (_, x) in map.iter_mut() {
+                    optional_below_top(x, false);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|x| optional_below_top(x, false)),
+            _ => {}
+        }
+    }
+    optional_below_top(&mut schema, true);
+    // Row names are required wherever a row is written.
+    if let Some(row) = schema.pointer_mut("/$defs/ConfigRowSchema") {
+        row["required"] = serde_json::json!(["name"]);
+    }
+    schema
 }
 
 #[derive(Deserialize)]
@@ -143,9 +189,6 @@ fn default_resamples() -> usize {
 
 const STAGE_KEYS: [&str; 7] = ["extract", "chunk", "embed", "embed_shards", "raptor", "index", "retrieval"];
 
-fn is_one(n: &usize) -> bool {
-    *n <= 1
-}
 const ROW_KEYS: [&str; 5] = ["name", "base", "description", "oracle_source_filter", "compare_to"];
 
 
@@ -349,7 +392,7 @@ chunk = {{ size = 500 }}
         assert!(filtered.stages.retrieval.bm25 && filtered.oracle_source_filter);
         assert_eq!((filtered.stages.chunk.size, filtered.stages.chunk.overlap), (500, 100));
         // Untouched stages keep their defaults.
-        assert_eq!(filtered.stages.index, IndexConfig::default());
+        assert_eq!(filtered.stages.index, gauge_index::IndexConfig::default());
         assert_eq!((p.k, p.resamples, p.seed), (10, 2000, 42));
         assert_eq!(normalize(Path::new("pipelines/../../shared/./g.jsonl")), PathBuf::from("../shared/g.jsonl"));
     }

@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use gauge_core::golden::{GoldItem, GoldenQuestion};
-use crate::metrics::{first_relevant_rank, keyword_scores, ndcg_items_at, recall_at, reciprocal_rank_at};
+use crate::metrics::{first_relevant_rank, item_ranking, keyword_scores, ndcg_items_at, recall_at, reciprocal_rank_at, ItemEntry};
 
 /// How a retrieved passage is judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RelevanceMode {
     /// From the fields present: `gold` → page/span, else `keywords`.
@@ -120,6 +120,9 @@ pub struct QuestionScores {
     pub recall: f64,
     /// Keyword coverage@k, when the question has keywords.
     pub keyword_coverage: Option<f64>,
+    /// The gold-item ranking the first k passages imply (empty in keyword mode), from which
+    /// nDCG and recall are computed and `trec/<config>.items.run` is written.
+    pub items: Vec<ItemEntry>,
 }
 
 /// Scores one question's passages (best first, already cut to `k`).
@@ -139,17 +142,20 @@ pub fn score_question(q: &GoldenQuestion, passages: &[PassageSpan], mode: Releva
                 recall: ks.coverage,
                 keyword_coverage: Some(ks.coverage),
                 relevant,
+                items: Vec::new(),
             }
         }
         _ => {
             let covers: Vec<Vec<usize>> = passages.iter().map(|p| covered_gold(q, p, mode)).collect();
+            let items = item_ranking(&covers, k);
             QuestionScores {
                 first_relevant_rank: first_relevant_rank(&relevant),
                 reciprocal_rank: reciprocal_rank_at(&relevant, k),
-                ndcg: ndcg_items_at(&covers, &q.gold.iter().map(GoldItem::grade).collect::<Vec<_>>(), k),
-                recall: recall_at(&covers, q.gold.iter().filter(|g| g.grade() > 0.0).count(), k),
+                ndcg: ndcg_items_at(&items, &q.gold.iter().map(GoldItem::grade).collect::<Vec<_>>(), k),
+                recall: recall_at(&items, q.gold.iter().filter(|g| g.grade() > 0.0).count(), k),
                 keyword_coverage: keyword.map(|k| k.coverage),
                 relevant,
+                items,
             }
         }
     }

@@ -1,11 +1,13 @@
 //! Evaluation outputs: Parquet tables, TREC run/qrels files, the Markdown ablation table and
 //! its chart.
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int32Array, StringArray};
 use gauge_core::schema::{arrow_schema, METRIC_COLUMNS, PER_QUERY_COLUMNS, RUN_COLUMNS};
+use gauge_core::golden::GoldenQuestion;
 use gauge_core::table::write_parquet;
 
 use crate::metric::{Metric, Placement};
@@ -171,6 +173,49 @@ pub fn write_qrels(path: &Path, qrels: &[(String, String, f64)]) -> anyhow::Resu
     }
     f.flush()?;
     Ok(())
+}
+
+/// Writes the gold-item run of one config (`trec/<config>.items.run`): per question, the
+/// gold-item ranking its first k passages imply ([`crate::metrics::item_ranking`]): a gold
+/// item's docno where a passage is the first to cover it, the passage's chunk id where it
+/// covers nothing new. trec_eval's `ndcg_cut_k` and `recall_k` on this run and
+/// `trec/items.qrels` are gauge's nDCG@k and Recall@k. Scores count down from the number of
+/// entries (no ties).
+pub fn write_item_run(path: &Path, queries: &[&QueryRow], runs: &[&RunRow], golden: &[GoldenQuestion], tag: &str) -> anyhow::Result<()> {
+    let by_qid: HashMap<&str, &GoldenQuestion> = golden.iter().map(|q| (q.qid.as_str(), q)).collect();
+    let mut chunks: HashMap<&str, Vec<&str>> = HashMap::new();
+    for r in runs {
+        chunks.entry(r.qid.as_str()).or_default().push(r.chunk_id.as_str());
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for q in queries {
+        let (Some(gq), Some(ids)) = (by_qid.get(q.qid.as_str()), chunks.get(q.qid.as_str())) else { continue };
+        let n = q.scores.items.len();
+        for (rank, (passage, item)) in q.scores.items.iter().enumerate() {
+            let docno = match item {
+                Some(j) => gq.gold[*j].trec_docno(),
+                None => ids[*passage].to_string(),
+            };
+            writeln!(f, "{} Q0 {docno} {} {} {tag}", q.qid, rank + 1, n - rank)?;
+        }
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Writes the gold-item qrels (`trec/items.qrels`): `qid 0 docno grade` for every gold item
+/// with a positive grade (rounded to an integer, at least 1).
+pub fn write_item_qrels(path: &Path, golden: &[GoldenQuestion]) -> anyhow::Result<usize> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut n = 0;
+    for q in golden {
+        for g in q.gold.iter().filter(|g| g.grade() > 0.0) {
+            writeln!(f, "{} 0 {} {}", q.qid, g.trec_docno(), (g.grade().round() as i64).max(1))?;
+            n += 1;
+        }
+    }
+    f.flush()?;
+    Ok(n)
 }
 
 /// What the Markdown table and the chart are made from.

@@ -36,10 +36,10 @@ use gauge_core::golden::GoldenQuestion;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::pipeline::{StageConfigs, Variant};
+use crate::variant::{StageConfigs, Variant};
 
 /// How the space is searched.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Every config of the space (refused when the grid is larger than `budget`).
@@ -54,7 +54,7 @@ pub enum Strategy {
 }
 
 /// The `[search]` section.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchSection {
     /// Grid, seeded random or successive halving (default).

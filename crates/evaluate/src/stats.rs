@@ -54,7 +54,7 @@ impl PairedComparison {
 }
 
 /// How the p-values of a family of comparisons are adjusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Correction {
     /// Holm's step-down (controls the family-wise error rate; uniformly more powerful than

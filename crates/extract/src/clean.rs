@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use unicode_normalization::UnicodeNormalization;
 
 /// Which cleaning steps run; echoed into the manifest.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CleaningConfig {
     /// Unicode NFKC normalisation (also splits ligatures: `ﬁ` → `fi`); removes soft hyphens.

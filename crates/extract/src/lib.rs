@@ -24,7 +24,7 @@ pub const STAGE: &str = "extract";
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Field names of JSONL records.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct JsonlFields {
     /// Field holding the record id.
@@ -42,7 +42,7 @@ impl Default for JsonlFields {
 }
 
 /// Effective configuration of `extract`, echoed into the manifest.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExtractConfig {
     /// Cleaning steps.
@@ -217,7 +217,7 @@ impl Stage for Extract {
         let files = discover(inputs)?;
         let entries: Vec<FileEntry> = files
             .par_iter()
-            .map(|f| Ok(FileEntry { path: f.path.to_string_lossy().to_string(), name: f.source.clone(), hash: hash::file_hash(&f.path)?, rows: None }))
+            .map(|f| FileEntry::file(f.source.clone(), &f.path))
             .collect::<Result<_, gauge_core::CoreError>>()?;
         Ok(Plan::new(entries, files))
     }

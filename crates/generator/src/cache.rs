@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use gauge_decoder::GenerateOptions;
-use gauge_llm::{Message, ResponseSchema};
+use gauge_chat_client::{Message, ResponseSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::{Completion, Generator, GeneratorConfig, GeneratorError};

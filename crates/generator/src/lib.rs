@@ -4,7 +4,7 @@
 //! A [`Generator`] is either the local Burn decoder (a GGUF file or a Hugging Face folder) or
 //! an OpenAI-compatible endpoint. Both take the same messages and [`GenerateOptions`], and
 //! both honour a [`ResponseSchema`] when the reply must be JSON: the endpoint through
-//! `response_format: json_schema` (with the `auto` fallback of [`gauge_llm::ChatClient`]),
+//! `response_format: json_schema` (with the `auto` fallback of [`gauge_chat_client::ChatClient`]),
 //! the local decoder by constrained decoding ([`gauge_decoder::constrain`]). Before a prompt
 //! is sent, [`Generator::fit`] counts its tokens against the model's context and shortens
 //! the context passages instead of letting the server fail.
@@ -17,14 +17,14 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use gauge_decoder::{DecoderError, GenerateOptions, LanguageModel, SchemaCompiler};
-use gauge_llm::{ChatClient, ChatConfig, LlmError, Message, ResponseSchema, RetryPolicy, Sampling};
+use gauge_chat_client::{ChatClient, ChatConfig, LlmError, Message, ResponseSchema, RetryPolicy, Sampling};
 use serde::{Deserialize, Serialize};
 
 /// Tokens kept free between the prompt, the reply budget and the context's end.
 pub const CONTEXT_MARGIN: usize = 16;
 
 /// Which model writes the replies.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GeneratorConfig {
     /// The Burn decoder: a GGUF file or a Hugging Face folder (or a name in the models directory).
@@ -73,11 +73,11 @@ pub fn model_entry(config: &GeneratorConfig) -> Result<Vec<gauge_core::FileEntry
     } else {
         gauge_core::hash::bytes_hash(std::fs::read_to_string(path.join("model.safetensors.index.json")).unwrap_or_default().as_bytes())
     };
-    let mut entries = vec![gauge_core::FileEntry { path: path.display().to_string(), name: "model".into(), hash, rows: None }];
+    let mut entries = vec![gauge_core::FileEntry::hashed("model", path.display(), hash)];
     if let Some(dir) = adapter {
         let weights = Path::new(dir).join("adapter_model.safetensors");
         let hash = gauge_core::hash::file_hash(&weights).map_err(|e| GeneratorError::Prompt(format!("adapter: {e} (pass a PEFT adapter folder, e.g. the adapter/ of a train-lora artifact)")))?;
-        entries.push(gauge_core::FileEntry { path: dir.clone(), name: "adapter".into(), hash, rows: None });
+        entries.push(gauge_core::FileEntry::hashed("adapter", dir, hash));
     }
     Ok(entries)
 }
@@ -333,7 +333,7 @@ impl Generator {
                 0
             }
         };
-        let cuts = gauge_llm::fit_passages(passages, budget, count).map_err(|e| GeneratorError::Prompt(format!("{e} (context {context} tokens, {reply_tokens} kept for the reply)")))?;
+        let cuts = gauge_chat_client::fit_passages(passages, budget, count).map_err(|e| GeneratorError::Prompt(format!("{e} (context {context} tokens, {reply_tokens} kept for the reply)")))?;
         if let Some(e) = failed.into_inner() {
             return Err(GeneratorError::Prompt(e));
         }
@@ -344,7 +344,7 @@ impl Generator {
     }
 
     /// How JSON replies were obtained, for manifests: constrained decoding (local), or the
-    /// endpoint's [`gauge_llm::StructuredStatus`].
+    /// endpoint's [`gauge_chat_client::StructuredStatus`].
     pub fn structured_status(&self) -> serde_json::Value {
         match &self.backend {
             Backend::Local { .. } => serde_json::json!({ "used": "constrained_decoding" }),

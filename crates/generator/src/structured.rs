@@ -2,7 +2,7 @@
 //! for a document of a schema (`synth-data`'s teacher, `evaluate`'s judge): the reply is
 //! parsed and checked; when that fails, the conversation is shown back to the model with what
 //! was wrong (the caller's repair message) and the second reply is the last chance.
-use gauge_llm::Message;
+use gauge_chat_client::Message;
 
 use crate::{Completion, GeneratorError};
 

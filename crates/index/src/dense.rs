@@ -10,7 +10,7 @@ use faiss::Index;
 use serde::{Deserialize, Serialize};
 
 /// Where faiss builds or searches: `cpu`, or `cuda` / `cuda:N` (feature `faiss-gpu`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "String", into = "String")]
 pub enum FaissDevice {
     /// faiss on the CPU (the default).

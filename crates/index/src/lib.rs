@@ -14,7 +14,7 @@ pub mod tokenizer;
 use std::path::{Path, PathBuf};
 
 use gauge_core::schema::{read_chunks, read_embeddings, ChunkRecord};
-use gauge_core::{FileEntry, Plan, Stage, StageRun};
+use gauge_core::{Plan, Stage, StageRun};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
 use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
@@ -29,7 +29,7 @@ pub const STAGE: &str = "index";
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Effective configuration of `index`, echoed into the manifest.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct IndexConfig {
     /// faiss factory string: `Flat` (exact inner product), `HNSW32`, `IVF{n},Flat`, `IVF{n},PQ{m}`.
@@ -44,6 +44,7 @@ pub struct IndexConfig {
     /// Index only this shard of the chunks (`i/n`, the partition `embed --shard` uses); the
     /// engine searches a set of shard indexes together (`query --index A --index B …`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub shard: Option<gauge_core::shard::Shard>,
 }
 
@@ -163,7 +164,7 @@ impl Stage for Index {
                 more.display(),
                 inputs.embeddings.display()
             );
-            entries.push(FileEntry { name: format!("embeddings.parquet:{}", entries.len() - 1), ..other.embeddings_entry });
+            entries.push(other.embeddings_entry.named(format!("embeddings.parquet:{}", entries.len() - 1)));
             paths.push(other.embeddings_path);
         }
         let echo = serde_json::json!({ "index": config, "embedder": embedder });

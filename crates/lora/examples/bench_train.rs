@@ -67,7 +67,7 @@ fn main() -> anyhow::Result<()> {
     let executed = useful + 2.0 * (proj + attn + lora);
     let (peak, peak_how) = gauge_core::machine::peak_f32_flops();
     let (base_bytes, kinds) = model.base_bytes();
-    let rss = gauge_lora::train::peak_rss_mib();
+    let rss = gauge_lora::run::peak_rss_mib();
     let trainable = params.count() as f64;
     if let Some(dir) = &check_dir {
         let adapter_dir = dir.join("adapter");

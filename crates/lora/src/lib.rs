@@ -24,10 +24,11 @@ pub mod train;
 pub mod merge;
 pub mod bert;
 pub mod retriever;
+pub mod run;
 
 pub use frozen::BaseStorage;
 pub use model::{LoraParams, LoraShape, Sequence, TrainableLlama};
-pub use retriever::{RetrieverConfig, Target};
+pub use run::{RetrieverConfig, Target};
 pub use train::{TrainConfig, TrainInputs, TrainLora};
 
 /// Errors of adapter training.

@@ -38,7 +38,7 @@ pub fn write_merged(base: &str, adapter: &LoraAdapter, template: &ChatTemplate, 
         tensors.push(("lm_head.weight".into(), vec![v, h], files.checkpoint.get("lm_head.weight", &[v, h])?));
     }
     std::fs::create_dir_all(dir)?;
-    crate::retriever::write_safetensors(&dir.join("model.safetensors"), &tensors)?;
+    crate::run::write_safetensors(&dir.join("model.safetensors"), &tensors)?;
     let mut config = serde_json::to_value(c)?;
     config["architectures"] = serde_json::json!(["LlamaForCausalLM"]);
     config["tie_word_embeddings"] = serde_json::json!(tied);

@@ -21,7 +21,7 @@
 //! Every page whose text was a positive goes into the manifest (`trained_pages`) and into
 //! `training_pages.json` beside the weights, so `evaluate` can keep to questions whose gold
 //! pages the model never saw as relevant.
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::activation::log_softmax;
@@ -30,96 +30,14 @@ use gauge_core::artifact::StageRun;
 use gauge_core::golden::GoldenQuestion;
 use gauge_core::schema::ChunkRecord;
 use gauge_encoder::device::Tensor;
-use serde::{Deserialize, Serialize};
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
 use crate::curve;
 use crate::steps::{optimise, StepOut, Trainee};
-use crate::train::{peak_rss_mib, sample, TrainConfig, TrainOptions, TrainSummary};
+use crate::run::{peak_rss_mib, sample, write_safetensors, TrainConfig, TrainInputs, TrainOptions, TrainSummary};
+pub use crate::run::{RerankLoss, RetrieverConfig, Target, TrainingPages, TuningKind, TRAINING_PAGES};
 use crate::LoraError;
-
-/// What `train-lora` trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Target {
-    /// A Llama-family decoder on chat SFT examples (PEFT `CAUSAL_LM` adapter).
-    #[default]
-    Generator,
-    /// A BERT sentence embedder, contrastive (PEFT `FEATURE_EXTRACTION` adapter or full model).
-    Embedder,
-    /// A BERT cross-encoder (`BertForSequenceClassification` folder).
-    Reranker,
-}
-
-impl Target {
-    /// Whether this is the default (kept out of serialised configs, so generator fingerprints
-    /// stay as they were).
-    pub fn is_generator(&self) -> bool {
-        *self == Target::Generator
-    }
-}
-
-/// LoRA or every weight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TuningKind {
-    /// LoRA adapters (rank `r`, `lora_alpha`, `target_modules`).
-    #[default]
-    Lora,
-    /// Full fine-tuning.
-    Full,
-}
-
-/// The reranker's loss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RerankLoss {
-    /// Softmax over the positive and its negatives, target the positive.
-    #[default]
-    Listwise,
-    /// Binary cross-entropy per pair (positive 1, negatives 0).
-    Bce,
-}
-
-/// Settings of the encoder targets (`[retriever]`; ignored by the generator target).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetrieverConfig {
-    /// LoRA or full fine-tuning.
-    pub tuning: TuningKind,
-    /// InfoNCE temperature (embedder).
-    pub temperature: f64,
-    /// Hard negatives per question.
-    pub hard_negatives: usize,
-    /// Hits of each retriever searched for hard negatives.
-    pub mine_depth: usize,
-    /// Reranker loss.
-    pub loss: RerankLoss,
-    /// Longest query in tokens (embedder).
-    pub max_query_tokens: usize,
-    /// Longest passage in tokens (embedder), or query + passage pair (reranker).
-    pub max_passage_tokens: usize,
-    /// Query prefix (default: the model family's).
-    pub query_prefix: Option<String>,
-    /// Passage prefix (default: the model family's).
-    pub passage_prefix: Option<String>,
-    /// Probability that an inverse-cloze question's sentence is cut from its positive.
-    pub ict_remove_sentence: f64,
-}
-
-impl Default for RetrieverConfig {
-    fn default() -> Self {
-        RetrieverConfig { tuning: TuningKind::Lora, temperature: 0.05, hard_negatives: 2, mine_depth: 30, loss: RerankLoss::Listwise, max_query_tokens: 64, max_passage_tokens: 256, query_prefix: None, passage_prefix: None, ict_remove_sentence: 0.9 }
-    }
-}
-
-impl RetrieverConfig {
-    /// Whether every field is the default (kept out of serialised generator configs).
-    pub fn is_default(&self) -> bool {
-        *self == RetrieverConfig::default()
-    }
-}
 
 /// One training question with its positive and mined negatives.
 #[derive(Debug, Clone)]
@@ -450,16 +368,6 @@ pub fn resolve_base(spec: &str) -> anyhow::Result<PathBuf> {
     Ok(source.dir)
 }
 
-/// Writes f32 tensors `(name, shape, values)` as a safetensors file (`format = pt`, as
-/// transformers writes it).
-pub(crate) fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> anyhow::Result<()> {
-    let blobs: Vec<(String, Vec<usize>, Vec<u8>)> = tensors.iter().map(|(n, s, v)| (n.clone(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = blobs.iter().map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("sizes match"))).collect();
-    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
-    safetensors::serialize_to_file(views, Some(meta), path)?;
-    Ok(())
-}
-
 /// Copies a folder recursively, leaving out every entry whose name `skip` accepts.
 pub(crate) fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(to).map_err(|e| anyhow::anyhow!("{}: {e}", to.display()))?;
@@ -510,22 +418,6 @@ pub fn save_model(model: &TrainableBert, params: &EncoderParams, base: &Path, di
     Ok(())
 }
 
-/// The pages list written beside the weights (`training_pages.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainingPages {
-    /// `embedder`, `reranker` or `generator`.
-    pub target: String,
-    /// The base model as named.
-    pub base: String,
-    /// Training questions.
-    pub questions: usize,
-    /// `source#page` of every page that was a positive.
-    pub pages: Vec<String>,
-}
-
-/// File name of [`TrainingPages`] in adapter and model folders.
-pub const TRAINING_PAGES: &str = "training_pages.json";
-
 /// Mean held-out loss over the dev examples in steps of `window`.
 fn eval_loss(model: &TrainableBert, params: &EncoderParams, dev: &[StepBatch], cfg: &RetrieverConfig) -> Result<Option<f64>, LoraError> {
     if dev.is_empty() {
@@ -573,7 +465,7 @@ impl Trainee for EncoderTrainee<'_> {
 }
 
 /// Trains an encoder target (called by the stage's build).
-pub fn train_encoder(inputs: &crate::train::TrainInputs, index: &Path, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
+pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
     let hold_out = &inputs.hold_out;
     let rc = &cfg.retriever;
     anyhow::ensure!(rc.temperature > 0.0, "retriever.temperature must be positive, got {}", rc.temperature);
@@ -582,7 +474,7 @@ pub fn train_encoder(inputs: &crate::train::TrainInputs, index: &Path, run: &mut
     let family = gauge_encoder::Family::detect(&format!("{} {}", cfg.base, base.display()));
     let prefixes = (rc.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()), rc.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()));
     let task = match cfg.target {
-        crate::retriever::Target::Reranker => EncoderTask::CrossEncoder,
+        Target::Reranker => EncoderTask::CrossEncoder,
         _ => {
             let sentence = gauge_encoder::config::SentenceConfig::from_dir(&base)?;
             EncoderTask::Embedder { pooling: sentence.pooling.unwrap_or(family.default_pooling()), normalize: if sentence.declared { sentence.normalize } else { true } }

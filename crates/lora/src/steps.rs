@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::curve::CurvePoint;
 use crate::optim::{clip_global_norm, learning_rate, AdamWState};
-use crate::train::{TrainConfig, TrainOptions, TrainSummary};
+use crate::run::{TrainConfig, TrainOptions, TrainSummary};
 
 /// Training progress kept in a checkpoint besides the parameters.
 pub struct Progress {

@@ -14,170 +14,17 @@ use gauge_core::artifact::StageRun;
 use gauge_core::stage::{Plan, Stage};
 use gauge_core::FileEntry;
 use gauge_decoder::ModelFiles;
-use serde::{Deserialize, Serialize};
 
 use crate::curve;
 use crate::data::{self, ReadStats};
-use crate::frozen::BaseStorage;
 use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
-use crate::optim::{AdamWConfig, Decay};
 use crate::steps::{optimise, StepOut, Trainee};
-use crate::retriever::{RetrieverConfig, Target};
+use crate::run::{peak_rss_mib, sample, TrainingPages, TRAINING_PAGES};
+pub use crate::run::{TrainConfig, TrainInputs, TrainOptions, TrainSummary, FORMAT_VERSION, STAGE};
 use crate::LoraError;
-
-/// Stage name (folder under the artifact root).
-pub const STAGE: &str = "train-lora";
-/// Output format version.
-pub const FORMAT_VERSION: u32 = 1;
-
-/// Every setting of a training run (echoed into the manifest and fingerprinted).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct TrainConfig {
-    /// What is trained: `generator` (default), `embedder` or `reranker`.
-    #[serde(skip_serializing_if = "Target::is_generator")]
-    pub target: Target,
-    /// The base: a GGUF file, a Hugging Face folder or a name in the models directory (for
-    /// `embedder` / `reranker`: a BERT folder or hub id, e.g. `sentence-transformers/all-MiniLM-L6-v2`).
-    pub base: String,
-    /// How the frozen base is held: `auto` (GGUF blocks as stored, NF4 for safetensors),
-    /// `nf4`, or `f32`.
-    pub base_storage: BaseStorage,
-    /// A Jinja chat template replacing the model's own (required when it has none).
-    pub chat_template: Option<String>,
-    /// LoRA rank.
-    pub r: usize,
-    /// LoRA alpha (scale `alpha / r`).
-    pub lora_alpha: f64,
-    /// Dropout on the adapters' input.
-    pub lora_dropout: f64,
-    /// Adapted projections (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`,
-    /// `down_proj`, or `all`).
-    pub target_modules: Vec<String>,
-    /// rsLoRA scaling (`alpha / √r`).
-    pub use_rslora: bool,
-    /// Peak learning rate.
-    pub learning_rate: f64,
-    /// AdamW settings.
-    pub adamw: AdamWConfig,
-    /// Linear warm-up steps.
-    pub warmup_steps: u64,
-    /// Decay after warm-up: `cosine`, `linear` or `constant`.
-    pub decay: Decay,
-    /// Passes over the training examples.
-    pub epochs: u32,
-    /// Stop after this many optimiser steps (`None`: all epochs).
-    pub max_steps: Option<u64>,
-    /// Sequences run together (each unpadded, in parallel threads on the CPU).
-    pub batch_size: usize,
-    /// Batches per optimiser step (the loss is token-weighted over the whole window).
-    pub grad_accum: usize,
-    /// Global gradient-norm clip (0: off).
-    pub max_grad_norm: f64,
-    /// Longest example in tokens (longer ones are skipped and counted).
-    pub max_seq_len: usize,
-    /// Train on at most this many examples (a seeded sample).
-    pub max_train_examples: Option<usize>,
-    /// Seed of initialisation, order and dropout.
-    pub seed: u64,
-    /// Held-out loss every N steps (and at the start and the end; 0: start and end only).
-    pub eval_every: u64,
-    /// Held-out examples evaluated (a seeded sample of the dev split).
-    pub eval_examples: usize,
-    /// Checkpoint every N steps (0: never).
-    pub checkpoint_every: u64,
-    /// Also write `merged/` (base + adapter as f32 safetensors, with config and tokenizer).
-    pub merge: bool,
-    /// Settings of the `embedder` and `reranker` targets.
-    #[serde(skip_serializing_if = "RetrieverConfig::is_default")]
-    pub retriever: RetrieverConfig,
-}
-
-impl Default for TrainConfig {
-    fn default() -> Self {
-        TrainConfig {
-            base: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
-            base_storage: BaseStorage::Auto,
-            chat_template: None,
-            r: 16,
-            lora_alpha: 16.0,
-            lora_dropout: 0.0,
-            target_modules: vec!["all".into()],
-            use_rslora: false,
-            learning_rate: 2e-4,
-            adamw: AdamWConfig::default(),
-            warmup_steps: 5,
-            decay: Decay::Cosine,
-            epochs: 1,
-            max_steps: None,
-            batch_size: 2,
-            grad_accum: 4,
-            max_grad_norm: 1.0,
-            max_seq_len: 1024,
-            max_train_examples: None,
-            seed: 0,
-            eval_every: 25,
-            eval_examples: 24,
-            checkpoint_every: 10,
-            merge: false,
-            target: Target::Generator,
-            retriever: RetrieverConfig::default(),
-        }
-    }
-}
-
-/// Run settings that do not change the result.
-#[derive(Debug, Clone)]
-pub struct TrainOptions {
-    /// `cpu`, `cuda`, `cuda:N`.
-    pub device: String,
-    /// Stop (as if killed) after this many steps of this invocation; for tests of resumption.
-    pub stop_after: Option<u64>,
-    /// Copy the adapter folder here after the run (or a cache hit).
-    pub copy_to: Option<PathBuf>,
-}
-
-impl Default for TrainOptions {
-    fn default() -> Self {
-        TrainOptions { device: "cpu".into(), stop_after: None, copy_to: None }
-    }
-}
-
-/// What a run did.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct TrainSummary {
-    /// Optimiser steps.
-    pub steps: u64,
-    /// Training examples used.
-    pub train_examples: usize,
-    /// Held-out loss before training.
-    pub dev_loss_start: Option<f64>,
-    /// Held-out loss after training.
-    pub dev_loss_end: Option<f64>,
-    /// Training tokens per second (forward + backward, all tokens).
-    pub tokens_per_second: f64,
-    /// Step it resumed from (0: fresh).
-    pub resumed_from_step: u64,
-}
 
 /// The stage.
 pub struct TrainLora;
-
-/// What `train-lora` reads.
-#[derive(Debug, Clone, Serialize)]
-pub struct TrainInputs {
-    /// A `synth-data` artifact directory (or one JSONL file).
-    pub data: PathBuf,
-    /// The index artifact the questions are about (encoder targets: positives and hard
-    /// negatives come from it).
-    pub index: Option<PathBuf>,
-    /// Golden sets whose gold pages are never trained on (encoder targets): a training
-    /// question sharing a page with them is dropped, so they stay fully evaluable.
-    pub hold_out: Vec<PathBuf>,
-    /// More question sets trained together with `data` (encoder targets): their training rows
-    /// join `data`'s, their held-out rows its held-out rows.
-    pub also: Vec<PathBuf>,
-}
 
 /// What the plan found.
 pub struct TrainState {
@@ -195,11 +42,11 @@ fn base_entry(spec: &str) -> anyhow::Result<FileEntry> {
         gauge_core::hash::bytes_hash(std::fs::read_to_string(&index).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); a model folder holds model.safetensors or its index", index.display()))?.as_bytes())
     };
     // The base as the config names it (a models-directory name stays a name, not this machine's path).
-    Ok(FileEntry { path: spec.to_string(), name: "base".into(), hash, rows: None })
+    Ok(FileEntry::hashed("base", spec, hash))
 }
 
 fn data_entry(path: &Path, name: &str) -> anyhow::Result<FileEntry> {
-    Ok(FileEntry { path: path.display().to_string(), name: name.into(), hash: gauge_core::hash::file_hash(path)?, rows: None })
+    Ok(FileEntry::file(name, path)?)
 }
 
 impl Stage for TrainLora {
@@ -225,7 +72,7 @@ impl Stage for TrainLora {
                 inputs.push(data_entry(d, "dev")?);
             }
             let (_, entry) = gauge_core::artifact::input_file(index, "manifest.json", "index")?;
-            inputs.push(FileEntry { name: "index".into(), ..entry });
+            inputs.push(entry.named("index"));
             for (k, a) in inputs_in.also.iter().enumerate() {
                 let (t, d) = crate::retriever::input_files(a)?;
                 inputs.push(data_entry(&t, &format!("also:{k}:train"))?);
@@ -235,10 +82,10 @@ impl Stage for TrainLora {
             }
             for (k, h) in inputs_in.hold_out.iter().enumerate() {
                 gauge_core::golden::load_golden(h)?;
-                inputs.push(FileEntry { path: h.display().to_string(), name: format!("hold_out:{k}"), hash: gauge_core::hash::file_hash(h)?, rows: None });
+                inputs.push(FileEntry::file(format!("hold_out:{k}"), h)?);
             }
             let base = crate::retriever::resolve_base(&cfg.base)?;
-            inputs.push(FileEntry { path: cfg.base.clone(), name: "base".into(), hash: gauge_core::hash::file_hash(&base.join("model.safetensors"))?, rows: None });
+            inputs.push(FileEntry::hashed("base", &cfg.base, gauge_core::hash::file_hash(&base.join("model.safetensors"))?));
             return Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed));
         }
         anyhow::ensure!(cfg.retriever.is_default(), "[retriever] settings are for --target embedder or reranker");
@@ -274,14 +121,6 @@ impl Stage for TrainLora {
     }
 }
 
-pub(crate) fn sample<T>(mut examples: Vec<T>, n: Option<usize>, seed: u64) -> Vec<T> {
-    if let Some(n) = n.filter(|&n| n < examples.len()) {
-        gauge_core::rng::SplitMix64::new(seed ^ 0xDA7A).shuffle(&mut examples);
-        examples.truncate(n);
-    }
-    examples
-}
-
 /// Mean held-out NLL per target token, in batches.
 fn eval_loss(model: &TrainableLlama, params: &LoraParams, dev: &[Sequence], batch: usize) -> Result<Option<(f64, u64)>, LoraError> {
     if dev.is_empty() {
@@ -294,14 +133,6 @@ fn eval_loss(model: &TrainableLlama, params: &LoraParams, dev: &[Sequence], batc
         n += k;
     }
     Ok((n > 0).then(|| (total / n as f64, n as u64)))
-}
-
-/// Peak resident memory of this process (Linux `VmHWM`), MiB.
-pub fn peak_rss_mib() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
 }
 
 /// The decoder with its adapter, as the shared loop trains it.
@@ -382,9 +213,9 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     // to questions whose gold pages the adapter never trained on.
     let pages = data::example_pages(&state.train_file)?;
     if !pages.is_empty() {
-        let record = crate::retriever::TrainingPages { target: "generator".into(), base: cfg.base.clone(), questions: train.len(), pages };
-        std::fs::write(run.path("adapter").join(crate::retriever::TRAINING_PAGES), serde_json::to_string_pretty(&record)?)?;
-        run.add_output(&format!("adapter/{}", crate::retriever::TRAINING_PAGES), None)?;
+        let record = TrainingPages { target: "generator".into(), base: cfg.base.clone(), questions: train.len(), pages };
+        std::fs::write(run.path("adapter").join(TRAINING_PAGES), serde_json::to_string_pretty(&record)?)?;
+        run.add_output(&format!("adapter/{}", TRAINING_PAGES), None)?;
     }
     curve::write_outputs(run, &progress.curve, &format!("train-lora: r {} alpha {} on {} examples, {} steps", cfg.r, cfg.lora_alpha, train.len(), total))?;
     if cfg.merge {

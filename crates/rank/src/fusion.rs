@@ -42,7 +42,7 @@ impl Candidate {
 }
 
 /// Score normalisation before weighted fusion.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Normalization {
     /// `(s - min) / (max - min)` per list (all equal → 1).
@@ -53,7 +53,7 @@ pub enum Normalization {
 }
 
 /// How ranked lists are combined.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fusion {
     /// The first non-empty list as it is.

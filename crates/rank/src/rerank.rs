@@ -13,7 +13,7 @@ pub trait Reranker: Send + Sync {
 }
 
 /// Which kind of reranker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RerankKind {
     /// A cross-encoder reading query and passage together (a sequence-classification folder).
@@ -27,7 +27,7 @@ pub enum RerankKind {
 
 /// Rerank settings: the model, how many fused candidates to read and how many to keep, and
 /// the text around query and passage.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RerankConfig {
     /// Cross-encoder or MaxSim.

@@ -28,7 +28,7 @@ use gauge_core::schema::{leaves_of, read_chunks, read_embeddings, write_chunks, 
 use gauge_core::{hash, Plan, Stage, StageRun};
 use gauge_generator::cache::{model_identity, CallCache};
 use gauge_generator::{Generator, GeneratorConfig};
-use gauge_llm::{Message, RetryPolicy};
+use gauge_chat_client::{Message, RetryPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Stage name.
@@ -39,7 +39,7 @@ pub const STAGE: &str = "raptor";
 pub const BUILTIN_TEMPLATE: &str = include_str!("../../../pipelines/prompts/raptor_summary.md");
 
 /// `raptor` settings, echoed into the manifest.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RaptorConfig {
     /// Wanted members per cluster: `⌈n / cluster_size⌉` clusters per level.

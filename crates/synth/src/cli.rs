@@ -121,7 +121,7 @@ impl StageCli for Synth {
         }
         let options = SynthOptions {
             concurrency: args.concurrency,
-            retry: gauge_llm::RetryPolicy {
+            retry: gauge_chat_client::RetryPolicy {
                 timeout: Duration::from_secs_f64(args.timeout_s),
                 max_retries: args.max_retries,
                 backoff_base: Duration::from_millis(args.backoff_ms),

@@ -105,7 +105,7 @@ pub struct Doc2QueryReply {
 
 /// The reply's JSON Schema: exactly `n` questions of 12 to 300 characters (a schema that
 /// allowed an empty list would get one from a small model).
-pub fn reply_schema(n: usize) -> gauge_llm::ResponseSchema {
+pub fn reply_schema(n: usize) -> gauge_chat_client::ResponseSchema {
     let schema = serde_json::json!({
         "type": "object",
         "properties": {
@@ -120,7 +120,7 @@ pub fn reply_schema(n: usize) -> gauge_llm::ResponseSchema {
         "required": ["questions"],
         "additionalProperties": false
     });
-    gauge_llm::ResponseSchema { name: "doc2query_reply".into(), schema }
+    gauge_chat_client::ResponseSchema { name: "doc2query_reply".into(), schema }
 }
 
 /// The prompt for one passage: the template with `{{examples}}` (one example question a

@@ -24,7 +24,7 @@ use gauge_core::schema::{read_chunks, ChunkRecord};
 use gauge_core::{Plan, Stage, StageRun};
 use gauge_decoder::GenerateOptions;
 use gauge_generator::{Generator, GeneratorConfig};
-use gauge_llm::{ChatConfig, Message, RetryPolicy, Usage};
+use gauge_chat_client::{ChatConfig, Message, RetryPolicy, Usage};
 use serde::{Deserialize, Serialize};
 
 pub use plan::Style;
@@ -310,7 +310,7 @@ pub struct Synth;
 /// The manifest entry of an index artifact (as `train-lora` records one).
 fn index_entry(index: &Path) -> anyhow::Result<gauge_core::FileEntry> {
     let (_, entry) = gauge_core::artifact::input_file(index, "manifest.json", "index")?;
-    Ok(gauge_core::FileEntry { name: "index".into(), ..entry })
+    Ok(entry.named("index"))
 }
 
 /// What `synth-data` reads.
@@ -401,14 +401,14 @@ impl Stage for Synth {
             let examples = match &inputs.from {
                 Some(f) => {
                     let ex = doc2query::read_examples(f, d.examples, cfg.seed)?;
-                    files.push(gauge_core::FileEntry { path: f.display().to_string(), name: "examples".into(), hash: gauge_core::hash::file_hash(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?, rows: Some(ex.len() as u64) });
+                    files.push(gauge_core::FileEntry::file("examples", f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?.with_rows(ex.len()));
                     ex
                 }
                 None => Vec::new(),
             };
             files.push(index_entry(index)?);
             files.extend(gauge_generator::model_entry(&d.generator)?);
-            files.push(gauge_core::FileEntry { path: path.display().to_string(), name: "prompt".into(), hash: gauge_core::hash::bytes_hash(template.as_bytes()), rows: None });
+            files.push(gauge_core::FileEntry::text("prompt", path.display(), &template));
             doc2query = Some(Doc2QueryPlan { template, examples, index: index.clone() });
         }
         let teacher_set = match (&inputs.from, &inputs.index) {
@@ -419,7 +419,7 @@ impl Stage for Synth {
                 anyhow::ensure!(cfg.sft.retrieval.k > 0, "sft.retrieval.k must be at least 1");
                 let records = teacher_set::read_teacher_set(from)?;
                 let hash = gauge_core::hash::file_hash(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
-                files.push(gauge_core::FileEntry { path: from.display().to_string(), name: "teacher_set".into(), hash, rows: Some(records.len() as u64) });
+                files.push(gauge_core::FileEntry::hashed("teacher_set", from.display(), hash).with_rows(records.len()));
                 files.push(index_entry(index)?);
                 Some((records, index.clone()))
             }
@@ -731,7 +731,7 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
         tokens += reply.completion_tokens;
         let questions = match format {
             doc2query::ReplyFormat::Lines => doc2query::parse_lines(&reply.text),
-            _ => match serde_json::from_str::<doc2query::Doc2QueryReply>(gauge_llm::json_payload(&reply.text)) {
+            _ => match serde_json::from_str::<doc2query::Doc2QueryReply>(gauge_chat_client::json_payload(&reply.text)) {
                 Ok(parsed) => parsed.questions,
                 Err(_) => Vec::new(),
             },

@@ -106,14 +106,14 @@ impl FourPhases {
 }
 
 /// The JSON Schema of [`TeacherReply`] as a `response_format`.
-pub fn reply_schema() -> gauge_llm::ResponseSchema {
-    gauge_llm::ResponseSchema::of::<TeacherReply>("teacher_reply")
+pub fn reply_schema() -> gauge_chat_client::ResponseSchema {
+    gauge_chat_client::ResponseSchema::of::<TeacherReply>("teacher_reply")
 }
 
 /// Parses and checks a reply: strict JSON (after unwrapping a fenced block), a question of at
 /// least 5 words, an answer, and every phase written.
 pub fn parse_reply(content: &str) -> Result<TeacherReply, String> {
-    let payload = gauge_llm::json_payload(content);
+    let payload = gauge_chat_client::json_payload(content);
     let r: TeacherReply = serde_json::from_str(payload).map_err(|e| format!("reply is not the JSON object asked for: {e}"))?;
     if r.question.split_whitespace().count() < 5 {
         return Err("`question` must be a full question (5 words or more)".into());

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 /// Endpoint settings (serde, with defaults). Holds the key's variable name, never the key.
 /// Sampling and length are per request ([`Sampling`]): they belong to the stage's own
 /// `generation` settings, shared with the local decoder.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChatConfig {
     /// Base URL up to `/v1` (the client appends `/chat/completions`).
@@ -33,7 +33,7 @@ pub struct ChatConfig {
 }
 
 /// How a reply that must be JSON is asked for.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
     /// `response_format: {"type": "json_schema", ...}` with the reply's JSON Schema (OpenAI,
