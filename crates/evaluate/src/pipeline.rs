@@ -111,6 +111,7 @@ struct PipelineFileSchema {
 /// One config of a pipeline (`[baseline]` or `[[variants]]`).
 #[derive(schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Config")]
 #[allow(dead_code)]
 struct ConfigRowSchema {
     /// Row name in the tables (unique).
@@ -149,7 +150,7 @@ pub fn json_schema() -> serde_json::Value {
     }
     optional_below_top(&mut schema, true);
     // Row names are required wherever a row is written.
-    if let Some(row) = schema.pointer_mut("/$defs/ConfigRowSchema") {
+    if let Some(row) = schema.pointer_mut("/$defs/Config") {
         row["required"] = serde_json::json!(["name"]);
     }
     schema

@@ -40,6 +40,7 @@ use crate::variant::{StageConfigs, Variant};
 
 /// How the space is searched.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "SearchStrategy")]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Every config of the space (refused when the grid is larger than `budget`).
