@@ -167,3 +167,28 @@ fn models_resolve_from_the_models_directory_whatever_the_working_directory() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("empty-models") && err.contains("just models") && err.trim().lines().count() == 1, "{err}");
 }
+
+#[test]
+fn an_index_under_a_non_utf8_folder_is_a_one_line_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, index) = gauge::markdown_index(tmp.path(), &[("a", "Brake tests happen in the yard before departure.")]);
+    // The same index artifact under a folder whose name is not UTF-8 (faiss takes C strings).
+    let odd = tmp.path().join(std::ffi::OsStr::from_bytes(b"idx-\xff"));
+    std::fs::create_dir_all(&odd).unwrap();
+    for e in std::fs::read_dir(&index).unwrap().flatten() {
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), odd.join(e.file_name())).unwrap();
+        } else {
+            let sub = odd.join(e.file_name());
+            std::fs::create_dir_all(&sub).unwrap();
+            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
+                std::fs::copy(f.path(), sub.join(f.file_name())).unwrap();
+            }
+        }
+    }
+    let out = std::process::Command::new(gauge::bin("query")).arg("--index").arg(&odd).arg("brake tests").arg("--no-bm25").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("UTF-8") && !err.contains("panicked"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -48,3 +48,26 @@ fn kill_9_before_commit_leaves_no_complete_directory() {
     assert_eq!(last_line(&forced), dir);
     assert_eq!(complete_dirs(&art, "extract").len(), 1);
 }
+
+#[test]
+fn a_force_run_killed_between_its_renames_loses_nothing() {
+    // `--force` moves the old artifact aside, then renames the new one in; a death between the
+    // two must not lose the old one (the next run puts it back).
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let corpus = gauge::write_markdown_corpus(tmp.path(), &[("a", "Some text about brakes and gates.")]);
+    let args = [corpus.to_str().unwrap(), "--artifacts", art.to_str().unwrap()];
+    let dir = last_line(&ok(run("extract", &args)));
+    let manifest = std::fs::read_to_string(Path::new(&dir).join("manifest.json")).unwrap();
+    let killed = Command::new(bin("extract")).args(args).arg("--force").env("GAUGE_NO_PROGRESS", "1").env("GAUGE_FAILPOINT", "commit-between-renames").output().unwrap();
+    assert!(!killed.status.success() && String::from_utf8_lossy(&killed.stderr).contains("failpoint"), "the failpoint did not fire: {}", String::from_utf8_lossy(&killed.stderr));
+    assert!(!Path::new(&dir).exists(), "the failpoint sits between the two renames");
+    let aside: Vec<_> = std::fs::read_dir(art.join("extract")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".old-")).collect();
+    assert_eq!(aside.len(), 1, "the old artifact is moved aside, not deleted");
+    // The next run finds it again: a cache hit on the very same artifact.
+    let again = ok(run("extract", &args));
+    assert_eq!(last_line(&again), dir);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("cache hit"), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(std::fs::read_to_string(Path::new(&dir).join("manifest.json")).unwrap(), manifest);
+    assert_eq!(complete_dirs(&art, "extract").len(), 1);
+}

@@ -285,7 +285,7 @@ impl StageRun {
         self.manifest.wall_seconds = self.started.elapsed().as_secs_f64();
         let manifest_path = self.path(MANIFEST_FILE);
         let text = serde_json::to_string_pretty(&self.manifest).expect("manifest serialises");
-        std::fs::write(&manifest_path, text + "\n").map_err(|e| CoreError::io(&manifest_path, e))?;
+        write_synced(&manifest_path, (text + "\n").as_bytes()).map_err(|e| CoreError::io(&manifest_path, e))?;
         fsync_dir(&self.tmp_dir);
         // Test hook: pause after everything is written but before the rename, so tests can
         // kill the process at the worst moment.
@@ -302,6 +302,9 @@ impl StageRun {
             ));
             std::fs::rename(&self.final_dir, &old).map_err(|e| CoreError::io(&self.final_dir, e))?;
             trash = Some(old);
+            // A death here leaves the old artifact as `.old-<fingerprint>-<pid>` and no
+            // `<fingerprint>`: the next run's cleanup puts it back (`remove_stale_temporaries`).
+            crate::failpoint("commit-between-renames");
         }
         std::fs::rename(&self.tmp_dir, &self.final_dir).map_err(|e| CoreError::io(&self.final_dir, e))?;
         if let Some(parent) = self.final_dir.parent() {
@@ -330,7 +333,91 @@ fn fsync_dir(dir: &Path) {
     }
 }
 
-/// Removes `.tmp-*`/`.old-*` directories left by runs whose process no longer exists.
+/// Copies a folder recursively, leaving out every entry whose name `skip` accepts.
+pub fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> Result<(), CoreError> {
+    std::fs::create_dir_all(to).map_err(|e| CoreError::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| CoreError::io(from, e))? {
+        let entry = entry.map_err(|e| CoreError::io(from, e))?;
+        let name = entry.file_name();
+        if skip(&name.to_string_lossy()) {
+            continue;
+        }
+        let dest = to.join(&name);
+        if entry.file_type().map_err(|e| CoreError::io(entry.path(), e))?.is_dir() {
+            copy_tree(&entry.path(), &dest, skip)?;
+        } else {
+            std::fs::copy(entry.path(), &dest).map_err(|e| CoreError::io(&dest, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the folder `dest` with a copy of `from` so that `dest` is at every moment either
+/// the old folder or the complete new one: the copy goes to `.tmp-<name>-<pid>` beside it
+/// (removed again when the copy fails), the old folder is moved to `.old-<name>-<pid>`, the copy
+/// renamed in, and the old one removed. A process that died between the two renames left its
+/// old folder aside: the next call (for the same `dest`) puts it back first, and removes dead
+/// processes' temporaries. (`dest` may hold dots: nothing is derived from its extension.)
+pub fn replace_dir_with_copy(from: &Path, dest: &Path) -> Result<(), CoreError> {
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = dest.file_name().ok_or_else(|| CoreError::Artifact { path: dest.to_path_buf(), message: "not a folder name".into() })?.to_string_lossy().to_string();
+    std::fs::create_dir_all(&parent).map_err(|e| CoreError::io(&parent, e))?;
+    // What a dead process left for this destination.
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for entry in entries.flatten() {
+            let n = entry.file_name().to_string_lossy().to_string();
+            for (prefix, recover) in [(format!(".old-{name}-"), true), (format!(".tmp-{name}-"), false)] {
+                let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
+                if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+                    continue;
+                }
+                if recover && !dest.exists() && std::fs::rename(entry.path(), dest).is_ok() {
+                    continue;
+                }
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let tmp = parent.join(format!(".tmp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    if let Err(e) = copy_tree(from, &tmp, &|_| false) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    fsync_dir(&tmp);
+    let old = parent.join(format!(".old-{name}-{}", std::process::id()));
+    let had_old = dest.exists();
+    if had_old {
+        std::fs::rename(dest, &old).map_err(|e| CoreError::io(dest, e))?;
+        crate::failpoint("replace-between-renames");
+    }
+    if let Err(e) = std::fs::rename(&tmp, dest) {
+        if had_old {
+            let _ = std::fs::rename(&old, dest);
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(CoreError::io(dest, e));
+    }
+    fsync_dir(&parent);
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
+}
+
+/// Writes a file and flushes it to the disk before returning.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Cleans up after runs whose process no longer exists: removes their `.tmp-*` directories,
+/// and an `.old-<fingerprint>-<pid>` (an artifact a `--force` run had moved aside) is put back
+/// as `<fingerprint>` when that process died before its new artifact took the place, else
+/// removed.
 fn remove_stale_temporaries(stage_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
     for entry in entries.flatten() {
@@ -344,9 +431,19 @@ fn remove_stale_temporaries(stage_dir: &Path) {
             Some(pid) => Path::new("/proc").is_dir() && Path::new(&format!("/proc/{pid}")).exists(),
             None => false,
         };
-        if !alive {
-            let _ = std::fs::remove_dir_all(entry.path());
+        if alive {
+            continue;
         }
+        if let Some(rest) = name.strip_prefix(".old-") {
+            let fingerprint = rest.rsplit_once('-').map_or(rest, |(f, _)| f);
+            let home = stage_dir.join(fingerprint);
+            if !home.exists() && entry.path().join(MANIFEST_FILE).is_file() && std::fs::rename(entry.path(), &home).is_ok() {
+                tracing::warn!("{}: recovered the artifact a killed --force run had moved aside", home.display());
+                fsync_dir(stage_dir);
+                continue;
+            }
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
     }
 }
 
@@ -437,6 +534,60 @@ mod tests {
         // A different config is a different directory.
         let other = serde_json::json!({"size": 4});
         assert!(matches!(store.begin(spec(&other), false).unwrap(), StageOutcome::Run(_)));
+    }
+
+    #[test]
+    fn an_artifact_moved_aside_by_a_dead_force_run_is_put_back() {
+        let root = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({"size": 3});
+        let StageOutcome::Run(mut run) = store.begin(spec(&config), false).unwrap() else { panic!("expected a run") };
+        std::fs::write(run.path("out.txt"), "hello").unwrap();
+        run.add_output("out.txt", None).unwrap();
+        let dir = run.commit().unwrap();
+        // What a --force run that died between its two renames leaves (pid 4000000000: no such process).
+        let aside = dir.with_file_name(format!(".old-{}-4000000000", dir.file_name().unwrap().to_string_lossy()));
+        std::fs::rename(&dir, &aside).unwrap();
+        assert!(matches!(store.begin(spec(&config), false).unwrap(), StageOutcome::CacheHit(d) if d == dir));
+        assert!(!aside.exists() && dir.join("out.txt").is_file());
+        // When the new artifact did take its place, the one aside is only removed.
+        let spare = dir.with_file_name(format!(".old-{}-4000000000", dir.file_name().unwrap().to_string_lossy()));
+        copy_dir(&dir, &spare);
+        assert!(matches!(store.begin(spec(&config), false).unwrap(), StageOutcome::CacheHit(_)));
+        assert!(!spare.exists());
+    }
+
+    #[test]
+    fn a_folder_is_replaced_whole_and_recovered_after_a_death_between_renames() {
+        let root = tempfile::tempdir().unwrap();
+        let (src, dest) = (root.path().join("src"), root.path().join("adapters/v1.2"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/a.txt"), "new").unwrap();
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::write(dest.join("old.txt"), "old").unwrap();
+        // A sibling whose name a `with_extension` would have produced is not touched.
+        let sibling = root.path().join("adapters/v1.partial");
+        std::fs::create_dir_all(&sibling).unwrap();
+        replace_dir_with_copy(&src, &dest).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
+        assert!(!dest.join("old.txt").exists() && sibling.exists());
+        assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "no temporaries left");
+        // A dead process's old folder moved aside comes back; its temporary goes.
+        std::fs::rename(&dest, root.path().join("adapters/.old-v1.2-4000000000")).unwrap();
+        std::fs::create_dir_all(root.path().join("adapters/.tmp-v1.2-4000000000")).unwrap();
+        std::fs::write(src.join("sub/a.txt"), "newer").unwrap();
+        std::fs::remove_dir_all(src.join("sub")).unwrap();
+        // A copy that fails (its source is gone) leaves the recovered folder in place.
+        assert!(replace_dir_with_copy(&root.path().join("nope"), &dest).is_err());
+        assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "nothing left beside it");
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
     }
 
     #[test]

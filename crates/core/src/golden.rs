@@ -506,9 +506,12 @@ fn read_parquet(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
                 message: format!("`gold` is not a JSON list of {{source, page}} or {{source, char_start, char_end}}: {e}"),
             })?,
         };
+        let required = |v: &Option<String>, what: &str| {
+            v.clone().filter(|s| !s.trim().is_empty()).ok_or_else(|| GoldenError::Row { path: p.clone(), line: i + 1, message: format!("`{what}` is null or empty") })
+        };
         out.push(GoldenQuestion {
-            qid: qids[i].clone().unwrap_or_default(),
-            question: questions[i].clone().unwrap_or_default(),
+            qid: required(&qids[i], "qid")?,
+            question: required(&questions[i], "question")?,
             gold: g,
             keywords: keywords.as_ref().map(|k| k[i].clone()).unwrap_or_default(),
             reference_answer: answers.as_ref().and_then(|a| a[i].clone()),
@@ -612,6 +615,17 @@ mod tests {
         crate::table::write_parquet(&bad, std::sync::Arc::new(schema), vec![std::sync::Arc::new(StringArray::from(vec!["a"])) as ArrayRef]).unwrap();
         let e = load_golden(&bad).unwrap_err().to_string();
         assert!(e.contains("bad.parquet") && e.contains("`question`"), "{e}");
+        // A null qid is an error naming its row, not a question with id "".
+        let nulls = dir.path().join("nulls.parquet");
+        let schema = Schema::new(vec![Field::new("qid", DataType::Utf8, true), Field::new("question", DataType::Utf8, true), Field::new("gold", DataType::Utf8, true)]);
+        let cols: Vec<ArrayRef> = vec![
+            std::sync::Arc::new(StringArray::from(vec![Some("a"), None])),
+            std::sync::Arc::new(StringArray::from(vec!["q one", "q two"])),
+            std::sync::Arc::new(StringArray::from(vec![r#"[{"source":"x.pdf","page":4}]"#, r#"[{"source":"x.pdf","page":5}]"#])),
+        ];
+        crate::table::write_parquet(&nulls, std::sync::Arc::new(schema), cols).unwrap();
+        let e = load_golden(&nulls).unwrap_err().to_string();
+        assert!(e.contains("nulls.parquet") && e.contains("qid"), "{e}");
     }
 
     #[test]

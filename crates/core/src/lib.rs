@@ -115,3 +115,13 @@ pub fn run_main(stage: &str, body: impl FnOnce() -> anyhow::Result<()>) {
         std::process::exit(1);
     }
 }
+
+/// A crash-test hook: when the environment variable `GAUGE_FAILPOINT` names this point, the
+/// process aborts here (as a `kill -9` would stop it), so tests can prove that a death between
+/// two steps loses nothing. Costs one environment lookup when unset.
+pub fn failpoint(name: &str) {
+    if std::env::var("GAUGE_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("gauge: failpoint `{name}`: aborting");
+        std::process::abort();
+    }
+}

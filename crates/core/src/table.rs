@@ -45,7 +45,17 @@ pub fn read_parquet(path: &Path, expected: &Schema) -> Result<RecordBatch, CoreE
     for batch in reader {
         batches.push(batch.map_err(|e| perr(e.to_string()))?);
     }
-    arrow::compute::concat_batches(&schema, &batches).map_err(|e| perr(e.to_string()))
+    let batch = arrow::compute::concat_batches(&schema, &batches).map_err(|e| perr(e.to_string()))?;
+    // A column gauge declares non-null must hold no null (read as "" or 0 it would hide bad data).
+    for field in expected.fields().iter().filter(|f| !f.is_nullable()) {
+        if let Some(col) = batch.column_by_name(field.name()) {
+            if col.null_count() > 0 {
+                let row = (0..col.len()).find(|&i| col.is_null(i)).unwrap_or(0);
+                return Err(CoreError::Schema { path: path.to_path_buf(), message: format!("column `{}` has {} nulls (first at row {}); it must hold a value on every row", field.name(), col.null_count(), row + 1) });
+            }
+        }
+    }
+    Ok(batch)
 }
 
 /// Reads a whole Parquet table into one batch, whatever its columns.
@@ -141,5 +151,24 @@ impl<'a> Columns<'a> {
     /// Whether the batch has a column.
     pub fn has(&self, name: &str) -> bool {
         self.batch.column_by_name(name).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nulls_in_a_column_declared_non_null_are_refused() {
+        use arrow::array::{ArrayRef, StringArray};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.parquet");
+        let loose = Schema::new(vec![Field::new("qid", DataType::Utf8, true)]);
+        write_parquet(&path, std::sync::Arc::new(loose.clone()), vec![std::sync::Arc::new(StringArray::from(vec![Some("a"), None])) as ArrayRef]).unwrap();
+        assert_eq!(read_parquet(&path, &loose).unwrap().num_rows(), 2);
+        let strict = Schema::new(vec![Field::new("qid", DataType::Utf8, false)]);
+        let e = read_parquet(&path, &strict).unwrap_err().to_string();
+        assert!(e.contains("t.parquet") && e.contains("`qid` has 1 nulls (first at row 2)"), "{e}");
     }
 }

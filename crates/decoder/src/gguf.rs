@@ -178,6 +178,9 @@ impl Cursor<'_> {
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| DecoderError::file(path, "a GGUF string is not UTF-8".into()))
     }
     fn value(&mut self, ty: u32) -> Result<Value, DecoderError> {
+        self.value_at(ty, 0)
+    }
+    fn value_at(&mut self, ty: u32, depth: usize) -> Result<Value, DecoderError> {
         Ok(match ty {
             0 => Value::U64(self.take(1)?[0] as u64),
             1 => Value::I64(self.take(1)?[0] as i8 as i64),
@@ -189,11 +192,15 @@ impl Cursor<'_> {
             7 => Value::Bool(self.take(1)?[0] != 0),
             8 => Value::Str(self.string()?),
             9 => {
+                // Arrays of arrays exist; deeper nesting is a corrupt file (and would exhaust the stack).
+                if depth >= 4 {
+                    return Err(DecoderError::file(self.path, "GGUF metadata arrays nested more than 4 deep (corrupt file?)".into()));
+                }
                 let item = self.u32()?;
                 let n = self.u64()? as usize;
                 let mut items = Vec::with_capacity(n.min(1 << 20));
                 for _ in 0..n {
-                    items.push(self.value(item)?);
+                    items.push(self.value_at(item, depth + 1)?);
                 }
                 Value::Array(items)
             }
@@ -229,9 +236,16 @@ impl Gguf {
         for _ in 0..n_tensors {
             let name = c.string()?;
             let n_dims = c.u32()? as usize;
+            // ggml tensors have at most 4 dimensions (GGML_MAX_DIMS).
+            if n_dims > 4 {
+                return Err(DecoderError::file(path, format!("tensor `{name}` has {n_dims} dimensions; GGUF tensors have at most 4 (corrupt file?)")));
+            }
             let mut dims = Vec::with_capacity(n_dims);
             for _ in 0..n_dims {
                 dims.push(c.u64()? as usize);
+            }
+            if dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > bytes.len().saturating_mul(8)) {
+                return Err(DecoderError::file(path, format!("tensor `{name}` has dimensions {dims:?}, more elements than the file could hold (corrupt file?)")));
             }
             let ty_id = c.u32()?;
             let ty = GgmlType::from_id(ty_id).ok_or_else(|| DecoderError::file(path, format!("tensor `{name}` has ggml type {ty_id}, which gauge does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)")))?;
@@ -241,7 +255,7 @@ impl Gguf {
         let alignment = metadata.get("general.alignment").and_then(Value::as_u64).unwrap_or(32) as usize;
         let data_start = c.pos.div_ceil(alignment) * alignment;
         for (name, t) in &tensors {
-            if data_start + t.offset + t.n_bytes() > bytes.len() {
+            if data_start.checked_add(t.offset).and_then(|o| o.checked_add(t.n_bytes())).is_none_or(|end| end > bytes.len()) {
                 return Err(DecoderError::file(path, format!("tensor `{name}` runs past the end of the file (truncated download?)")));
             }
         }
@@ -357,8 +371,74 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A GGUF v3 file: metadata `kv` (key, type id, value bytes) and tensor infos (name, dims,
+    /// ggml type id, offset), then `data`.
+    pub(crate) fn gguf_file(kv: &[(&str, u32, Vec<u8>)], tensors: &[(&str, Vec<u64>, u32, u64)], data: &[u8]) -> Vec<u8> {
+        let s = |x: &str| [(x.len() as u64).to_le_bytes().to_vec(), x.as_bytes().to_vec()].concat();
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend((kv.len() as u64).to_le_bytes());
+        for (k, ty, v) in kv {
+            b.extend(s(k));
+            b.extend(ty.to_le_bytes());
+            b.extend(v);
+        }
+        for (name, dims, ty, offset) in tensors {
+            b.extend(s(name));
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+        }
+        while !b.len().is_multiple_of(32) {
+            b.push(0);
+        }
+        b.extend(data);
+        b
+    }
+
+    pub(crate) fn open_bytes(bytes: &[u8]) -> Result<Gguf, DecoderError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        std::fs::write(&path, bytes).unwrap();
+        Gguf::open(&path)
+    }
+
+    #[test]
+    fn corrupt_tensor_infos_are_one_line_errors_not_panics() {
+        let ok = gguf_file(&[], &[("w", vec![4, 2], 0, 0)], &[0u8; 32]);
+        assert_eq!(open_bytes(&ok).unwrap().tensors["w"].len(), 8);
+        // 5 dimensions (and a count that would reserve terabytes).
+        for n_dims in [5u32, u32::MAX] {
+            let mut bad = gguf_file(&[], &[("w", vec![4, 2], 0, 0)], &[0u8; 32]);
+            let at = 4 + 4 + 8 + 8 + 8 + 1;
+            bad[at..at + 4].copy_from_slice(&n_dims.to_le_bytes());
+            let e = open_bytes(&bad).err().expect("refused").to_string();
+            assert!(e.contains("dimensions"), "{e}");
+        }
+        // Dimensions whose product overflows, or is far beyond the file.
+        for dims in [vec![u64::MAX, 4], vec![1 << 40, 1 << 30]] {
+            let e = open_bytes(&gguf_file(&[], &[("w", dims, 0, 0)], &[0u8; 32])).err().expect("refused").to_string();
+            assert!(e.contains("more elements than the file"), "{e}");
+        }
+        // An offset near usize::MAX does not wrap around.
+        let e = open_bytes(&gguf_file(&[], &[("w", vec![4, 2], 0, u64::MAX - 8)], &[0u8; 32])).err().expect("refused").to_string();
+        assert!(e.contains("runs past the end"), "{e}");
+        // Arrays nested without end.
+        let mut nested = Vec::new();
+        for _ in 0..64 {
+            nested.extend(9u32.to_le_bytes());
+            nested.extend(1u64.to_le_bytes());
+        }
+        nested.extend(4u32.to_le_bytes());
+        nested.extend(0u64.to_le_bytes());
+        let e = open_bytes(&gguf_file(&[("x", 9, nested)], &[], &[])).err().expect("refused").to_string();
+        assert!(e.contains("nested"), "{e}");
+    }
 
     fn f16_bytes(x: f32) -> [u8; 2] {
         half::f16::from_f32(x).to_le_bytes()

@@ -38,6 +38,9 @@ pub fn from_gguf(g: &Gguf) -> Result<Tokenizer, DecoderError> {
     let tokens: Vec<&str> = g.get("tokenizer.ggml.tokens").and_then(Value::as_array).ok_or_else(|| err("no tokenizer.ggml.tokens".into()))?.iter().map(|v| v.as_str().unwrap_or("")).collect();
     let merges: Vec<&str> = g.get("tokenizer.ggml.merges").and_then(Value::as_array).map(|a| a.iter().map(|v| v.as_str().unwrap_or("")).collect()).unwrap_or_default();
     let types: Vec<u64> = g.get("tokenizer.ggml.token_type").and_then(Value::as_array).map(|a| a.iter().map(|v| v.as_u64().unwrap_or(1)).collect()).unwrap_or_default();
+    if types.len() > tokens.len() {
+        return Err(err(format!("tokenizer.ggml.token_type has {} entries for {} tokens (corrupt file?)", types.len(), tokens.len())));
+    }
     let vocab: serde_json::Map<String, serde_json::Value> = tokens.iter().enumerate().map(|(i, t)| (t.to_string(), json!(i))).collect();
     // Control (3) and user-defined (4) tokens are matched whole, before the pre-tokenizer.
     let added: Vec<serde_json::Value> = types
@@ -62,4 +65,40 @@ pub fn from_gguf(g: &Gguf) -> Result<Tokenizer, DecoderError> {
         },
     });
     Tokenizer::from_bytes(serde_json::to_vec(&spec).expect("spec serialises")).map_err(|e| err(format!("cannot build the tokenizer: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::gguf::tests::{gguf_file, open_bytes};
+
+    fn strings(items: &[&str]) -> Vec<u8> {
+        let mut b = 8u32.to_le_bytes().to_vec();
+        b.extend((items.len() as u64).to_le_bytes());
+        for s in items {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn more_token_types_than_tokens_is_an_error_not_a_panic() {
+        let model = [4u64.to_le_bytes().to_vec(), b"gpt2".to_vec()].concat();
+        let mut types = 5u32.to_le_bytes().to_vec(); // i32 items
+        types.extend(3u64.to_le_bytes());
+        for t in [1i32, 3, 3] {
+            types.extend(t.to_le_bytes());
+        }
+        let g = open_bytes(&gguf_file(&[("tokenizer.ggml.model", 8, model.clone()), ("tokenizer.ggml.tokens", 9, strings(&["a", "b"])), ("tokenizer.ggml.token_type", 9, types)], &[], &[])).unwrap();
+        let e = super::from_gguf(&g).expect_err("refused").to_string();
+        assert!(e.contains("token_type has 3 entries for 2 tokens"), "{e}");
+        // Two types for two tokens build.
+        let mut types = 5u32.to_le_bytes().to_vec();
+        types.extend(2u64.to_le_bytes());
+        for t in [1i32, 3] {
+            types.extend(t.to_le_bytes());
+        }
+        let g = open_bytes(&gguf_file(&[("tokenizer.ggml.model", 8, model), ("tokenizer.ggml.tokens", 9, strings(&["a", "b"])), ("tokenizer.ggml.token_type", 9, types)], &[], &[])).unwrap();
+        assert!(super::from_gguf(&g).is_ok());
+    }
 }

@@ -895,32 +895,8 @@ pub fn config_for(v: &crate::pipeline::Variant, q: &GoldenQuestion) -> gauge_eng
     cfg
 }
 
-/// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder).
+/// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder; the old
+/// copy stays until the new one is in place).
 pub fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
-    let parent = dest.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
-    let tmp = parent.join(format!(".tmp-{}-{}", dest.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    copy_tree(dir, &tmp)?;
-    let old = parent.join(format!(".old-{}-{}", dest.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
-    if dest.exists() {
-        std::fs::rename(dest, &old)?;
-    }
-    std::fs::rename(&tmp, dest).with_context(|| format!("{}: cannot move the results into place", dest.display()))?;
-    let _ = std::fs::remove_dir_all(&old);
-    Ok(())
-}
-
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target).with_context(|| format!("{}: cannot copy", target.display()))?;
-        }
-    }
-    Ok(())
+    gauge_core::artifact::replace_dir_with_copy(dir, dest).with_context(|| format!("{}: cannot move the results into place", dest.display()))
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use gauge_answer::{AnswerConfig, GeneratorConfig};
 use gauge_core::golden::{GoldItem, GoldenQuestion};
-use gauge_core::table::{read_parquet_any, Columns};
+use gauge_core::table::Columns;
 use gauge_decoder::GenerateOptions;
 use serde::{Deserialize, Serialize};
 
@@ -126,9 +126,12 @@ pub struct AnsweredQuestion {
     pub finish_reason: String,
 }
 
-/// Reads an `answers.parquet`.
+/// Reads an `answers.parquet` (its `qid`, `answer`, `refused` and `citations` columns checked
+/// first; a citation that is not `{source, page_start, page_end, verified}` is an error naming
+/// the row).
 pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
-    let batch = read_parquet_any(path)?;
+    let required: Vec<gauge_core::schema::ColumnDoc> = gauge_core::schema::ANSWER_COLUMNS.iter().filter(|c| ["qid", "answer", "refused", "citations"].contains(&c.name)).copied().collect();
+    let batch = gauge_core::table::read_parquet(path, &gauge_core::schema::arrow_schema(&required))?;
     let c = Columns::new(&batch);
     let (qid, answer, refused, cites) = (c.strings_required("qid"), c.strings_required("answer"), c.bools("refused"), c.strings_required("citations"));
     let n = batch.num_rows();
@@ -137,11 +140,15 @@ pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
     let finish = if c.has("finish_reason") { c.strings_required("finish_reason") } else { vec![String::new(); n] };
     (0..batch.num_rows())
         .map(|i| {
-            let list: Vec<serde_json::Value> = serde_json::from_str(&cites[i])?;
+            let bad = |what: String| anyhow::anyhow!("{}: row {} (`{}`): {what}", path.display(), i + 1, qid[i]);
+            let list: Vec<serde_json::Value> = serde_json::from_str(&cites[i]).map_err(|e| bad(format!("`citations` is not a JSON list ({e})")))?;
             let citations = list
                 .iter()
-                .map(|v| (v["source"].as_str().unwrap_or_default().to_string(), v["page_start"].as_i64().unwrap_or(0) as i32, v["page_end"].as_i64().unwrap_or(0) as i32, v["verified"].as_bool().unwrap_or(false)))
-                .collect();
+                .map(|v| match (v["source"].as_str(), v["page_start"].as_i64(), v["page_end"].as_i64(), v["verified"].as_bool()) {
+                    (Some(s), Some(a), Some(b), Some(ok)) => Ok((s.to_string(), a as i32, b as i32, ok)),
+                    _ => Err(bad(format!("citation {v} is not {{source, page_start, page_end, verified}}"))),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
             Ok(AnsweredQuestion { qid: qid[i].clone(), answer: answer[i].clone(), refused: refused[i], citations, completion_tokens: tokens[i], seconds: seconds[i], finish_reason: finish[i].clone() })
         })
         .collect()
@@ -327,6 +334,33 @@ pub fn metric_rows_in(config: &str, category: &str, metrics: &[(&'static str, &'
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_answers_table_is_an_error_naming_it_not_a_panic() {
+        use arrow::array::{ArrayRef, BooleanArray, StringArray};
+        use arrow::datatypes::{DataType, Field, Schema};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, cites: Option<&str>| {
+            let path = dir.path().join(name);
+            let mut fields = vec![Field::new("qid", DataType::Utf8, false), Field::new("answer", DataType::Utf8, false), Field::new("refused", DataType::Boolean, false)];
+            let mut cols: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec!["q1"])), Arc::new(StringArray::from(vec!["yes [a.pdf, p. 3]"])), Arc::new(BooleanArray::from(vec![false]))];
+            if let Some(c) = cites {
+                fields.push(Field::new("citations", DataType::Utf8, false));
+                cols.push(Arc::new(StringArray::from(vec![c])));
+            }
+            gauge_core::table::write_parquet(&path, Arc::new(Schema::new(fields)), cols).unwrap();
+            path
+        };
+        let good = read_answers(&write("good.parquet", Some(r#"[{"source":"a.pdf","page_start":3,"page_end":3,"verified":true}]"#))).unwrap();
+        assert_eq!(good[0].citations, vec![("a.pdf".to_string(), 3, 3, true)]);
+        let e = read_answers(&write("no-citations.parquet", None)).unwrap_err().to_string();
+        assert!(e.contains("no-citations.parquet") && e.contains("citations"), "{e}");
+        let e = read_answers(&write("bad-citation.parquet", Some(r#"[{"source":"a.pdf"}]"#))).unwrap_err().to_string();
+        assert!(e.contains("bad-citation.parquet") && e.contains("row 1") && e.contains("q1"), "{e}");
+        let e = read_answers(&write("not-json.parquet", Some("[a.pdf p3]"))).unwrap_err().to_string();
+        assert!(e.contains("not a JSON list"), "{e}");
+    }
 
     #[test]
     fn metrics_by_hand() {

@@ -112,8 +112,12 @@ impl CallCache {
         let parent = path.parent().expect("sharded path");
         std::fs::create_dir_all(parent).map_err(|e| io(e, parent))?;
         let tmp = parent.join(format!(".{key}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, serde_json::to_string_pretty(call).expect("call serialises")).map_err(|e| io(e, &tmp))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io(e, &path))?;
+        let written = std::fs::write(&tmp, serde_json::to_string_pretty(call).expect("call serialises")).map_err(|e| io(e, &tmp)).and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| io(e, &path)));
+        if written.is_err() {
+            // Nothing half-written stays behind (a full disk, a read-only folder).
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written?;
         Ok(())
     }
 
@@ -234,5 +238,13 @@ mod tests {
         // A corrupt entry is a miss, not an error.
         std::fs::write(shard.join(format!("{k}.json")), "{not json").unwrap();
         assert!(cache.get(&k).is_none());
+        // A store whose rename fails (the entry's place is taken by a folder) is an error and
+        // leaves no temporary file.
+        let k2 = CallCache::key("model-c", &m, &opts(), None);
+        let shard2 = dir.path().join("calls").join(&k2[..2]);
+        std::fs::create_dir_all(shard2.join(format!("{k2}.json")).join("blocker")).unwrap();
+        assert!(cache.put(&k2, &call).is_err());
+        let left: Vec<String> = std::fs::read_dir(&shard2).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).filter(|n| n.ends_with(".tmp")).collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

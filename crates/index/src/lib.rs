@@ -186,7 +186,9 @@ impl Stage for Index {
 
         let t = std::time::Instant::now();
         let dense = dense::build(&emb.vectors, emb.dim, &config.faiss, config.device)?;
-        faiss::write_index(&dense, run.path("dense.faiss").to_str().expect("utf-8 path")).map_err(dense::faiss_err)?;
+        let faiss_path = run.path("dense.faiss");
+        let utf8 = faiss_path.to_str().ok_or_else(|| anyhow::anyhow!("{}: faiss writes only UTF-8 paths; use an --artifacts folder whose name is UTF-8", faiss_path.display()))?;
+        faiss::write_index(&dense, utf8).map_err(dense::faiss_err)?;
         run.set_stat("faiss_build_seconds", t.elapsed().as_secs_f64());
         run.add_output("dense.faiss", Some(chunks.len() as u64))?;
 

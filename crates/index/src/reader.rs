@@ -79,7 +79,8 @@ impl IndexReader {
     pub fn open(dir: &Path) -> anyhow::Result<IndexReader> {
         let (manifest, settings) = IndexManifest::read(dir)?;
         let faiss_path = dir.join("dense.faiss");
-        let dense = faiss::read_index(faiss_path.to_str().expect("utf-8 path")).map_err(|e| anyhow::anyhow!("{}: {e}", faiss_path.display()))?;
+        let utf8 = faiss_path.to_str().ok_or_else(|| anyhow::anyhow!("{}: faiss reads only UTF-8 paths; move the index to a folder whose name is UTF-8", faiss_path.display()))?;
+        let dense = faiss::read_index(utf8).map_err(|e| anyhow::anyhow!("{}: {e}", faiss_path.display()))?;
         let bm25 = tantivy::Index::open_in_dir(dir.join("bm25")).map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("bm25").display()))?;
         crate::register_tokenizer(&bm25, settings.index.stemming);
         let chunks = read_chunks(&dir.join("chunks.parquet"))?;

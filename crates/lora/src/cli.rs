@@ -81,17 +81,13 @@ pub struct TrainArgs {
 }
 
 impl StageCli for TrainLora {
-    /// `--copy-to`: the adapter folder copied (through a temporary folder) where pipelines read it.
+    /// `--copy-to`: the adapter folder copied where pipelines read it (the old one stays until
+    /// the new one is complete).
     fn after(built: &Built<TrainSummary>, options: &TrainOptions) -> anyhow::Result<()> {
         let Some(dest) = &options.copy_to else { return Ok(()) };
-        let tmp = dest.with_extension("partial");
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
         // The run's deliverable: adapter/ (generator, embedder with LoRA) or model/ (reranker, full tuning).
         let from = ["adapter", "model"].iter().map(|d| built.dir.join(d)).find(|d| d.is_dir()).ok_or_else(|| anyhow::anyhow!("{}: no adapter/ or model/ to copy", built.dir.display()))?;
-        crate::retriever::copy_tree(&from, &tmp, &|_| false)?;
-        let _ = std::fs::remove_dir_all(dest);
-        std::fs::rename(&tmp, dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
+        gauge_core::artifact::replace_dir_with_copy(&from, dest)?;
         Ok(())
     }
 

@@ -368,29 +368,11 @@ pub fn resolve_base(spec: &str) -> anyhow::Result<PathBuf> {
     Ok(source.dir)
 }
 
-/// Copies a folder recursively, leaving out every entry whose name `skip` accepts.
-pub(crate) fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to).map_err(|e| anyhow::anyhow!("{}: {e}", to.display()))?;
-    for entry in std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if skip(&name.to_string_lossy()) {
-            continue;
-        }
-        let dest = to.join(&name);
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &dest, skip)?;
-        } else {
-            std::fs::copy(entry.path(), &dest).map_err(|e| anyhow::anyhow!("{}: {e}", dest.display()))?;
-        }
-    }
-    Ok(())
-}
-
 /// Copies a model folder's files except its weights (config, tokenizer, sentence-transformers
 /// modules and pooling).
 fn copy_model_files(from: &Path, to: &Path) -> anyhow::Result<()> {
-    copy_tree(from, to, &|n| n.ends_with(".safetensors") || n.ends_with(".bin") || n.ends_with(".onnx") || n.starts_with('.') || n == "onnx" || n == "openvino" || n == "README.md")
+    gauge_core::artifact::copy_tree(from, to, &|n| n.ends_with(".safetensors") || n.ends_with(".bin") || n.ends_with(".onnx") || n.starts_with('.') || n == "onnx" || n == "openvino" || n == "README.md")?;
+    Ok(())
 }
 
 /// Writes a whole model folder: the base folder's files (config, tokenizer, and for an

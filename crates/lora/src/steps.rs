@@ -70,8 +70,11 @@ pub(crate) fn load_checkpoint(dir: &Path, tensors: &mut [&mut Vec<f32>]) -> anyh
         m.push(read(format!("m.{k}"))?);
         v.push(read(format!("v.{k}"))?);
     }
-    let adam = AdamWState { step: meta["adam_step"].as_u64().unwrap_or(0), m, v };
-    Ok(Some(Progress { step: meta["step"].as_u64().unwrap_or(0), adam, curve: serde_json::from_value(meta["curve"].clone())?, seconds: meta["seconds"].as_f64().unwrap_or(0.0), tokens: meta["tokens"].as_u64().unwrap_or(0) }))
+    // Weights without their step would resume a trained adapter at step 0 (its schedule and
+    // data order restarted): a checkpoint missing either is refused.
+    let count = |k: &str| meta[k].as_u64().ok_or_else(|| anyhow::anyhow!("{}: the training state has no `{k}`; delete it to start over", path.display()));
+    let adam = AdamWState { step: count("adam_step")?, m, v };
+    Ok(Some(Progress { step: count("step")?, adam, curve: serde_json::from_value(meta["curve"].clone())?, seconds: meta["seconds"].as_f64().unwrap_or(0.0), tokens: meta["tokens"].as_u64().unwrap_or(0) }))
 }
 
 /// Seeded order of epoch `epoch`.
@@ -209,4 +212,32 @@ pub fn optimise(model: &mut impl Trainee, n_train: usize, cfg: &TrainConfig, opt
     }
     pb.finish_and_clear();
     Ok(Trained { progress, steps: total, resumed_from })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_without_its_step_is_refused_not_resumed_at_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let weights = vec![0.5f32; 4];
+        let progress = Progress { step: 7, adam: AdamWState { step: 7, m: vec![vec![0.1; 4]], v: vec![vec![0.2; 4]] }, curve: Vec::new(), seconds: 1.0, tokens: 10 };
+        save_checkpoint(dir.path(), &[&weights], &progress).unwrap();
+        let mut back = vec![0.0f32; 4];
+        let got = load_checkpoint(dir.path(), &mut [&mut back]).unwrap().unwrap();
+        assert_eq!((got.step, got.adam.step, &back), (7, 7, &weights));
+        // The same file with `step` taken out of its state.
+        let path = dir.path().join(CHECKPOINT);
+        let bytes = std::fs::read(&path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        let mut state: serde_json::Value = serde_json::from_str(&header.metadata().as_ref().unwrap()["state"]).unwrap();
+        state.as_object_mut().unwrap().remove("step");
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = st.tensors().into_iter().collect();
+        let data = safetensors::serialize(views, Some(HashMap::from([("state".to_string(), state.to_string())]))).unwrap();
+        std::fs::write(&path, data).unwrap();
+        let e = load_checkpoint(dir.path(), &mut [&mut back]).err().expect("refused").to_string();
+        assert!(e.contains("no `step`") && e.contains("delete it"), "{e}");
+    }
 }
