@@ -51,6 +51,10 @@ docs:
     command -v mdbook >/dev/null 2>&1 || cargo install mdbook --locked --version 0.4.52
     out=$(mdbook build docs 2>&1) || { echo "$out"; exit 1; }; echo "$out"; ! echo "$out" | grep -E "WARN|ERROR"
 
+# Mutation fuzzing of every parser of user files (GGUF, chat templates, golden sets, pipelines, PEFT folders) for SECONDS each, from a fresh seed; a crash is saved under target/fuzz-failures/ (`just test` runs a short fixed-seed pass).
+fuzz seconds="600": setup models
+    GAUGE_FUZZ_SECONDS={{seconds}} cargo test --release --test fuzz -- --nocapture --test-threads 2
+
 # Clippy over every crate and target, warnings as errors (CI runs it).
 lint:
     cargo clippy --release --workspace --all-targets -- -D warnings

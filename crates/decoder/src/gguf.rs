@@ -216,6 +216,11 @@ impl Gguf {
     /// Reads a GGUF file (v2 or v3).
     pub fn open(path: &Path) -> Result<Gguf, DecoderError> {
         let bytes = std::fs::read(path).map_err(|e| DecoderError::file(path, format!("cannot read ({e})")))?;
+        Gguf::from_bytes(path, bytes)
+    }
+
+    /// Reads a GGUF file already in memory (`path` names it in errors).
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Gguf, DecoderError> {
         let mut c = Cursor { bytes: &bytes, pos: 0, path };
         if c.take(4)? != b"GGUF" {
             return Err(DecoderError::file(path, "not a GGUF file (no GGUF magic)".into()));
