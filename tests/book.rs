@@ -179,7 +179,7 @@ fn the_your_own_corpus_tutorial_works_as_written() {
     let section = &readme[readme.find("## Your own corpus").expect("the README's own-corpus section")..];
     let toml_start = section.find("```toml\n").expect("the README's pipeline") + "```toml\n".len();
     let pipeline: String = section[toml_start..toml_start + section[toml_start..].find("```").unwrap()].lines().map(|l| format!("{}\n", l.trim_start())).collect();
-    assert!(blocks[2].contains(&pipeline), "the README's pipeline differs from the tutorial's:\n{pipeline}");
+    assert!(blocks[2].contains(pipeline.trim_end()), "the README's pipeline differs from the tutorial's:\n{pipeline}");
     assert!(section.contains("./just.sh ablate data/my-study/my-study.toml") && blocks[2].contains("./just.sh ablate data/my-study/my-study.toml"));
     let study = root.join("data/my-study");
     assert!(!study.exists(), "{} exists: the tutorial test writes there; move it away", study.display());
