@@ -98,7 +98,7 @@ ablate pipeline="pipelines/fra.toml" *flags="": setup models
 search pipeline="pipelines/fra-search.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} --eval-dir {{eval_dir}} {{flags}}
 
-# The LLM layers on the FRA dev set with the local SmolLM2: query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact: ~47 min cold), each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
+# The LLM layers on the FRA dev set with the local SmolLM2: query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact: ~22 min cold on 2 cores), each row paired with the row it changes → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
 ablate-llm: setup models
     {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}
 
