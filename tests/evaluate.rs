@@ -183,7 +183,7 @@ fn ablation_tables_agree_with_an_independent_judgement_and_rerun_identically() {
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().to_string())
-            .find(|f| f.starts_with(&format!("{ci:02}-")) && f.ends_with(".run"))
+            .find(|f| f.starts_with(&format!("{ci:02}-")) && f.ends_with(".run") && !f.ends_with(".items.run"))
             .unwrap_or_else(|| panic!("no TREC run for {c}"))
             .trim_end_matches(".run")
             .to_string();
