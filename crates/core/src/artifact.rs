@@ -371,7 +371,7 @@ pub fn replace_dir_with_copy(from: &Path, dest: &Path) -> Result<(), CoreError> 
             let n = entry.file_name().to_string_lossy().to_string();
             for (prefix, recover) in [(format!(".old-{name}-"), true), (format!(".tmp-{name}-"), false)] {
                 let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
-                if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+                if process_alive(pid) {
                     continue;
                 }
                 if recover && !dest.exists() && std::fs::rename(entry.path(), dest).is_ok() {
@@ -406,6 +406,12 @@ pub fn replace_dir_with_copy(from: &Path, dest: &Path) -> Result<(), CoreError> 
     Ok(())
 }
 
+/// Whether the process that named a temporary folder is still running (this one, or a live
+/// `/proc/<pid>`; without `/proc` every other process counts as gone).
+fn process_alive(pid: u32) -> bool {
+    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Writes a file and flushes it to the disk before returning.
 pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
@@ -426,12 +432,7 @@ fn remove_stale_temporaries(stage_dir: &Path) {
             continue;
         }
         let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
-        let alive = match pid {
-            Some(pid) if pid == std::process::id() => true,
-            Some(pid) => Path::new("/proc").is_dir() && Path::new(&format!("/proc/{pid}")).exists(),
-            None => false,
-        };
-        if alive {
+        if pid.is_some_and(process_alive) {
             continue;
         }
         if let Some(rest) = name.strip_prefix(".old-") {
