@@ -21,7 +21,7 @@ running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 
 case "$action" in
   start)
-    if running && up; then echo "$url"; exit 0; fi
+    if running && up; then python3 scripts/loopback_check.py "$(cat "$pidfile")" >&2; echo "$url"; exit 0; fi
     if up; then echo "llm-server: port $port is taken by another process; set GAUGE_LLM_PORT" >&2; exit 1; fi
     model=models/SmolLM2-135M-Instruct.Q4_1.gguf
     [ -f "$model" ] || { echo "llm-server: $model missing; run \`just models\`" >&2; exit 1; }
@@ -37,6 +37,8 @@ case "$action" in
       rm -f "$pidfile"
       exit 1
     fi
+    # Loopback only: the server must not be reachable from, or announce itself on, another interface.
+    python3 scripts/loopback_check.py "$(cat "$pidfile")" >&2 || { kill "$(cat "$pidfile")"; rm -f "$pidfile"; exit 1; }
     echo "$url"
     ;;
   stop)

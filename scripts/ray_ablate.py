@@ -15,8 +15,14 @@ every node mounts (`--artifacts`, NFS or local), or on an object store (`--remot
 prefix`, `gs://…`, `file://…`): then each task pulls the artifacts it reads into a node-local
 mirror, runs the stage there, and pushes what it built, manifest last (`artifact-store`); the
 head pulls everything before `evaluate`.
+
+Without a cluster address (no --address, no RAY_ADDRESS, no cluster already running here) the
+launcher starts a local one whose nodes announce themselves on 127.0.0.1 and checks that they
+do: tasks, objects and heartbeats stay on loopback. A real cluster keeps the addresses its
+nodes were started with (`ray start --head --node-ip-address=…`).
 """
 import argparse
+import ipaddress
 import json
 import os
 import subprocess
@@ -24,7 +30,48 @@ import sys
 import tempfile
 import time
 
-import ray
+# Ray turns 127.0.0.1 into the machine's first interface address wherever it resolves "this
+# node" (a bootstrap address, a node started without one); its switch for single-machine use
+# (the default on macOS and Windows) makes that the loopback address instead. It is read when
+# `ray` is imported, so it is set here, before the import, for a launcher that will use a local
+# cluster; with a cluster address Ray's own resolution is kept.
+LOOPBACK_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def uses_local_cluster(argv, environ):
+    """True when the launcher was given no cluster address (no --address, no RAY_ADDRESS)."""
+    return not environ.get("RAY_ADDRESS") and not any(a == "--address" or a.startswith("--address=") for a in argv)
+
+
+if __name__ == "__main__" and uses_local_cluster(sys.argv[1:], os.environ):
+    os.environ.setdefault(*LOOPBACK_ENV)
+
+import ray  # noqa: E402
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def local_cluster(num_cpus=None, object_store_mib=512):
+    """A Ray cluster on this machine whose head announces itself on 127.0.0.1 (Ray's default is
+    the address of the machine's first network interface). Add worker nodes with
+    `cluster.add_node(node_ip_address=LOOPBACK, …)`; the processes stop when Python exits."""
+    from ray.cluster_utils import Cluster
+    return Cluster(initialize_head=True, head_node_args={
+        "node_ip_address": LOOPBACK,
+        "num_cpus": num_cpus or os.cpu_count(),
+        "object_store_memory": object_store_mib * 1024 * 1024,
+    })
+
+
+def assert_loopback_nodes():
+    """Fails unless every live node of the connected cluster has an address in 127.0.0.0/8;
+    returns the addresses."""
+    addrs = [n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]]
+    outside = [a for a in addrs if not ipaddress.ip_address(a).is_loopback]
+    if outside:
+        raise RuntimeError(f"Ray nodes on {', '.join(outside)}, outside loopback: a local cluster must announce 127.0.0.1")
+    return addrs
 
 
 def run_stage(bin_dir, workdir, artifacts, remote, task, *deps):
@@ -85,7 +132,7 @@ def launch(pipeline, bin_dir, artifacts, eval_dir, workdir, gpus_per_embed=0.0, 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pipeline", nargs="?", default="pipelines/fra.toml")
-    ap.add_argument("--address", default=os.environ.get("RAY_ADDRESS", "auto"), help="Ray cluster address (default: RAY_ADDRESS, else a running local cluster, else a new local one)")
+    ap.add_argument("--address", default=os.environ.get("RAY_ADDRESS", "auto"), help="Ray cluster address (default: RAY_ADDRESS, else a running local cluster, else a new local one on 127.0.0.1)")
     ap.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gauge-target")), "release"))
     ap.add_argument("--artifacts", default="artifacts")
     ap.add_argument("--eval-dir", default="eval")
@@ -96,7 +143,11 @@ def main():
     try:
         ray.init(address=a.address, log_to_driver=True)
     except ConnectionError:
-        ray.init(log_to_driver=True)
+        if a.address != "auto":
+            raise
+        cluster = local_cluster()  # noqa: F841 (kept alive until exit)
+        ray.init(address=cluster.address, log_to_driver=True)
+        print(f"ray-ablate: started a local cluster on {', '.join(assert_loopback_nodes())}", file=sys.stderr)
     print(launch(a.pipeline, os.path.abspath(a.bin), os.path.abspath(a.artifacts), os.path.abspath(a.eval_dir), workdir, a.gpus_per_embed, remote=a.remote))
 
 

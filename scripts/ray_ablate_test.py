@@ -7,10 +7,12 @@ A small Markdown corpus and golden set are written to a temporary folder; the pi
 hybrid baseline, a dense config embedding in 3 shards (`embed_shards = 3`) and a config with
 other chunking, so the DAG shares extract, fans out embed shards and builds three indexes.
 The cluster is Ray's own multi-node test harness (`ray.cluster_utils.Cluster`: a head and a
-worker, each a real raylet with its own processes, on this machine).
+worker, each a real raylet with its own processes, on this machine), both nodes on 127.0.0.1:
+the test fails if any node, or any node a task ran on, has an address outside 127.0.0.0/8.
 """
 import glob
 import hashlib
+import ipaddress
 import os
 import subprocess
 import sys
@@ -19,10 +21,11 @@ import threading
 import time
 
 import pyarrow.parquet as pq
-import ray
-from ray.cluster_utils import Cluster
 
 sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # ray_ablate.LOOPBACK_ENV, before Ray is imported
+import ray  # noqa: E402
+import loopback_check  # noqa: E402
 import ray_ablate  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -65,6 +68,23 @@ chunk = {{ strategy = "recursive", size = 200, overlap = 20, filters = {{ min_ch
     return pipeline
 
 
+@ray.remote(num_cpus=1)
+def node_address():
+    """The address of the node this task ran on."""
+    return ray.util.get_node_ip_address()
+
+
+def ray_listening_sockets():
+    """(pid, address, port) of every TCP socket a Ray process on this machine listens on (GCS,
+    raylets, object managers, dashboard, workers); fails if one is outside loopback."""
+    pids = subprocess.run(["pgrep", "-f", "gcs_server|raylet|dashboard|ray::|default_worker"], capture_output=True, text=True).stdout.split()
+    found = [(pid, addr, port) for pid in pids for addr, port in loopback_check.listening(pid)]
+    outside = [f"{addr}:{port} (pid {pid})" for pid, addr, port in found if not loopback_check.is_loopback(addr)]
+    assert found, "no listening Ray socket found: the check would prove nothing"
+    assert not outside, f"Ray listens outside loopback: {', '.join(outside)}"
+    return found
+
+
 def artifact_dirs(root):
     return sorted(d for d in glob.glob(os.path.join(root, "*", "*")) if os.path.isdir(d) and not os.path.basename(d).startswith("."))
 
@@ -84,10 +104,14 @@ def main():
     pipeline = write_inputs(tmp)
     ray_art, ray_eval = os.path.join(tmp, "ray-artifacts"), os.path.join(tmp, "ray-eval")
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    worker = cluster.add_node(num_cpus=2)
+    cluster = ray_ablate.local_cluster(num_cpus=1, object_store_mib=150)
+    worker = cluster.add_node(num_cpus=2, node_ip_address=ray_ablate.LOOPBACK)
     ray.init(address=cluster.address)
-    assert len([n for n in ray.nodes() if n["Alive"]]) == 2, ray.nodes()
+    nodes = ray_ablate.assert_loopback_nodes()
+    assert len(nodes) == 2, ray.nodes()
+    where = ray.get([node_address.remote() for _ in range(6)])
+    assert all(ipaddress.ip_address(a).is_loopback for a in where), f"tasks ran on {where}, outside loopback"
+    sockets = ray_listening_sockets()
 
     def kill_worker():
         # Once the first embed artifact has committed, the worker node dies; the tasks it was
@@ -135,12 +159,13 @@ def main():
     ray_ablate.launch(pipeline, BIN, ray_art, ray_eval, tmp)
     rerun = time.time() - t0
     assert artifact_dirs(ray_art) == before
+    ray_ablate.assert_loopback_nodes()
     ray.shutdown()
     try:
         cluster.shutdown()
     except AttributeError:
         pass  # the killed node's handle has no processes left to stop
-    print(f"ray-test: passed in {time.time() - started:.1f} s (Ray run {ray_seconds:.1f} s with a worker killed, rerun {rerun:.1f} s, {len(same)} files byte-identical to the single-machine run)")
+    print(f"ray-test: passed in {time.time() - started:.1f} s (nodes on {', '.join(sorted(set(nodes)))}, {len(sockets)} listening sockets on loopback; Ray run {ray_seconds:.1f} s with a worker killed, rerun {rerun:.1f} s, {len(same)} files byte-identical to the single-machine run)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ log=$(mktemp)
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/" > /dev/null 2>&1 && break; sleep 0.5; done
+python3 scripts/loopback_check.py "$pid" >&2  # the S3 server listens on loopback only
 export AWS_ENDPOINT="http://127.0.0.1:$port" AWS_ACCESS_KEY_ID=gauge AWS_SECRET_ACCESS_KEY=gauge AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
 "$venv/bin/python" -c "import boto3; boto3.client('s3', endpoint_url='$AWS_ENDPOINT', region_name='us-east-1', aws_access_key_id='gauge', aws_secret_access_key='gauge').create_bucket(Bucket='gauge')"
 GAUGE_S3_URL="s3://gauge/test-$(date +%s)" cargo test --release --test object_store -- --include-ignored

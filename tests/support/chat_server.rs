@@ -153,7 +153,10 @@ impl ChatServer {
 
     fn start_with_models(models: Option<serde_json::Value>, script: impl Fn(usize, &Received) -> Reply + Send + Sync + 'static) -> ChatServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a local port");
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
+        // Loopback only: a scripted endpoint must not be reachable from another interface.
+        assert!(addr.ip().is_loopback(), "the scripted chat server listens on {addr}, outside loopback");
+        let url = format!("http://{addr}/v1");
         let received = Arc::new(Mutex::new(Vec::new()));
         let script: Arc<Script> = Arc::new(script);
         let rec = received.clone();
