@@ -23,6 +23,7 @@ struct Row {
     passages: serde_json::Value,
     citations: serde_json::Value,
     n: (i32, i32, i32),
+    prompt_tokens: i32,
     completion_tokens: i32,
 }
 
@@ -30,7 +31,7 @@ fn rows(dir: &str) -> Vec<Row> {
     let batch = read_parquet_any(&PathBuf::from(dir).join("answers.parquet")).unwrap();
     let c = Columns::new(&batch);
     let (answer, refused, passages, citations) = (c.strings_required("answer"), c.bools("refused"), c.strings_required("passages"), c.strings_required("citations"));
-    let (nc, nv, ni, ct) = (c.i32s("n_citations"), c.i32s("n_verified"), c.i32s("n_invented"), c.i32s("completion_tokens"));
+    let (nc, nv, ni, pt, ct) = (c.i32s("n_citations"), c.i32s("n_verified"), c.i32s("n_invented"), c.i32s("prompt_tokens"), c.i32s("completion_tokens"));
     (0..batch.num_rows())
         .map(|i| Row {
             answer: answer[i].clone(),
@@ -38,6 +39,7 @@ fn rows(dir: &str) -> Vec<Row> {
             passages: serde_json::from_str(&passages[i]).unwrap(),
             citations: serde_json::from_str(&citations[i]).unwrap(),
             n: (nc[i], nv[i], ni[i]),
+            prompt_tokens: pt[i],
             completion_tokens: ct[i],
         })
         .collect()
@@ -142,10 +144,26 @@ fn the_local_decoder_answers_from_a_gguf_and_a_rerun_is_a_cache_hit() {
     let r = &rows(&dir)[0];
     assert!(!r.refused && !r.answer.is_empty());
     assert!((1..=12).contains(&r.completion_tokens), "{}", r.completion_tokens);
-    assert_eq!(r.n.0, r.n.1 + r.n.2);
     let again = ok(run("answer", &args));
     assert_eq!(last_line(&again), dir);
     assert!(String::from_utf8_lossy(&again.stderr).contains("cache hit"));
+    // Greedy decoding: 24 new tokens continue the 12 (the 12-token answer is a prefix of the
+    // 24-token one), so the generation does not depend on its length budget.
+    let with = |k: &str, tokens: &str| {
+        let mut a = args.to_vec();
+        let n = a.len();
+        a[n - 3] = k;
+        a[n - 1] = tokens;
+        rows(&last_line(&ok(run("answer", &a)))).remove(0)
+    };
+    let longer = with("2", "24");
+    assert!(longer.completion_tokens >= r.completion_tokens, "{} < {}", longer.completion_tokens, r.completion_tokens);
+    assert!(longer.answer.starts_with(r.answer.trim_end()), "12 tokens: {:?}\n24 tokens: {:?}", r.answer, longer.answer);
+    // The passages are in the prompt: one passage fewer, fewer prompt tokens, and the passages
+    // recorded are the ones given.
+    let one = with("1", "12");
+    assert_eq!((one.passages.as_array().unwrap().len(), r.passages.as_array().unwrap().len()), (1, 2));
+    assert!(one.prompt_tokens + 10 < r.prompt_tokens, "prompt tokens with 1 passage {} vs 2 passages {}", one.prompt_tokens, r.prompt_tokens);
 }
 
 #[test]

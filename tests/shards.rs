@@ -5,7 +5,7 @@
 //! arguments are one-line errors.
 use std::path::{Path, PathBuf};
 
-use gauge::{last_line, ok, repo_root, run};
+use gauge::{last_line, ok, refused, refused_arguments, repo_root, run};
 
 const SUBJECTS: [&str; 6] = ["Gate arms", "Flashing lights", "Crossing bells", "Track circuits", "Tank cars", "Bridge walkways"];
 const RULES: [&str; 5] = [
@@ -92,10 +92,7 @@ fn sharded_embeddings_and_indexes_match_the_unsharded_build() {
     assert_eq!(top[0].0, want[0].0);
 
     // Bad input: a shard past the count, a missing shard, the same shard twice.
-    let bad = run("embed", &[&chunks, "--model", m, "--shard", "3/3", "--artifacts", a]);
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("below the count"), "{}", String::from_utf8_lossy(&bad.stderr));
-    let bad = run("index", &["--embeddings", &shards[0], "--embeddings", &shards[1], "--artifacts", a]);
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("pass every shard"), "{}", String::from_utf8_lossy(&bad.stderr));
-    let bad = run("query", &["--index", refs[0], "--index", refs[0], "x"]);
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("pass each shard once"), "{}", String::from_utf8_lossy(&bad.stderr));
+    refused_arguments(&run("embed", &[&chunks, "--model", m, "--shard", "3/3", "--artifacts", a]), "shard 3/3: the index must be below the count");
+    refused(&run("index", &["--embeddings", &shards[0], "--embeddings", &shards[1], "--artifacts", a]), "pass every shard");
+    refused(&run("query", &["--index", refs[0], "--index", refs[0], "x"]), "pass each shard once");
 }

@@ -23,6 +23,9 @@ const DOCS: [(&str, &str); 8] = [
     ("signals", "A red signal means stop before the signal. A yellow signal means approach and be prepared to stop. The engineer calls each signal aloud to the crew. A missing signal aspect is treated as the most restrictive one."),
 ];
 
+/// The smallest relative drop of the reranker's held-out loss accepted after 12 steps.
+const RERANKER_DROP: f64 = 0.1;
+
 fn fixture() -> PathBuf {
     shared().join("fixtures/tiny-bert-cross-encoder")
 }
@@ -128,10 +131,13 @@ fn embedder_and_reranker_train_resume_and_load_in_the_pipeline() {
     assert_eq!(r["passages"].as_array().unwrap().len(), 3);
 
     // Reranker: a Hugging Face cross-encoder folder the Burn cross-encoder and `query` load.
-    let run_r = PathBuf::from(last_line(&ok(train(&data, &b.index, &tmp.path().join("r"), "reranker", &["--set", "retriever.hard_negatives=2"]))));
+    // Trained on synth-data's training questions and measured on its held-out ones (other
+    // pages: the split is by page group): the held-out loss falls by at least RERANKER_DROP.
+    let run_r = PathBuf::from(last_line(&ok(train(&b.synth, &b.index, &tmp.path().join("r"), "reranker", &["--set", "retriever.hard_negatives=2"]))));
     let rm = manifest(&run_r);
     let (rs, re) = (rm["stats"]["dev_loss_start"].as_f64().unwrap(), rm["stats"]["dev_loss_end"].as_f64().unwrap());
-    assert!(re < rs, "reranker loss {rs} → {re}");
+    eprintln!("reranker held-out loss {rs:.4} → {re:.4}");
+    assert!(re <= rs * (1.0 - RERANKER_DROP), "reranker held-out loss {rs} → {re}: less than a {:.0} % drop", RERANKER_DROP * 100.0);
     let model_dir = run_r.join("model");
     let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(model_dir.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["architectures"][0], "BertForSequenceClassification");

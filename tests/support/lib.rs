@@ -47,6 +47,28 @@ pub fn ok(out: Output) -> Output {
     out
 }
 
+/// Asserts a refusal of bad input: exit status 1, and stderr ending in one line
+/// `<binary>: error: …` that contains `needle`; returns that line.
+pub fn refused(out: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "expected exit status 1 for bad input; stderr:\n{err}");
+    let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    assert!(line.contains(": error: "), "the last stderr line is not a one-line error: {line:?}\nstderr:\n{err}");
+    assert!(line.contains(needle), "the error does not say {needle:?}: {line}");
+    line.to_string()
+}
+
+/// Asserts a command line refused by the argument parser (clap): exit status 2, and the first
+/// stderr line `error: …` containing `needle`; returns that line.
+pub fn refused_arguments(out: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "expected exit status 2 for a bad argument; stderr:\n{err}");
+    let line = err.lines().next().unwrap_or_default();
+    assert!(line.starts_with("error: "), "the first stderr line is not the parser's error: {line:?}\nstderr:\n{err}");
+    assert!(line.contains(needle), "the error does not say {needle:?}: {line}");
+    line.to_string()
+}
+
 /// Complete (non-hidden) artifact directories of a stage under a root.
 pub fn complete_dirs(root: &Path, stage: &str) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(root.join(stage)) else { return Vec::new() };

@@ -65,29 +65,50 @@ fn init_matches_the_fixture_and_peft_bounds() {
     let model = load();
     let recs = records();
     let cfg = &recs[0];
-    let params = fixed_params(&model);
-    for m in &params.modules {
-        for (which, t) in [("A", &m.a), ("B", &m.b)] {
-            let want = floats(&cfg["init_first8"][key(m, which)]);
-            let got: Vec<f64> = if which == "A" { t[..8].iter().map(|&x| x as f64).collect() } else { t[..8].iter().map(|&x| x as f64).collect() };
-            for (g, w) in got.iter().zip(&want) {
-                assert!((g - w).abs() <= 1e-7, "{} {which}: {g} vs {w}", m.path());
-            }
-            let fro = t.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-            let want_fro = cfg["init_fro"][key(m, which)].as_f64().unwrap();
-            assert!((fro - want_fro).abs() <= 1e-6 * want_fro.max(1.0), "{} {which} fro {fro} vs {want_fro}", m.path());
-        }
-    }
-    // PEFT's own initialisation: A uniform in ±1/√in, B zero; seeded.
+    // The library's seeded initialiser (PEFT's: A Kaiming-uniform in ±1/√in, B zero) makes
+    // the fixture's tensors, in the fixture's order, with the fixture's sizes.
     let shape = LoraShape { r: 4, alpha: 8.0, rslora: false, targets: (0..7).collect() };
     let init = model.init_lora(shape.clone(), 7);
-    assert_eq!(init, model.init_lora(shape, 7));
+    let order: Vec<String> = init.modules.iter().flat_map(|m| [key(m, "A"), key(m, "B")]).collect();
+    let want_order: Vec<String> = cfg["tensor_order"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string()).collect();
+    assert_eq!(order, want_order);
+    assert_eq!(init, model.init_lora(shape.clone(), 7), "the same seed must give the same adapter");
+    assert_ne!(init, model.init_lora(shape, 8), "another seed must give another adapter");
     for m in &init.modules {
-        let bound = 1.0 / (m.d_in as f32).sqrt();
-        assert!(m.a.iter().all(|x| x.abs() <= bound) && m.a.iter().any(|x| x.abs() > 0.8 * bound));
-        assert!(m.b.iter().all(|&x| x == 0.0));
+        assert_eq!((m.a.len(), m.b.len()), (4 * m.d_in, m.d_out * 4), "{}", m.path());
+        let bound = 1.0 / (m.d_in as f64).sqrt();
+        assert!(m.a.iter().all(|&x| (x as f64).abs() <= bound), "{}: A outside ±1/√in", m.path());
+        assert!(m.b.iter().all(|&x| x == 0.0), "{}: B must start at zero", m.path());
+        // Uniform in ±bound: mean 0 and variance bound²/3, within 5 standard errors.
+        let n = m.a.len() as f64;
+        let mean = m.a.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = m.a.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+        let (want_var, se_mean, se_var) = (bound * bound / 3.0, bound / (3.0 * n).sqrt(), bound * bound * (4.0f64 / 45.0 / n).sqrt());
+        assert!(mean.abs() <= 5.0 * se_mean, "{}: mean {mean} of a uniform ±{bound}", m.path());
+        assert!((var - want_var).abs() <= 5.0 * se_var, "{}: variance {var} vs {want_var} of a uniform ±{bound}", m.path());
     }
-    assert_eq!(init.count(), params.count());
+    assert_eq!(init.count(), fixed_params(&model).count());
+
+    // The fixture's A and B, written as a PEFT folder by the library and read back by the
+    // decoder's loader: every first-8 and Frobenius norm matches `init_first8` / `init_fro`
+    // (the layouts, [r, in] and [out, r], and the checkpoint names survive the round trip).
+    let dir = tempfile::tempdir().unwrap();
+    fixed_params(&model).to_adapter(0.0, None).save(dir.path()).unwrap();
+    let loaded = gauge_decoder::LoraAdapter::load(dir.path()).unwrap();
+    assert_eq!(loaded.modules.len(), 14);
+    for (path, pair) in &loaded.modules {
+        for (which, t) in [("A", &pair.a), ("B", &pair.b)] {
+            let name = format!("{path}.lora_{which}");
+            let want = floats(&cfg["init_first8"][&name]);
+            assert_eq!(want.len(), 8, "{name}: not in the fixture");
+            for (g, w) in t[..8].iter().map(|&x| x as f64).zip(&want) {
+                assert!((g - w).abs() <= 1e-7, "{name}: {g} vs {w}");
+            }
+            let fro = t.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+            let want_fro = cfg["init_fro"][&name].as_f64().unwrap();
+            assert!((fro - want_fro).abs() <= 1e-6 * want_fro.max(1.0), "{name} fro {fro} vs {want_fro}");
+        }
+    }
 }
 
 #[test]
