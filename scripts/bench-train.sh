@@ -8,7 +8,7 @@ model="${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 out="${2:-bench/train.json}"
 seq=512
 llama_bin=$(scripts/llama-cpp.sh | tail -n1)
-cargo build --release -q --example bench_train -p gauge-lora
+cargo build --release -q --workspace --example bench_train
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$CARGO_TARGET_DIR/release/examples/bench_train" "$model" "$seq" 2 3 "$tmp/gauge.json"

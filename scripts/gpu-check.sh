@@ -60,7 +60,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gauge-target}"
 if [ -n "${GAUGE_GPU_CHECK_BIN:-}" ]; then
   bin=$GAUGE_GPU_CHECK_BIN
 elif [ $local_build -eq 1 ]; then
-  cargo build --release -q -p gauge-engine --example gpu_check
+  cargo build --release -q --workspace --example gpu_check
   bin=$CARGO_TARGET_DIR/release/examples/gpu_check
 elif [ -x "$bundle/bin/gpu_check" ]; then
   bin=$bundle/bin/gpu_check
@@ -189,7 +189,7 @@ record "faiss" "$("$py" -c 'import json,sys; print(json.dumps(json.load(open(sys
 compact() { "$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$1"; }
 train_bin=${GAUGE_TRAIN_BIN:-}
 if [ -z "$train_bin" ] && [ $local_build -eq 1 ]; then
-  cargo build --release -q -p gauge-lora --example bench_train
+  cargo build --release -q --workspace --example bench_train
   train_bin=$CARGO_TARGET_DIR/release/examples/bench_train
 fi
 if [ -z "$train_bin" ] && [ -x "$bundle/bin/bench_train" ]; then train_bin=$bundle/bin/bench_train; fi
