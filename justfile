@@ -59,6 +59,10 @@ docs:
 fuzz seconds="600": setup models
     GAUGE_FUZZ_SECONDS={{seconds}} cargo test --release --test fuzz -- --nocapture --test-threads 2
 
+# The fault matrix over the real binaries (tests/faults.rs): SIGKILL at seeded points of every stage then a rerun equal to an uninterrupted run, a full disk (tmpfs, else `ulimit -f`), a read-only artifacts root, four concurrent runs of one stage, an endpoint that dies mid-run; one line per try and a total, non-zero on any loss. `just faults short` (one kill point per stage) is CI's variant; `full` kills each stage at three points.
+faults variant="full": setup models
+    GAUGE_FAULTS={{variant}} cargo test --release --workspace --test faults -- --ignored --nocapture
+
 # Clippy over every crate and target, warnings as errors (CI runs it).
 lint:
     cargo clippy --release --workspace --all-targets -- -D warnings

@@ -187,7 +187,11 @@ impl Stage for Answer {
 
     fn build(state: AnswerState, run: &mut StageRun, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<AnswerSummary> {
         let started = std::time::Instant::now();
-        let (rows, cut_passages) = answer_all(&state, config, inputs, options)?;
+        let root = run.final_dir().parent().and_then(Path::parent).expect("an artifact lives at <root>/<stage>/<fingerprint>");
+        let cache = gauge_generator::cache::CallCache::new(root.join("llm-cache"));
+        let (rows, cut_passages) = answer_all(&state, config, inputs, options, &cache)?;
+        run.set_stat("model_calls", cache.misses());
+        run.set_stat("model_calls_cached", cache.hits());
         let n = write_answers(&run.path("answers.parquet"), &rows)?;
         run.add_output("answers.parquet", Some(n))?;
         let citations: usize = rows.iter().map(|r| r.citations.len()).sum();
@@ -219,7 +223,7 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
 }
 
 /// The answers, and how many passage cuts fitting the prompts to the context took.
-fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
+fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &gauge_generator::cache::CallCache) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
     let cfg = config.retrieval.clone().normalize();
     let engine = Engine::open_for(&inputs.index, &cfg, &options.device)?;
     let generator = Generator::open(&config.generator, &options.device, gauge_chat_client::RetryPolicy::default())?;
@@ -280,15 +284,36 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     }
     let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
     bar.inc((state.questions.len() - asked.len()) as u64);
-    let replies = generator.complete_batch(&chats, &opts, None, &|| bar.inc(1));
+    // Every reply goes through the model-call cache (`<artifact root>/llm-cache/`), so a run
+    // stopped part-way — killed, or its endpoint gone — resumes with the replies it had: the
+    // local decoder takes the prompts as one batch; an endpoint takes them in turn, each reply
+    // stored as it comes, and the first failure stops the run.
+    let model = gauge_generator::cache::model_identity(&config.generator)?;
+    let replies = if generator.is_local() {
+        cache.complete_batch(&generator, &model, &chats, &opts, None, &|| bar.inc(1))
+    } else {
+        let mut out = Vec::with_capacity(chats.len());
+        for chat in &chats {
+            let reply = cache.complete(&generator, &model, chat, &opts, None);
+            bar.inc(1);
+            let failed = reply.is_err();
+            out.push(reply);
+            if failed {
+                break;
+            }
+        }
+        out
+    };
     for (i, reply) in asked.into_iter().zip(replies) {
         let reply = reply?;
         let row = &mut rows[i];
+        // A cached reply reports the time its original call took.
+        row.generation_seconds = reply.original_latency_ms / 1e3;
+        let reply = reply.completion;
         row.citations = check(&reply.text, &row.passages);
         row.answer = reply.text;
         row.prompt_tokens = reply.prompt_tokens;
         row.completion_tokens = reply.completion_tokens;
-        row.generation_seconds = reply.seconds;
         row.finish_reason = reply.finish_reason;
     }
     bar.finish_and_clear();

@@ -140,6 +140,11 @@ pub struct JournalEntry {
     pub cuts: usize,
     /// HTTP attempts.
     pub attempts: u32,
+    /// The endpoint could not be reached (timeouts, dropped connections, 5xx or 429 after every
+    /// retry) and gave no reply: a run that stops asks again when resumed, and three such
+    /// samples in a row stop the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_reply: bool,
 }
 
 /// Run settings that do not change the output.
@@ -242,7 +247,7 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
     let picked: Vec<&ChunkRecord> = s.chunks.iter().map(|&i| &chunks[i]).collect();
     let mut usage = Usage::default();
     let mut attempts = 0;
-    let fail = |reason: String, usage: Usage, attempts: u32, cuts: usize| JournalEntry { sample: s.index, row: None, failure: Some(reason), usage, attempts, cuts };
+    let fail = |reason: String, usage: Usage, attempts: u32, cuts: usize| JournalEntry { sample: s.index, row: None, failure: Some(reason), usage, attempts, cuts, no_reply: false };
     // The passages are shortened when the prompt would not leave the reply its tokens.
     let mut texts: Vec<String> = picked.iter().map(|c| c.text.clone()).collect();
     let render = |texts: &[String]| -> Vec<Message> {
@@ -261,9 +266,18 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
     // passages are fitted together, so the longer conversation still leaves the new reply its
     // tokens.
     let mut repair_cuts = 0;
+    // Whether a call found the endpoint gone: timeouts, dropped connections and 5xx/429 after
+    // every retry (a 4xx is an answer: the endpoint is there and refuses the request).
+    let unreachable = std::cell::Cell::new(false);
     let out = gauge_generator::structured::complete_with_repair(
         messages,
-        |m| teacher.complete(m, &cfg.generation, Some(&schema)),
+        |m| {
+            let reply = teacher.complete(m, &cfg.generation, Some(&schema));
+            if let Err(gauge_generator::GeneratorError::Llm(gauge_chat_client::LlmError::Exhausted { .. })) = &reply {
+                unreachable.set(true);
+            }
+            reply
+        },
         teacher::parse_reply,
         |reply, e| {
             let repair = prompts.repair(e);
@@ -276,6 +290,7 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
         },
     );
     cuts += repair_cuts;
+    let no_reply = out.completions.is_empty() && unreachable.get();
     for c in &out.completions {
         usage += Usage { prompt_tokens: c.prompt_tokens as u64, completion_tokens: c.completion_tokens as u64 };
         attempts += c.attempts;
@@ -298,11 +313,14 @@ fn teacher_sample(teacher: &Generator, prompts: &teacher::Prompts, cfg: &SynthCo
                 chunk_id: picked[0].chunk_id.clone(),
                 split: None,
             };
-            JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts, cuts }
+            JournalEntry { sample: s.index, row: Some(row), failure: None, usage, attempts, cuts, no_reply: false }
         }
-        Err(reason) => fail(reason, usage, attempts, cuts),
+        Err(reason) => JournalEntry { no_reply, ..fail(reason, usage, attempts, cuts) },
     }
 }
+
+/// Samples in a row without any reply from the teacher endpoint that stop a run (`--mode llm`).
+pub const ENDPOINT_DOWN_AFTER: usize = 3;
 
 /// The `synth-data` stage: a chunk artifact → `golden.jsonl` (+ splits, failures, journal).
 pub struct Synth;
@@ -469,7 +487,9 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     let ict_sentence = |i: usize| plan::salient_sentence(&chunks[i].text, &df, chunks.len());
     let planned = plan::plan(&chunks, cfg.n, &styles, cfg.seed, cfg.min_chars, &|i| ict_sentence(i).is_some());
     anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
-    let done = read_journal(&journal_path)?;
+    let mut done = read_journal(&journal_path)?;
+    // A sample the endpoint never answered (the run stopped because it was down) is asked again.
+    done.retain(|_, e| !e.no_reply);
     let resumed = done.len();
     if resumed > 0 {
         eprintln!("synth-data: resuming: {resumed} of {} samples already in {}", planned.len(), journal_path.display());
@@ -501,7 +521,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
                     chunk_id: c.chunk_id.clone(),
                     split: None,
                 };
-                journal.append(&JournalEntry { sample: s.index, row: Some(row), failure: None, usage: Usage::default(), attempts: 0, cuts: 0 })?;
+                journal.append(&JournalEntry { sample: s.index, row: Some(row), failure: None, usage: Usage::default(), attempts: 0, cuts: 0, no_reply: false })?;
                 bar.inc(1);
             }
         }
@@ -512,11 +532,15 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
             let prompts = prompts.as_ref().expect("LLM mode loads prompts");
             let next = AtomicUsize::new(0);
             let error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+            // Samples in a row the endpoint did not answer; at ENDPOINT_DOWN_AFTER the run stops
+            // (the journal keeps what was answered; those samples are asked again on resume).
+            let streak = AtomicUsize::new(0);
+            let down: Mutex<Option<String>> = Mutex::new(None);
             std::thread::scope(|scope| {
                 for _ in 0..rt.concurrency.max(1) {
                     scope.spawn(|| loop {
                         let i = next.fetch_add(1, Ordering::SeqCst);
-                        if i >= pending.len() || error.lock().expect("lock").is_some() {
+                        if i >= pending.len() || error.lock().expect("lock").is_some() || down.lock().expect("lock").is_some() {
                             return;
                         }
                         let entry = teacher_sample(&client, prompts, cfg, pending[i], &chunks);
@@ -527,12 +551,23 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
                             *error.lock().expect("lock") = Some(e);
                             return;
                         }
+                        if !entry.no_reply {
+                            streak.store(0, Ordering::SeqCst);
+                        } else if streak.fetch_add(1, Ordering::SeqCst) + 1 >= ENDPOINT_DOWN_AFTER {
+                            let last = entry.failure.clone().unwrap_or_default();
+                            down.lock().expect("lock").get_or_insert(last);
+                            return;
+                        }
                         bar.inc(1);
                     });
                 }
             });
             if let Some(e) = error.into_inner().expect("lock") {
                 return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
+            }
+            if let Some(last) = down.into_inner().expect("lock") {
+                let answered = read_journal(&journal_path)?.values().filter(|e| !e.no_reply).count();
+                anyhow::bail!("the teacher endpoint answered none of the last {ENDPOINT_DOWN_AFTER} samples (last: {last}); {answered} of {} samples are in {}: rerun to resume", planned.len(), journal_path.display());
             }
             structured = Some(client.structured_status());
         }
