@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gauge::chat_server::{valid_reply, ChatServer, Reply};
-use gauge::{bin, last_line, repo_root, shared, write_golden, write_markdown_corpus};
+use gauge::{bin, check_refused, last_line, repo_root, shared, write_golden, write_markdown_corpus};
+use gauge_core::rng::SplitMix64;
 use gauge_core::table::{read_parquet_any, Columns};
 
 const SUBJECTS: [&str; 8] = ["Gate arms", "Flashing lights", "Crossing bells", "Track circuits", "Tank cars", "Bridge walkways", "Air brakes", "Fall protection"];
@@ -245,30 +246,14 @@ impl Tally {
     }
 }
 
-fn one_line_error(out: &std::process::Output, needle: &str) -> Result<String, String> {
-    let err = String::from_utf8_lossy(&out.stderr);
-    let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default().to_string();
-    if out.status.code() != Some(1) {
-        return Err(format!("exit {:?}, stderr: {err}", out.status));
-    }
-    if !line.contains(": error: ") || !line.contains(needle) {
-        return Err(format!("not a one-line error saying {needle:?}: {line}"));
-    }
-    Ok(line)
-}
-
-/// SplitMix64, for the kill points.
-fn splitmix(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) as f64 / u64::MAX as f64
+/// A uniform draw in [0, 1) for the kill points.
+fn unit(rng: &mut SplitMix64) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn kill_matrix(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
     let points = if full() { 3 } else { 1 };
-    let mut seed = 42u64;
+    let mut rng = SplitMix64::new(42);
     let reference = tmp.join("reference");
     for stage in STAGES {
         // The uninterrupted run (its upstream first, untimed).
@@ -280,7 +265,7 @@ fn kill_matrix(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
         for p in 0..points {
             let root = tmp.join(format!("kill-{stage}-{p}"));
             command(inp, &root, stage); // builds the upstream
-            let at = Duration::from_secs_f64(secs * (0.1 + 0.8 * splitmix(&mut seed)));
+            let at = Duration::from_secs_f64(secs * (0.1 + 0.8 * unit(&mut rng)));
             let killed = run_killed(inp, &root, stage, at);
             let rerun = command_output(inp, &root, stage);
             let result = if !rerun.status.success() {
@@ -330,7 +315,7 @@ fn full_disk(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
         let chunks_here = PathBuf::from(last_line(&must(command_output(inp, &root, "chunk"))));
         let before = files(&root);
         let out = command_output(inp, &root, "embed");
-        let result = one_line_error(&out, "No space left on device").and_then(|line| {
+        let result = check_refused(&out, "No space left on device").and_then(|line| {
             let mut after = files(&root);
             after.retain(|k, _| before.contains_key(k));
             if after != before {
@@ -387,7 +372,7 @@ fn read_only(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
         if !hit.status.success() || last_line(&hit) != pages {
             Err(format!("a cache hit failed on a read-only root: {}", String::from_utf8_lossy(&hit.stderr).trim()))
         } else {
-            one_line_error(&new, "Read-only file system").and_then(|line| if files(&root) == before { Ok(format!("cache hit answered; new artifact: {line}")) } else { Err("the root changed".into()) })
+            check_refused(&new, "Read-only file system").and_then(|line| if files(&root) == before { Ok(format!("cache hit answered; new artifact: {line}")) } else { Err("the root changed".into()) })
         }
     };
     umount(&root);
@@ -432,7 +417,7 @@ fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &Atom
         let answered = made.min(3);
         let result = if failed.status.success() {
             Err(format!("the run succeeded with the endpoint down after {answered} of {calls} calls (a complete artifact, {} calls refused)", made - answered))
-        } else if let Err(why) = one_line_error(&failed, "endpoint down") {
+        } else if let Err(why) = check_refused(&failed, "endpoint down") {
             Err(format!("the failed run: {why}"))
         } else if !rerun.status.success() {
             Err(format!("the rerun failed: {}", String::from_utf8_lossy(&rerun.stderr).lines().last().unwrap_or_default()))

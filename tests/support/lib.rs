@@ -47,15 +47,26 @@ pub fn ok(out: Output) -> Output {
     out
 }
 
-/// Asserts a refusal of bad input: exit status 1, and stderr ending in one line
-/// `<binary>: error: …` that contains `needle`; returns that line.
-pub fn refused(out: &Output, needle: &str) -> String {
+/// A refusal of bad input: exit status 1, and stderr ending in one line `<binary>: error: …`
+/// that contains `needle`; the line, or what is wrong.
+pub fn check_refused(out: &Output, needle: &str) -> Result<String, String> {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "expected exit status 1 for bad input; stderr:\n{err}");
+    if out.status.code() != Some(1) {
+        return Err(format!("expected exit status 1 for bad input, got {:?}; stderr:\n{err}", out.status));
+    }
     let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
-    assert!(line.contains(": error: "), "the last stderr line is not a one-line error: {line:?}\nstderr:\n{err}");
-    assert!(line.contains(needle), "the error does not say {needle:?}: {line}");
-    line.to_string()
+    if !line.contains(": error: ") {
+        return Err(format!("the last stderr line is not a one-line error: {line:?}\nstderr:\n{err}"));
+    }
+    if !line.contains(needle) {
+        return Err(format!("the error does not say {needle:?}: {line}"));
+    }
+    Ok(line.to_string())
+}
+
+/// Asserts [`check_refused`]; returns the error line.
+pub fn refused(out: &Output, needle: &str) -> String {
+    check_refused(out, needle).unwrap_or_else(|why| panic!("{why}"))
 }
 
 /// Asserts a command line refused by the argument parser (clap): exit status 2, and the first
