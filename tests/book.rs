@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gauge::repo_root;
+use gauge::{repo_root, without_cargo_test_env};
 use gauge_core::table::{read_parquet_any, Columns};
 
 /// The Markdown files the checks cover: README, ARCHITECTURE and every book page.
@@ -185,7 +185,8 @@ fn the_your_own_corpus_tutorial_works_as_written() {
     assert!(!study.exists(), "{} exists: the tutorial test writes there; move it away", study.display());
     let _cleanup = Cleanup(study.clone());
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new("bash")
+    // The tutorial's `./just.sh ablate` builds gauge: as a user's shell would, without cargo test's variables.
+    let out = without_cargo_test_env(Command::new("bash"))
         .args(["-euo", "pipefail", "-c", &blocks.concat()])
         .current_dir(&root)
         .env("GAUGE_ARTIFACTS", tmp.path().join("artifacts"))

@@ -31,6 +31,21 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// A command that runs a nested `cargo build` (a recipe through `./just.sh`) without the
+/// variables `cargo test` sets for the test crate (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`,
+/// `CARGO_CRATE_NAME`, …): build scripts that declare `rerun-if-env-changed` on them (ring's
+/// does) would rerun, and the next plain build would compile their dependants again. Keeps
+/// `CARGO_TARGET_DIR` and `CARGO_HOME`, which say where the build lives.
+pub fn without_cargo_test_env(mut cmd: Command) -> Command {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_") && key != "CARGO_TARGET_DIR" && key != "CARGO_HOME" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
 /// Runs a stage binary with arguments, progress bars off; returns its output.
 pub fn run(name: &str, args: &[&str]) -> Output {
     Command::new(bin(name)).args(args).env("GAUGE_NO_PROGRESS", "1").output().expect("stage binary runs")
