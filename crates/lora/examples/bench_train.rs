@@ -29,7 +29,10 @@ fn main() -> anyhow::Result<()> {
     let out = args.get(5).expect(usage);
     let files = ModelFiles::open(model_path, false)?;
     let c = files.config.clone();
-    let model = TrainableLlama::load(c.clone(), &files.checkpoint, BaseStorage::Auto, &device)?;
+    let mut model = TrainableLlama::load(c.clone(), &files.checkpoint, BaseStorage::Auto, &device)?;
+    if let Some(g) = flag("--recompute-group") {
+        model.set_recompute_group(g.parse()?);
+    }
     drop(files);
     let shape = LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() };
     let mut params = model.init_lora(shape, 0);

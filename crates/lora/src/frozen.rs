@@ -173,6 +173,18 @@ impl Frozen {
         }
     }
 
+    /// Rows `r0..r1` as f32 `[r1 − r0, in]`, row-major: borrowed when the matrix is held in
+    /// f32, else dequantised (threaded over rows). What the host kernels read.
+    pub fn rows_f32(&self, r0: usize, r1: usize) -> std::borrow::Cow<'_, [f32]> {
+        use rayon::prelude::*;
+        if let FrozenMatrix::F32(v) = &self.matrix {
+            return std::borrow::Cow::Borrowed(&v[r0 * self.d_in..r1 * self.d_in]);
+        }
+        let mut w = vec![0f32; (r1 - r0) * self.d_in];
+        w.par_chunks_mut(self.d_in).enumerate().for_each(|(r, out)| self.row(r0 + r, out));
+        std::borrow::Cow::Owned(w)
+    }
+
     /// The whole matrix as f32, transposed to `[in, out]` (the right-hand side of `x Wᵀ`).
     pub fn dequantize_transposed(&self) -> Vec<f32> {
         self.dequantize_rows_transposed(0, self.d_out)

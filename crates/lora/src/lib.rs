@@ -17,6 +17,7 @@ pub mod cli;
 pub mod curve;
 pub mod data;
 pub mod frozen;
+pub mod host;
 pub mod model;
 pub mod optim;
 pub mod steps;

@@ -20,6 +20,7 @@ use gauge_decoder::{Checkpoint, LlamaConfig};
 use gauge_encoder::device::{Device, Tensor};
 
 use crate::frozen::{BaseStorage, Frozen};
+use crate::host;
 use crate::LoraError;
 
 /// Projection indices in [`PROJECTIONS`] order.
@@ -161,6 +162,20 @@ pub struct TrainableLlama {
     inv_freq: Vec<f64>,
     device: Device,
     ad_device: Device,
+    kernels: TrainKernels,
+    /// Layers recomputed together in the backward pass (host kernels): 1 recomputes each
+    /// layer from its input, the layer count keeps everything (no recomputation).
+    recompute_group: usize,
+}
+
+/// Which implementation runs the training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrainKernels {
+    /// [`crate::host`]: fused, threaded CPU kernels and `gemm` on host memory (CPU devices).
+    Host,
+    /// Burn ops with autodiff on the device (CUDA, and the reference on the CPU); always
+    /// recomputes layer by layer.
+    Burn,
 }
 
 fn t1(v: &[f32], device: &Device) -> Tensor<1> {
@@ -225,7 +240,60 @@ impl TrainableLlama {
         let lm_head = if config.tie_word_embeddings || !ck.has("lm_head.weight") { None } else { Some(Frozen::load(ck, "lm_head.weight", v, h, storage)?) };
         let inv_freq = config.inv_freq();
         let ad_device = burn::DispatchDevice::autodiff(device.clone());
-        Ok(TrainableLlama { config, embed, layers, norm, lm_head, inv_freq, device: device.clone(), ad_device })
+        // The host kernels on a CPU device; `GAUGE_TRAIN_KERNELS=burn` keeps Burn's ops (the
+        // reference, for comparisons).
+        let kernels = if gauge_encoder::device::is_host_cpu(device) && std::env::var("GAUGE_TRAIN_KERNELS").as_deref() != Ok("burn") { TrainKernels::Host } else { TrainKernels::Burn };
+        Ok(TrainableLlama { config, embed, layers, norm, lm_head, inv_freq, device: device.clone(), ad_device, kernels, recompute_group: 1 })
+    }
+
+    /// The kernels the step runs on.
+    pub fn kernels(&self) -> TrainKernels {
+        self.kernels
+    }
+
+    /// Runs the step on `kernels` (the host kernels need a CPU device).
+    pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), LoraError> {
+        if kernels == TrainKernels::Host && !gauge_encoder::device::is_host_cpu(&self.device) {
+            return Err(LoraError::Config("the host training kernels run on the CPU; use the Burn kernels on this device".into()));
+        }
+        self.kernels = kernels;
+        Ok(())
+    }
+
+    /// Recomputes `group` layers at a time in the backward pass (1: each layer from its saved
+    /// input; the layer count or more: keeps every activation). The result does not change.
+    pub fn set_recompute_group(&mut self, group: usize) {
+        self.recompute_group = group.clamp(1, self.layers.len().max(1));
+    }
+
+    /// Layers recomputed together (see [`Self::set_recompute_group`]).
+    pub fn recompute_group(&self) -> usize {
+        self.recompute_group
+    }
+
+    /// Number of decoder layers.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Estimated bytes the step holds beyond the base and the adapter for sequences of
+    /// `lens` tokens with `targets` target positions, recomputing `group` layers at a time
+    /// (host kernels): saved layer inputs, kept activations, one layer's f32 matrices, the
+    /// head's slice.
+    pub fn step_bytes_estimate(&self, lens: &[usize], targets: usize, group: usize, r: usize, n_lora: usize) -> usize {
+        let d = self.dims();
+        let l = self.layers.len();
+        let group = group.clamp(1, l.max(1));
+        let groups = l.div_ceil(group);
+        let tokens: usize = lens.iter().sum();
+        let inputs = (groups - 1) * tokens * d.h * 4;
+        let acts_layer: usize = lens.iter().map(|&t| t * (d.h + d.act_floats_per_token(t, r, n_lora)) * 4).sum();
+        // The backward pass of one layer holds a few gradients of its widest activation, and
+        // each thread a head's scores and their gradient `[t, t]`.
+        let threads = rayon::current_num_threads();
+        let working: usize = lens.iter().map(|&t| (t * (3 * d.ff + 2 * d.h) + 2 * threads * t * t) * 4).max().unwrap_or(0);
+        let head = HEAD_SLICE * (targets + self.head().d_in) * 4 + targets * d.h * 8;
+        inputs + group * acts_layer + working + self.layer_f32_bytes() + head
     }
 
     /// `(d_in, d_out)` of projection `p`.
@@ -379,8 +447,9 @@ impl TrainableLlama {
         Ok(rows)
     }
 
-    /// Dropout masks for sequence `s` in layer `l` (`keep / (1 − p)` or 0), from `seed`.
-    fn masks(&self, params: &LoraParams, dropout: Option<(f64, u64)>, s: usize, l: usize, t: usize, device: &Device) -> Masks {
+    /// Dropout masks for sequence `s` in layer `l` (`keep / (1 − p)` or 0), from `seed`, as
+    /// host values `[t, d_in]` per projection.
+    fn mask_values(&self, params: &LoraParams, dropout: Option<(f64, u64)>, s: usize, l: usize, t: usize) -> Vec<Option<Vec<f32>>> {
         let mut masks = vec![None; N_PROJ];
         let Some((p, seed)) = dropout.filter(|(p, _)| *p > 0.0) else { return masks };
         for &proj in &params.shape.targets {
@@ -388,10 +457,18 @@ impl TrainableLlama {
             let key = seed ^ ((s as u64) << 40) ^ ((l as u64) << 20) ^ (proj as u64 + 1).wrapping_mul(0x9E37_79B9);
             let mut rng = gauge_core::rng::SplitMix64::new(key);
             let keep = (1.0 / (1.0 - p)) as f32;
-            let m: Vec<f32> = (0..t * d_in).map(|_| if ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p { 0.0 } else { keep }).collect();
-            masks[proj] = Some(t2(m, [t, d_in], device));
+            masks[proj] = Some((0..t * d_in).map(|_| if ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p { 0.0 } else { keep }).collect());
         }
         masks
+    }
+
+    /// [`Self::mask_values`] as tensors on `device`.
+    fn masks(&self, params: &LoraParams, dropout: Option<(f64, u64)>, s: usize, l: usize, t: usize, device: &Device) -> Masks {
+        self.mask_values(params, dropout, s, l, t)
+            .into_iter()
+            .enumerate()
+            .map(|(p, m)| m.map(|m| t2(m, [t, self.layers[l].proj[p].d_in], device)))
+            .collect()
     }
 
     /// Forward without a graph: each layer's input per sequence (`inputs[l][s]`, `[T, h]`) and
@@ -511,6 +588,9 @@ impl TrainableLlama {
     /// (evaluation loss).
     pub fn nll(&self, params: &LoraParams, seqs: &[Sequence]) -> Result<(f64, usize), LoraError> {
         self.check(seqs)?;
+        if self.kernels == TrainKernels::Host {
+            return self.host_step(params, seqs, None, None);
+        }
         let (_, last) = self.forward_saving(params, seqs, None)?;
         let norm = t1(&self.norm, &self.device);
         let (mut sel, mut next) = (Vec::new(), Vec::new());
@@ -529,6 +609,9 @@ impl TrainableLlama {
     /// [`LoraParams::tensors`]). `dropout`: (probability, seed of this step's masks).
     pub fn accumulate_gradients(&self, params: &LoraParams, seqs: &[Sequence], weight: f64, dropout: Option<(f64, u64)>, grads: &mut [Vec<f32>]) -> Result<f64, LoraError> {
         self.check(seqs)?;
+        if self.kernels == TrainKernels::Host {
+            return self.host_step(params, seqs, dropout, Some((weight, grads))).map(|(nll, _)| nll);
+        }
         let (inputs, last) = self.forward_saving(params, seqs, dropout)?;
         let ad = &self.ad_device;
         let scale = self.scale(params);
@@ -604,6 +687,154 @@ impl TrainableLlama {
             }
         }
         Ok(total)
+    }
+
+    /// The block's shape for the host kernels.
+    fn dims(&self) -> host::Dims {
+        let c = &self.config;
+        host::Dims { h: c.hidden_size, nh: c.num_attention_heads, nkv: c.kv_heads(), hd: c.head_dim(), ff: c.intermediate_size, eps: c.rms_norm_eps as f32 }
+    }
+
+    fn host_weights(&self, l: usize) -> host::HostWeights<'_> {
+        let layer = &self.layers[l];
+        host::HostWeights {
+            w: layer.proj.iter().map(|p| p.rows_f32(0, p.d_out)).collect(),
+            bias: layer.bias.iter().map(|b| b.as_deref()).collect(),
+            n1: &layer.input_layernorm,
+            n2: &layer.post_attention_layernorm,
+        }
+    }
+
+    fn host_lora<'a>(&self, params: &'a LoraParams, l: usize) -> host::HostLora<'a> {
+        let mut ab = vec![None; N_PROJ];
+        for m in params.modules.iter().filter(|m| m.layer == l) {
+            ab[m.proj] = Some((m.a.as_slice(), m.b.as_slice()));
+        }
+        host::HostLora { ab, r: params.shape.r, scale: self.scale(params) as f32 }
+    }
+
+    /// The step on the host kernels: the summed NLL over the target positions and their count;
+    /// with `grads`, the gradient of `weight × NLL` added into them. Layers run in groups of
+    /// [`Self::recompute_group`]: the forward pass keeps each group's input (and the top
+    /// group's activations); the backward pass recomputes one group at a time from its input.
+    fn host_step(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>, grads: Option<(f64, &mut [Vec<f32>])>) -> Result<(f64, usize), LoraError> {
+        let d = self.dims();
+        let n_layers = self.layers.len();
+        let training = grads.is_some();
+        let group = if training { self.recompute_group.clamp(1, n_layers.max(1)) } else { n_layers.max(1) };
+        let starts: Vec<usize> = (0..n_layers).step_by(group).collect();
+        let top = starts.last().copied().unwrap_or(0);
+        let ropes: Vec<host::HostRope> = seqs.iter().map(|s| host::HostRope::new(s.ids.len(), d.hd, &self.inv_freq)).collect();
+        let mut xs: Vec<Vec<f32>> = seqs.iter().map(|s| self.embed(&s.ids)).collect::<Result<_, _>>()?;
+        // saved[g][s]: the input of group g (every group but the top); top[l − top][s]: the top group's activations.
+        let mut saved: Vec<Vec<Vec<f32>>> = vec![Vec::new(); starts.len()];
+        let mut top_acts: Vec<Vec<Option<host::Acts>>> = Vec::new();
+        for l in 0..n_layers {
+            let w = self.host_weights(l);
+            let lora = self.host_lora(params, l);
+            let mut kept = Vec::new();
+            for (s, x) in xs.iter_mut().enumerate() {
+                let masks = self.mask_values(params, dropout, s, l, seqs[s].ids.len());
+                let (out, acts) = host::block_forward(&d, &w, &lora, std::mem::take(x), masks, &ropes[s]);
+                *x = out;
+                if !training {
+                    continue;
+                }
+                if l >= top {
+                    kept.push(Some(acts));
+                } else if l % group == 0 {
+                    saved[l / group].push(acts.x);
+                }
+            }
+            if training && l >= top {
+                top_acts.push(kept);
+            }
+        }
+        // The head over every sequence's normalised target rows.
+        let h = d.h;
+        let mut sel = Vec::new();
+        let mut next = Vec::new();
+        let mut picked: Vec<(Vec<usize>, Vec<f32>, Vec<f32>)> = Vec::with_capacity(seqs.len());
+        for (x, s) in xs.iter().zip(seqs) {
+            let (rows, ids) = Self::targets(s);
+            let rows: Vec<usize> = rows.into_iter().map(|r| r as usize).collect();
+            let xsel: Vec<f32> = rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
+            let (normed, rstd) = host::rms_norm(&xsel, h, &self.norm, d.eps);
+            sel.extend_from_slice(&normed);
+            next.extend(ids.into_iter().map(|t| t as u32));
+            picked.push((rows, xsel, rstd));
+        }
+        let n_targets = next.len();
+        let head = self.head();
+        let rows = |a: usize, b: usize| head.rows_f32(a, b);
+        let weight = grads.as_ref().map(|(w, _)| *w);
+        let (total, g_sel) = if n_targets == 0 { (0.0, Some(Vec::new())) } else { host::head_loss(&sel, h, head.d_out, &next, weight, HEAD_SLICE, &rows) };
+        let Some((_, grads)) = grads else { return Ok((total, n_targets)) };
+        let g_sel = g_sel.expect("asked for the gradient");
+        drop(xs);
+        // The gradient at each sequence's last hidden states (zero off the target rows).
+        let mut upstream: Vec<Option<Vec<f32>>> = Vec::with_capacity(seqs.len());
+        let mut offset = 0;
+        for ((rows, xsel, rstd), s) in picked.iter().zip(seqs) {
+            if rows.is_empty() {
+                upstream.push(None);
+                continue;
+            }
+            let n = rows.len();
+            let mut dsel = vec![0f32; n * h];
+            host::rms_norm_backward(&g_sel[offset * h..(offset + n) * h], xsel, rstd, h, &self.norm, &mut dsel);
+            offset += n;
+            let mut up = vec![0f32; s.ids.len() * h];
+            for (i, &r) in rows.iter().enumerate() {
+                up[r * h..(r + 1) * h].copy_from_slice(&dsel[i * h..(i + 1) * h]);
+            }
+            upstream.push(Some(up));
+        }
+        // The groups, top down.
+        for (gi, &l0) in starts.iter().enumerate().rev() {
+            let l1 = (l0 + group).min(n_layers);
+            let mut acts: Vec<Vec<Option<host::Acts>>> = if l0 == top {
+                std::mem::take(&mut top_acts)
+            } else {
+                let mut xs: Vec<Option<Vec<f32>>> = std::mem::take(&mut saved[gi]).into_iter().zip(&upstream).map(|(x, up)| up.as_ref().map(|_| x)).collect();
+                let mut out = Vec::with_capacity(l1 - l0);
+                for l in l0..l1 {
+                    let w = self.host_weights(l);
+                    let lora = self.host_lora(params, l);
+                    let mut kept = Vec::with_capacity(seqs.len());
+                    for (s, x) in xs.iter_mut().enumerate() {
+                        let Some(input) = x.take() else {
+                            kept.push(None);
+                            continue;
+                        };
+                        let masks = self.mask_values(params, dropout, s, l, seqs[s].ids.len());
+                        let (y, a) = host::block_forward(&d, &w, &lora, input, masks, &ropes[s]);
+                        *x = Some(y);
+                        kept.push(Some(a));
+                    }
+                    out.push(kept);
+                }
+                out
+            };
+            for l in (l0..l1).rev() {
+                let layer_acts = acts.pop().expect("one entry per layer of the group");
+                let w = self.host_weights(l);
+                let lora = self.host_lora(params, l);
+                for (s, a) in layer_acts.into_iter().enumerate() {
+                    let (Some(a), Some(up)) = (a, upstream[s].take()) else { continue };
+                    let mut g: Vec<Option<(&mut [f32], &mut [f32])>> = (0..N_PROJ).map(|_| None).collect();
+                    for (i, pair) in grads.chunks_mut(2).enumerate() {
+                        let m = &params.modules[i];
+                        if m.layer == l {
+                            let (ga, gb) = pair.split_at_mut(1);
+                            g[m.proj] = Some((ga[0].as_mut_slice(), gb[0].as_mut_slice()));
+                        }
+                    }
+                    upstream[s] = host::block_backward(&d, &w, &lora, &a, &up, &ropes[s], &mut g, l > 0);
+                }
+            }
+        }
+        Ok((total, n_targets))
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::frozen::BaseStorage;
+pub use crate::host::Checkpointing;
 use crate::optim::{AdamWConfig, Decay};
 
 /// Stage name (folder under the artifact root).
@@ -76,6 +77,35 @@ pub struct TrainConfig {
     /// Settings of the `embedder` and `reranker` targets.
     #[serde(skip_serializing_if = "RetrieverConfig::is_default")]
     pub retriever: RetrieverConfig,
+    /// Which activations the generator's step keeps (CPU kernels; the result does not
+    /// change): `auto` (the fastest setting whose estimated peak fits `max_memory_mib`),
+    /// `layers` (recompute each layer: the least memory), `none` (keep all: the fastest) or
+    /// `every_n` (recompute `checkpoint_layers` layers at a time). train-lora prints each
+    /// setting's estimate before the run.
+    #[serde(skip_serializing_if = "is_auto")]
+    pub checkpointing: Checkpointing,
+    /// Layers recomputed together with `checkpointing = "every_n"`.
+    #[serde(skip_serializing_if = "is_default_checkpoint_layers")]
+    pub checkpoint_layers: usize,
+    /// The memory budget `checkpointing = "auto"` fits in, MiB (the whole process: base,
+    /// adapter, optimiser and the step).
+    #[serde(skip_serializing_if = "is_default_max_memory")]
+    pub max_memory_mib: usize,
+}
+
+/// Default of [`TrainConfig::checkpoint_layers`].
+pub const DEFAULT_CHECKPOINT_LAYERS: usize = 4;
+/// Default of [`TrainConfig::max_memory_mib`].
+pub const DEFAULT_MAX_MEMORY_MIB: usize = 1024;
+
+fn is_auto(c: &Checkpointing) -> bool {
+    *c == Checkpointing::Auto
+}
+fn is_default_checkpoint_layers(n: &usize) -> bool {
+    *n == DEFAULT_CHECKPOINT_LAYERS
+}
+fn is_default_max_memory(n: &usize) -> bool {
+    *n == DEFAULT_MAX_MEMORY_MIB
 }
 
 impl Default for TrainConfig {
@@ -107,6 +137,9 @@ impl Default for TrainConfig {
             merge: false,
             target: Target::Generator,
             retriever: RetrieverConfig::default(),
+            checkpointing: Checkpointing::Auto,
+            checkpoint_layers: DEFAULT_CHECKPOINT_LAYERS,
+            max_memory_mib: DEFAULT_MAX_MEMORY_MIB,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::curve;
 use crate::data::{self, ReadStats};
 use crate::model::{target_indices, LoraParams, LoraShape, Sequence, TrainableLlama};
 use crate::steps::{optimise, StepOut, Trainee};
-use crate::run::{peak_rss_mib, sample, TrainingPages, TRAINING_PAGES};
+use crate::run::{peak_rss_mib, sample, Checkpointing, TrainingPages, TRAINING_PAGES};
 pub use crate::run::{TrainConfig, TrainInputs, TrainOptions, TrainSummary, FORMAT_VERSION, STAGE};
 use crate::LoraError;
 
@@ -121,6 +121,70 @@ impl Stage for TrainLora {
     }
 }
 
+/// What [`plan_checkpointing`] chose.
+struct CheckpointPlan {
+    /// `layers`, `none` or `every_n (N layers)`.
+    setting: String,
+    /// The estimated peak of the process with it, MiB.
+    estimate_mib: u64,
+}
+
+/// The name of recomputing `group` of `layers` layers at a time.
+fn checkpoint_name(group: usize, layers: usize) -> String {
+    match group {
+        1 => "layers".into(),
+        g if g >= layers => "none".into(),
+        g => format!("every_n ({g} layers)"),
+    }
+}
+
+/// Resolves `checkpointing` for the run's longest batch (its `batch_size` longest examples) and
+/// sets it on the model; prints each setting's estimated peak first. `auto`: the setting that
+/// recomputes the fewest layers (the top group is kept from the forward pass) whose estimate
+/// fits `max_memory_mib`; `layers` when none does.
+fn plan_checkpointing(model: &mut TrainableLlama, cfg: &TrainConfig, train: &[Sequence], trainable: usize) -> anyhow::Result<CheckpointPlan> {
+    let layers = model.n_layers().max(1);
+    let mut lens: Vec<(usize, usize)> = train.iter().map(|s| (s.ids.len(), s.n_targets())).collect();
+    lens.sort_unstable_by(|a, b| b.cmp(a));
+    lens.truncate(cfg.batch_size);
+    let targets: usize = lens.iter().map(|l| l.1).sum();
+    let lens: Vec<usize> = lens.iter().map(|l| l.0).collect();
+    let n_lora = target_indices(&cfg.target_modules)?.len();
+    // The base as held, the adapter with its gradient and AdamW's two moments, the runtime.
+    const RUNTIME_BYTES: usize = 48 << 20;
+    let fixed = model.base_bytes().0 + 4 * 4 * trainable + RUNTIME_BYTES;
+    let estimates: Vec<u64> = (1..=layers).map(|group| ((fixed + model.step_bytes_estimate(&lens, targets, group, cfg.r, n_lora)) >> 20) as u64).collect();
+    let mib = |group: usize| estimates[group.clamp(1, layers) - 1];
+    if model.kernels() == crate::model::TrainKernels::Burn {
+        return Ok(CheckpointPlan { setting: "layers".into(), estimate_mib: mib(1) });
+    }
+    // Recomputed layers with groups of g: every group but the top one.
+    let recomputed = |g: usize| (layers.div_ceil(g) - 1) * g;
+    let group = match cfg.checkpointing {
+        Checkpointing::Layers => 1,
+        Checkpointing::None => layers,
+        Checkpointing::EveryN => {
+            anyhow::ensure!(cfg.checkpoint_layers >= 1, "checkpoint_layers must be at least 1");
+            cfg.checkpoint_layers.min(layers)
+        }
+        Checkpointing::Auto => (1..=layers)
+            .filter(|&g| mib(g) <= cfg.max_memory_mib as u64)
+            .min_by_key(|&g| (recomputed(g), mib(g)))
+            .unwrap_or(1),
+    };
+    model.set_recompute_group(group);
+    let setting = checkpoint_name(group, layers);
+    let every = if (2..layers).contains(&group) { group } else { cfg.checkpoint_layers.clamp(1, layers) };
+    tracing::info!(
+        "checkpointing: layers ≈ {} MiB, every_n ({every} layers) ≈ {} MiB, none ≈ {} MiB for {} sequences of ≤ {} tokens; using {setting} ({} of {layers} layers recomputed; max_memory_mib {})",
+        mib(1), mib(every), mib(layers), lens.len(), lens.first().copied().unwrap_or(0), recomputed(group), cfg.max_memory_mib
+    );
+    if mib(group) > cfg.max_memory_mib as u64 {
+        tracing::warn!("the estimate for {setting} ({} MiB) is above max_memory_mib = {}", mib(group), cfg.max_memory_mib);
+    }
+    Ok(CheckpointPlan { setting, estimate_mib: mib(group) })
+}
+
 /// Mean held-out NLL per target token, in batches.
 fn eval_loss(model: &TrainableLlama, params: &LoraParams, dev: &[Sequence], batch: usize) -> Result<Option<(f64, u64)>, LoraError> {
     if dev.is_empty() {
@@ -194,10 +258,11 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
 
     let shape = LoraShape { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: target_indices(&cfg.target_modules)? };
     let loaded = Instant::now();
-    let model = TrainableLlama::load(files.config.clone(), &files.checkpoint, cfg.base_storage, &device)?;
+    let mut model = TrainableLlama::load(files.config.clone(), &files.checkpoint, cfg.base_storage, &device)?;
     drop(files.checkpoint);
     tracing::info!("base loaded in {:.1} s", loaded.elapsed().as_secs_f64());
     let fresh = model.init_lora(shape, cfg.seed);
+    let plan = plan_checkpointing(&mut model, cfg, &train, fresh.count())?;
 
     let ckpt_dir = run.checkpoint_dir()?.to_path_buf();
     let mut trainee = DecoderTrainee { model: &model, params: fresh, train: &train, dev: &dev, cfg };
@@ -229,6 +294,10 @@ fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainO
     run.set_stat("base_bytes_held", base_bytes as u64);
     run.set_stat("base_storage", kinds.join(","));
     run.set_stat("largest_layer_f32_bytes", model.layer_f32_bytes() as u64);
+    run.set_stat("kernels", format!("{:?}", model.kernels()).to_lowercase());
+    run.set_stat("checkpointing", plan.setting.clone());
+    run.set_stat("recompute_group", model.recompute_group() as u64);
+    run.set_stat("peak_memory_estimate_mib", plan.estimate_mib);
     run.set_stat("train_examples_too_long", train_stats.too_long as u64);
     run.set_stat("dev_examples", dev.len() as u64);
     run.set_stat("dev_examples_too_long", dev_stats.too_long as u64);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use gauge_decoder::adapter::PROJECTIONS;
 use gauge_decoder::generate::argmax;
 use gauge_decoder::{LanguageModel, LoadOptions, ModelFiles};
-use gauge_lora::model::{LoraModule, LoraParams, LoraShape, Sequence, TrainableLlama};
+use gauge_lora::model::{LoraModule, LoraParams, LoraShape, Sequence, TrainKernels, TrainableLlama};
 use gauge_lora::optim::{global_norm, AdamWConfig, AdamWState};
 use gauge_lora::BaseStorage;
 use serde_json::Value;
@@ -111,9 +111,28 @@ fn init_matches_the_fixture_and_peft_bounds() {
     }
 }
 
+/// Every way the step can run: the host kernels recomputing each layer (`layers`) or keeping
+/// every activation (`none`), and Burn's ops.
+fn step_variants() -> Vec<(&'static str, TrainableLlama)> {
+    let mut out = Vec::new();
+    for (name, kernels, group) in [("host/layers", TrainKernels::Host, 1), ("host/none", TrainKernels::Host, 2), ("burn", TrainKernels::Burn, 1)] {
+        let mut model = load();
+        model.set_kernels(kernels).unwrap();
+        model.set_recompute_group(group);
+        out.push((name, model));
+    }
+    out
+}
+
 #[test]
 fn loss_gradients_and_one_adamw_step_match_the_reference() {
-    let model = load();
+    for (variant, model) in step_variants() {
+        eprintln!("{variant}");
+        step_matches_the_reference(&model, variant);
+    }
+}
+
+fn step_matches_the_reference(model: &TrainableLlama, variant: &str) {
     let recs = records();
     let train: Vec<&Value> = recs.iter().filter(|r| r["type"] == "train").collect();
     assert_eq!(train.len(), 4);
@@ -123,10 +142,10 @@ fn loss_gradients_and_one_adamw_step_match_the_reference() {
             Some(ex) => ex.iter().map(|i| singles[i.as_u64().unwrap() as usize].clone()).collect(),
             None => vec![sequence(r)],
         };
-        let name = r["name"].as_str().unwrap();
+        let name = &format!("{variant} {}", r["name"].as_str().unwrap());
         let n: usize = seqs.iter().map(Sequence::n_targets).sum();
         assert_eq!(n as u64, r["n_targets"].as_u64().unwrap(), "{name}");
-        let mut params = fixed_params(&model);
+        let mut params = fixed_params(model);
         let mut grads = params.zeros_like();
         let nll = model.accumulate_gradients(&params, &seqs, 1.0 / n as f64, None, &mut grads).unwrap();
         let loss = nll / n as f64;
@@ -175,6 +194,37 @@ fn loss_gradients_and_one_adamw_step_match_the_reference() {
         let want_after = r["loss_after_adamw_step"].as_f64().unwrap();
         assert!((after / n as f64 - want_after).abs() <= 1e-5, "{name}: loss after step {} vs {want_after}", after / n as f64);
     }
+}
+
+#[test]
+fn dropout_steps_agree_across_kernels_and_recomputation_changes_no_bit() {
+    let recs = records();
+    let seqs: Vec<Sequence> = recs.iter().filter(|r| r["type"] == "train" && r["examples"].is_null()).map(sequence).collect();
+    assert!(seqs.len() >= 2);
+    let n: usize = seqs.iter().map(Sequence::n_targets).sum();
+    let mut results = Vec::new();
+    for (variant, model) in step_variants() {
+        let params = fixed_params(&model);
+        let mut grads = params.zeros_like();
+        let nll = model.accumulate_gradients(&params, &seqs, 1.0 / n as f64, Some((0.25, 99)), &mut grads).unwrap();
+        results.push((variant, nll, grads));
+    }
+    let (_, nll_layers, g_layers) = &results[0];
+    let (_, nll_none, g_none) = &results[1];
+    assert_eq!((nll_layers, g_layers), (nll_none, g_none), "recomputing layers must give the same bits as keeping them");
+    let (_, nll_burn, g_burn) = &results[2];
+    assert!((nll_layers - nll_burn).abs() <= 1e-5 * n as f64, "host {nll_layers} vs burn {nll_burn}");
+    for (k, (h, b)) in g_layers.iter().zip(g_burn).enumerate() {
+        let fro = b.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+        let diff = h.iter().zip(b).map(|(&x, &y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(diff <= 1e-4 * fro.max(1e-6), "tensor {k}: host and burn gradients differ by {diff} (norm {fro})");
+    }
+    // Dropout reached the gradients: a different mask seed moves them.
+    let (_, model) = step_variants().into_iter().next().unwrap();
+    let params = fixed_params(&model);
+    let mut other = params.zeros_like();
+    model.accumulate_gradients(&params, &seqs, 1.0 / n as f64, Some((0.25, 100)), &mut other).unwrap();
+    assert_ne!(&other, g_layers);
 }
 
 #[test]
