@@ -3,7 +3,8 @@
 //! `BATCH` sequences per step, every position a target; the machine's peak measured the same
 //! way as `bench_generate` (the `bench-train` recipe adds llama.cpp's prefill on the same GGUF
 //! and length as the reference).
-//! Usage: `bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]`
+//! Usage: `bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]
+//! [--checkpointing auto|layers|none|every_n] [--checkpoint-layers N] [--max-memory-mib N]`
 //! (MODEL: a GGUF file or a Hugging Face folder; `--check-dir`: also save the trained adapter
 //! as DIR/adapter and the last-position logits of the first sequence's first 64 tokens with
 //! base + adapter and with the base alone — the decoder, f32 base, on the CPU — as DIR/logits.json, for
@@ -17,7 +18,7 @@ use gauge_lora::BaseStorage;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]";
+    let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR] [--checkpointing auto|layers|none|every_n] [--checkpoint-layers N] [--max-memory-mib N]";
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let device_name = flag("--device").unwrap_or_else(|| "cpu".into());
     let device = gauge_encoder::device::parse(&device_name)?;
@@ -30,14 +31,24 @@ fn main() -> anyhow::Result<()> {
     let files = ModelFiles::open(model_path, false)?;
     let c = files.config.clone();
     let mut model = TrainableLlama::load(c.clone(), &files.checkpoint, BaseStorage::Auto, &device)?;
-    if let Some(g) = flag("--recompute-group") {
-        model.set_recompute_group(g.parse()?);
-    }
     drop(files);
     let shape = LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() };
     let mut params = model.init_lora(shape, 0);
     // Token ids spread over the vocabulary (content does not change the arithmetic).
     let seqs: Vec<Sequence> = (0..batch).map(|b| Sequence { ids: (0..seq).map(|i| ((i * 7919 + b * 104_729) % (c.vocab_size - 1)) as u32 + 1).collect(), target: vec![true; seq - 1] }).collect();
+    // Which activations the step keeps, chosen as train-lora chooses (`--checkpointing`,
+    // `--max-memory-mib`; defaults: train-lora's).
+    let mut tc = gauge_lora::TrainConfig { batch_size: batch, ..Default::default() };
+    if let Some(v) = flag("--checkpointing") {
+        tc.checkpointing = serde_json::from_value(serde_json::Value::String(v))?;
+    }
+    if let Some(v) = flag("--checkpoint-layers") {
+        tc.checkpoint_layers = v.parse()?;
+    }
+    if let Some(v) = flag("--max-memory-mib") {
+        tc.max_memory_mib = v.parse()?;
+    }
+    let plan = gauge_lora::train::plan_checkpointing(&mut model, &tc, &seqs, params.count())?;
     let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
     let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
     let mut adam = AdamWState::new(&lens);
@@ -67,7 +78,12 @@ fn main() -> anyhow::Result<()> {
     let lora: f64 = (0..7).map(|p| { let (i, o) = model.projection_dims(p); (16 * (i + o)) as f64 }).sum::<f64>() * c.num_hidden_layers as f64;
     let fwd = 2.0 * (proj + attn + lora) + 2.0 * head;
     let useful = 2.0 * fwd + 2.0 * lora;
-    let executed = useful + 2.0 * (proj + attn + lora);
+    // Executed: the recomputed layers' forward again; on the host kernels also each head's
+    // scores `q kᵀ` rebuilt in the backward pass (half of `attn`) and the head in one pass.
+    let host = model.kernels() == gauge_lora::model::TrainKernels::Host;
+    let layers = c.num_hidden_layers as f64;
+    let recomputed = if host { (model.n_layers() - model.recompute_group().min(model.n_layers())) as f64 } else { layers };
+    let executed = useful + 2.0 * (proj + attn + lora) * recomputed / layers + if host { attn } else { 2.0 * head };
     let (peak, peak_how) = gauge_core::machine::peak_f32_flops();
     let (base_bytes, kinds) = model.base_bytes();
     let rss = gauge_lora::run::peak_rss_mib();
@@ -87,11 +103,12 @@ fn main() -> anyhow::Result<()> {
     let result = serde_json::json!({
         "model": model_path, "device": device_name, "sequence_tokens": seq, "sequences_per_step": batch, "steps_timed": times.len(),
         "threads": rayon::current_num_threads(), "lora": {"r": 16, "alpha": 16, "targets": "all seven projections", "trainable_parameters": trainable},
+        "kernels": format!("{:?}", model.kernels()).to_lowercase(), "checkpointing": plan.setting, "recompute_group": model.recompute_group(),
         "seconds_per_step": secs, "tokens_per_s": tokens_per_s,
         "flops_per_token_useful": useful, "flops_per_token_executed": executed,
         "useful_flops_per_s": tokens_per_s * useful, "share_of_peak_useful": tokens_per_s * useful / peak, "share_of_peak_executed": tokens_per_s * executed / peak,
         "machine": {"peak_f32_flops": peak, "peak_how": peak_how},
-        "memory": {"peak_rss_mib": rss, "base_bytes_held": base_bytes, "base_storage": kinds, "largest_layer_f32_bytes": model.layer_f32_bytes(),
+        "memory": {"peak_rss_mib": rss, "peak_estimate_mib": plan.estimate_mib, "max_memory_mib": tc.max_memory_mib, "base_bytes_held": base_bytes, "base_storage": kinds, "largest_layer_f32_bytes": model.layer_f32_bytes(),
                    "adapter_and_adamw_bytes": trainable * 16.0},
     });
     std::fs::write(out, serde_json::to_string_pretty(&result)? + "\n")?;

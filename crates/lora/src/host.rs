@@ -30,8 +30,8 @@ pub enum Checkpointing {
     Layers,
     /// Keep every intermediate value of every layer (no recomputation, the most memory).
     None,
-    /// Keep the input of every `checkpoint_layers`-th layer; recompute that many layers at a
-    /// time (the top group is kept from the forward pass).
+    /// Groups of `checkpoint_layers` layers counted from the top: keep each group's input,
+    /// recompute one group at a time (the top group is kept from the forward pass).
     EveryN,
 }
 

@@ -260,8 +260,9 @@ impl TrainableLlama {
         Ok(())
     }
 
-    /// Recomputes `group` layers at a time in the backward pass (1: each layer from its saved
-    /// input; the layer count or more: keeps every activation). The result does not change.
+    /// Recomputes `group` layers at a time in the backward pass, the top `group` layers kept
+    /// from the forward pass (1: each layer from its saved input; the layer count or more:
+    /// keeps every activation). The result does not change.
     pub fn set_recompute_group(&mut self, group: usize) {
         self.recompute_group = group.clamp(1, self.layers.len().max(1));
     }
@@ -715,14 +716,17 @@ impl TrainableLlama {
 
     /// The step on the host kernels: the summed NLL over the target positions and their count;
     /// with `grads`, the gradient of `weight × NLL` added into them. Layers run in groups of
-    /// [`Self::recompute_group`]: the forward pass keeps each group's input (and the top
-    /// group's activations); the backward pass recomputes one group at a time from its input.
+    /// [`Self::recompute_group`] counted from the top: the forward pass keeps each group's input
+    /// (and the top group's activations); the backward pass recomputes one group at a time from
+    /// its input.
     fn host_step(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>, grads: Option<(f64, &mut [Vec<f32>])>) -> Result<(f64, usize), LoraError> {
         let d = self.dims();
         let n_layers = self.layers.len();
         let training = grads.is_some();
         let group = if training { self.recompute_group.clamp(1, n_layers.max(1)) } else { n_layers.max(1) };
-        let starts: Vec<usize> = (0..n_layers).step_by(group).collect();
+        // Groups counted from the top, so the top group (kept from the forward pass) is whole and
+        // the bottom one takes the remainder: `n_layers − group` layers are recomputed.
+        let starts: Vec<usize> = (1..=n_layers.div_ceil(group)).rev().map(|k| n_layers.saturating_sub(k * group)).collect();
         let top = starts.last().copied().unwrap_or(0);
         let ropes: Vec<host::HostRope> = seqs.iter().map(|s| host::HostRope::new(s.ids.len(), d.hd, &self.inv_freq)).collect();
         let mut xs: Vec<Vec<f32>> = seqs.iter().map(|s| self.embed(&s.ids)).collect::<Result<_, _>>()?;
@@ -742,8 +746,8 @@ impl TrainableLlama {
                 }
                 if l >= top {
                     kept.push(Some(acts));
-                } else if l % group == 0 {
-                    saved[l / group].push(acts.x);
+                } else if let Ok(gi) = starts.binary_search(&l) {
+                    saved[gi].push(acts.x);
                 }
             }
             if training && l >= top {
@@ -792,7 +796,7 @@ impl TrainableLlama {
         }
         // The groups, top down.
         for (gi, &l0) in starts.iter().enumerate().rev() {
-            let l1 = (l0 + group).min(n_layers);
+            let l1 = starts.get(gi + 1).copied().unwrap_or(n_layers);
             let mut acts: Vec<Vec<Option<host::Acts>>> = if l0 == top {
                 std::mem::take(&mut top_acts)
             } else {

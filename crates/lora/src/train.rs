@@ -122,11 +122,11 @@ impl Stage for TrainLora {
 }
 
 /// What [`plan_checkpointing`] chose.
-struct CheckpointPlan {
+pub struct CheckpointPlan {
     /// `layers`, `none` or `every_n (N layers)`.
-    setting: String,
+    pub setting: String,
     /// The estimated peak of the process with it, MiB.
-    estimate_mib: u64,
+    pub estimate_mib: u64,
 }
 
 /// The name of recomputing `group` of `layers` layers at a time.
@@ -141,8 +141,8 @@ fn checkpoint_name(group: usize, layers: usize) -> String {
 /// Resolves `checkpointing` for the run's longest batch (its `batch_size` longest examples) and
 /// sets it on the model; prints each setting's estimated peak first. `auto`: the setting that
 /// recomputes the fewest layers (the top group is kept from the forward pass) whose estimate
-/// fits `max_memory_mib`; `layers` when none does.
-fn plan_checkpointing(model: &mut TrainableLlama, cfg: &TrainConfig, train: &[Sequence], trainable: usize) -> anyhow::Result<CheckpointPlan> {
+/// fits `max_memory_mib`; `layers` when none does. (Public for the `bench_train` example.)
+pub fn plan_checkpointing(model: &mut TrainableLlama, cfg: &TrainConfig, train: &[Sequence], trainable: usize) -> anyhow::Result<CheckpointPlan> {
     let layers = model.n_layers().max(1);
     let mut lens: Vec<(usize, usize)> = train.iter().map(|s| (s.ids.len(), s.n_targets())).collect();
     lens.sort_unstable_by(|a, b| b.cmp(a));
@@ -158,8 +158,8 @@ fn plan_checkpointing(model: &mut TrainableLlama, cfg: &TrainConfig, train: &[Se
     if model.kernels() == crate::model::TrainKernels::Burn {
         return Ok(CheckpointPlan { setting: "layers".into(), estimate_mib: mib(1) });
     }
-    // Recomputed layers with groups of g: every group but the top one.
-    let recomputed = |g: usize| (layers.div_ceil(g) - 1) * g;
+    // Recomputed layers with groups of g: all but the top group's g.
+    let recomputed = |g: usize| layers - g.min(layers);
     let group = match cfg.checkpointing {
         Checkpointing::Layers => 1,
         Checkpointing::None => layers,
