@@ -204,9 +204,9 @@ bench-embed: setup models bench-venv
 bench-generate: setup models
     scripts/bench-generate.sh
 
-# train-lora's training speed (SmolLM2-135M Q4_1, r 16 on all projections, 512 tokens, all cores) against llama.cpp's prefill on the same GGUF → bench/train.json.
-bench-train: setup models
-    scripts/bench-train.sh
+# train-lora's training step (r 16 on all projections, 2 × 512 tokens, all cores) in one run against PEFT + PyTorch CPU fp32 on a random Llama of SmolLM2-135M's shape (default checkpointing, off, every layer, Burn's ops; tokens/s and peak memory as ratios) and on the Q4_1 GGUF against llama.cpp's prefill → bench/train.json. ~6 min on 2 cores.
+bench-train: setup models torch-venv
+    GAUGE_VENV={{torch_venv}} scripts/bench-train.sh
 
 # The offline SFT set (synth-data --mode sft, 400 examples, 80:10:10 page-grouped) → train-lora on SmolLM2-135M-Instruct (Q4_1 stays 4-bit; r 16, alpha 16, all seven projections; 120 examples ≤ 1280 tokens, 1 epoch, 2×2 sequences per step, lr 1e-3 cosine) → adapter copied to data/adapters/fra-sft-offline → base vs adapter on the dev questions whose pages the training never touched, with the gate verdict (evaluate pipelines/fra-adapter.toml → eval/fra-adapter/). ~40 min of training + ~1 min per evaluated question on 2 cores.
 train *flags="": setup models
