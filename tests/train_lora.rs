@@ -156,3 +156,52 @@ fn bad_input_is_refused_with_the_file_named() {
     assert!(!out.status.success() && err.contains("unknown target module `qkv`"), "{err}");
     assert!(gauge::complete_dirs(&art, "train-lora").is_empty(), "nothing half-written");
 }
+
+#[test]
+fn every_checkpointing_setting_trains_the_same_adapter_and_auto_follows_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_data(&tmp.path().join("data"));
+    let cfg = config(tmp.path(), 4);
+    let train = |name: &str, sets: &[&str]| {
+        let root = tmp.path().join(name);
+        let mut args = vec![data.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--artifacts", root.to_str().unwrap()];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let dir = PathBuf::from(last_line(&ok(run("train-lora", &args))));
+        let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+        (adapter_bytes(&dir), manifest["stats"].clone(), dir)
+    };
+    let (bytes, stats, layers_dir) = train("layers", &["checkpointing=\"layers\""]);
+    assert_eq!((stats["kernels"].as_str(), stats["checkpointing"].as_str(), stats["recompute_group"].as_u64()), (Some("host"), Some("layers"), Some(1)));
+    let (none_bytes, none_stats, _) = train("none", &["checkpointing=\"none\""]);
+    assert_eq!(none_stats["checkpointing"], "none");
+    assert_eq!(none_bytes, bytes, "keeping every activation must train the same adapter as recomputing each layer");
+    assert!(none_stats["peak_memory_estimate_mib"].as_u64() >= stats["peak_memory_estimate_mib"].as_u64());
+    // `auto`: everything fits a large budget (nothing recomputed); nothing fits a 1 MiB one (each layer recomputed).
+    let (big, big_stats, _) = train("auto-big", &["max_memory_mib=65536"]);
+    assert_eq!((big_stats["checkpointing"].as_str(), big.as_slice()), (Some("none"), bytes.as_slice()));
+    let (_, small_stats, _) = train("auto-small", &["max_memory_mib=1"]);
+    assert_eq!(small_stats["checkpointing"], "layers");
+    // Burn's ops train the same adapter up to f32 rounding, not bit for bit.
+    let out = Command::new(bin("train-lora"))
+        .args([data.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--artifacts", tmp.path().join("burn").to_str().unwrap()])
+        .env("GAUGE_TRAIN_KERNELS", "burn")
+        .env("GAUGE_NO_PROGRESS", "1")
+        .output()
+        .unwrap();
+    let dir = PathBuf::from(last_line(&ok(out)));
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stats"]["kernels"], "burn");
+    let (a, b) = (adapter_values(&layers_dir), adapter_values(&dir));
+    let (diff, norm) = a.iter().zip(&b).fold((0f64, 0f64), |(d, n), (x, y)| (d + ((x - y) as f64).powi(2), n + (*y as f64).powi(2)));
+    assert!(diff.sqrt() <= 1e-3 * norm.sqrt(), "host and Burn adapters differ by {} (norm {})", diff.sqrt(), norm.sqrt());
+}
+
+/// Every A and B value of a run's adapter (modules in path order).
+fn adapter_values(run_dir: &Path) -> Vec<f32> {
+    let adapter = gauge_decoder::LoraAdapter::load(&run_dir.join("adapter")).unwrap();
+    let mut modules: Vec<_> = adapter.modules.iter().collect();
+    modules.sort_by(|a, b| a.0.cmp(b.0));
+    modules.iter().flat_map(|(_, m)| m.a.iter().chain(&m.b).copied()).collect()
+}

@@ -184,7 +184,7 @@ fn exp_poly(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
@@ -624,6 +624,7 @@ pub(crate) fn block_forward(d: &Dims, w: &HostWeights, lora: &HostLora, x: Vec<f
 /// The gradient of [`block_forward`]: from `d_out` (`[t, h]`), adds each adapter's gradient into
 /// `grads[p]` (`(dA, dB)` of projection `p`, when adapted) and returns the gradient at the
 /// block's input when `need_dx`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn block_backward(d: &Dims, w: &HostWeights, lora: &HostLora, acts: &Acts, d_out: &[f32], rope_tab: &HostRope, grads: &mut [Option<(&mut [f32], &mut [f32])>], need_dx: bool) -> Option<Vec<f32>> {
     let t = acts.x.len() / d.h;
     let mut back = |p: usize, dy: &[f32], input: &[f32], dx: &mut [f32]| {

@@ -279,16 +279,18 @@ impl TrainableLlama {
 
     /// Estimated bytes the step holds beyond the base and the adapter for sequences of
     /// `lens` tokens with `targets` target positions, recomputing `group` layers at a time
-    /// (host kernels): saved layer inputs, kept activations, one layer's f32 matrices, the
-    /// head's slice.
-    pub fn step_bytes_estimate(&self, lens: &[usize], targets: usize, group: usize, r: usize, n_lora: usize) -> usize {
+    /// (host kernels), with adapters of `shape` (and their dropout masks when `dropout`): saved
+    /// layer inputs, kept activations, one layer's f32 matrices, the head's slice.
+    pub fn step_bytes_estimate(&self, lens: &[usize], targets: usize, group: usize, shape: &LoraShape, dropout: bool) -> usize {
         let d = self.dims();
         let l = self.layers.len();
         let group = group.clamp(1, l.max(1));
         let groups = l.div_ceil(group);
         let tokens: usize = lens.iter().sum();
         let inputs = (groups - 1) * tokens * d.h * 4;
-        let acts_layer: usize = lens.iter().map(|&t| t * (d.h + d.act_floats_per_token(t, r, n_lora)) * 4).sum();
+        // With dropout, each adapted projection's mask over its input is kept too.
+        let masks: usize = if dropout { shape.targets.iter().map(|&p| d.proj(p).0).sum() } else { 0 };
+        let acts_layer: usize = lens.iter().map(|&t| t * (d.h + masks + d.act_floats_per_token(t, shape.r, shape.targets.len())) * 4).sum();
         // The backward pass of one layer holds a few gradients of its widest activation, and
         // each thread a head's scores and their gradient `[t, t]`.
         let threads = rayon::current_num_threads();

@@ -149,11 +149,11 @@ pub fn plan_checkpointing(model: &mut TrainableLlama, cfg: &TrainConfig, train: 
     lens.truncate(cfg.batch_size);
     let targets: usize = lens.iter().map(|l| l.1).sum();
     let lens: Vec<usize> = lens.iter().map(|l| l.0).collect();
-    let n_lora = target_indices(&cfg.target_modules)?.len();
+    let shape = LoraShape { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: target_indices(&cfg.target_modules)? };
     // The base as held, the adapter with its gradient and AdamW's two moments, the runtime.
     const RUNTIME_BYTES: usize = 48 << 20;
     let fixed = model.base_bytes().0 + 4 * 4 * trainable + RUNTIME_BYTES;
-    let estimates: Vec<u64> = (1..=layers).map(|group| ((fixed + model.step_bytes_estimate(&lens, targets, group, cfg.r, n_lora)) >> 20) as u64).collect();
+    let estimates: Vec<u64> = (1..=layers).map(|group| ((fixed + model.step_bytes_estimate(&lens, targets, group, &shape, cfg.lora_dropout > 0.0)) >> 20) as u64).collect();
     let mib = |group: usize| estimates[group.clamp(1, layers) - 1];
     if model.kernels() == crate::model::TrainKernels::Burn {
         return Ok(CheckpointPlan { setting: "layers".into(), estimate_mib: mib(1) });
