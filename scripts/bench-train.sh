@@ -43,6 +43,8 @@ load = lambda n: json.load(open(f"{tmp}/{n}.json"))
 peft = load("peft")
 peft_mib = peft["peak_memory_bytes"] / 2**20
 variants = {v: load(f"gauge-{v}") for v in ("auto", "none", "layers", "burn")}
+for g in variants.values():
+    g["model"] = "random-llama (scripts/gpu_check.py make-llama, in a temporary folder)"
 same = {"model": "random-weight Llama of SmolLM2-135M's shape (f32 folder; gauge holds the base NF4, PEFT fp32)",
         "sequence_tokens": peft["sequence_tokens"], "sequences_per_step": peft["sequences_per_step"],
         "peft_cpu_fp32": peft, "gauge": variants, "ratios_over_peft": {}}

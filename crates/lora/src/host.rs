@@ -310,20 +310,8 @@ fn rows_per_task(width: usize) -> usize {
 
 /// `out = x · rstd · w` per row, `rstd = 1 / √(mean(x²) + eps)`; returns `(out, rstd)`.
 pub(crate) fn rms_norm(x: &[f32], h: usize, w: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
-    let t = x.len() / h;
-    let mut out = vec![0f32; x.len()];
-    let mut rstd = vec![0f32; t];
-    let rpt = rows_per_task(h);
-    out.par_chunks_mut(rpt * h).zip(rstd.par_chunks_mut(rpt)).zip(x.par_chunks(rpt * h)).for_each(|((o, r), x)| {
-        for ((o, r), x) in o.chunks_mut(h).zip(r.iter_mut()).zip(x.chunks(h)) {
-            let ms = x.iter().map(|v| v * v).sum::<f32>() / h as f32;
-            *r = 1.0 / (ms + eps).sqrt();
-            for ((o, &x), &w) in o.iter_mut().zip(x).zip(w) {
-                *o = x * *r * w;
-            }
-        }
-    });
-    (out, rstd)
+    let rstd: Vec<f32> = x.par_chunks(h).map(|x| 1.0 / (x.iter().map(|v| v * v).sum::<f32>() / h as f32 + eps).sqrt()).collect();
+    (rms_apply(x, &rstd, h, w), rstd)
 }
 
 /// `x · rstd · w` per row from a saved `rstd` (what [`rms_norm`] returned).
