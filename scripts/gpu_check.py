@@ -353,7 +353,7 @@ def peft_step(model_dir, seq, batch, steps, dtype, device="cuda"):
 
 def st_step(model_dir, ids_json, steps, tuning, device="cpu"):
     """sentence-transformers' training step on the batch `bench_encoder` wrote (its token ids):
-    MultipleNegativesRankingLoss (InfoNCE, scale = 1/temperature) over the queries against their
+    MultipleNegativesRankingLoss (InfoNCE, scale = 1/temperature; dropout off) over the queries against their
     positives and two hard negatives each (columns anchor, positive, negative_1, negative_2, each
     padded to its own longest, as the library's collator does), with PEFT LoRA r 16 on the six
     linear modules of every layer or every weight trainable; AdamW, clipping at 1.0. The step is
@@ -382,7 +382,9 @@ def st_step(model_dir, ids_json, steps, tuning, device="cpu"):
     params = [x for x in model.parameters() if x.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, eps=1e-8, weight_decay=0.0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    model.train()
+    # Dropout off, as gauge's trainer (eval mode changes nothing else for BERT): the first
+    # step's loss is then the same function of the same ids on both sides.
+    model.eval()
     times = []
     first = None
     for step in range(int(steps) + 1):
