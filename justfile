@@ -213,13 +213,12 @@ train *flags="": setup models
     {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
     {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
 
-# train-lora --target embedder's speed on all-MiniLM-L6-v2 (one contrastive step: 16 queries, 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against gauge's inference encoder on the same texts, same run → bench/train-encoder.json.
-bench-train-encoder: setup models
-    cargo build --release -q --workspace --example bench_encoder
+# train-lora --target embedder's step on all-MiniLM-L6-v2 (InfoNCE: 16 queries, their positives and 2 hard negatives each = 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning; host kernels and Burn's autodiff) against sentence-transformers + PEFT's step on the same token ids (MultipleNegativesRankingLoss, CPU fp32) and gauge's inference encoder on the same texts, one run → bench/train-encoder.json (tokens/s and peak memory as ratios). ~6 min on 2 cores.
+bench-train-encoder steps="3": setup models torch-venv
     chunks=$({{just}} chunk | tail -n1); \
-    {{bin}}/examples/bench_encoder models/all-MiniLM-L6-v2 "$chunks/chunks.parquet" bench/train-encoder.json 3
+    GAUGE_VENV={{torch_venv}} scripts/bench-train-encoder.sh "$chunks/chunks.parquet" bench/train-encoder.json {{steps}}
 
-# The retrievers trained on the corpus — on doc2query questions, on inverse-cloze sentences and on both — each judged against its untrained base: synth-data --mode doc2query (the local SmolLM2 writes 3 questions for each of 400 FRA passages, one batch, plain-text lines; kept when the untrained Hybrid RRF engine finds the passage in its top 10; 85:15 page-grouped) and --mode ict (800 sentences, 85:15 page-grouped) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), lr 3e-4, 1 epoch) and --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 8 questions per step, lr 2e-3, 1 epoch) on each set and on both (`--also`), every page of the FRA dev set held out of training → evaluate pipelines/fra-trained.toml (every trained row next to its untrained base) → eval/fra-trained/ with the gate table. ~80 min on 2 cores.
+# The retrievers trained on the corpus — on doc2query questions, on inverse-cloze sentences and on both — each judged against its untrained base: synth-data --mode doc2query (the local SmolLM2 writes 3 questions for each of 400 FRA passages, one batch, plain-text lines; kept when the untrained Hybrid RRF engine finds the passage in its top 10; 85:15 page-grouped) and --mode ict (800 sentences, 85:15 page-grouped) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), lr 3e-4, 1 epoch) and --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 8 questions per step, lr 2e-3, 1 epoch) on each set and on both (`--also`), every page of the FRA dev set held out of training → evaluate pipelines/fra-trained.toml (every trained row next to its untrained base) → eval/fra-trained/ with the gate table. ~80 min on 2 cores, measured with Burn's ops for the encoders (their step is ~2× faster on the host kernels).
 train-retrievers *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail
@@ -255,7 +254,7 @@ train-teacher url="" model="smollm2" api_key_env="GAUGE_NO_KEY" *flags="": setup
     [ -z "{{url}}" ] && scripts/llm-server.sh stop
     {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-teacher {{flags}}
 
-# The generator trained on the teacher-written set: ../shared/golden/fra-sft.jsonl → SFT examples with contexts retrieved from the FRA index (synth-data --mode sft --from, split 50:10:40 by page group) → SmolLM2 adapter (train-lora, blocks kept 4-bit) in data/adapters/fra-sft-teacher-set → base vs adapter on the dev questions whose pages training never touched → eval/fra-sft-teacher/ (with the gate verdict). ~30 min on 2 cores (training 21 min).
+# The generator trained on the teacher-written set: ../shared/golden/fra-sft.jsonl → SFT examples with contexts retrieved from the FRA index (synth-data --mode sft --from, split 50:10:40 by page group) → SmolLM2 adapter (train-lora, blocks kept 4-bit) in data/adapters/fra-sft-teacher-set → base vs adapter on the dev questions whose pages training never touched → eval/fra-sft-teacher/ (with the gate verdict). ~25 min on 2 cores (training ~10 min on the host kernels, 21 on Burn's ops; answers ~10 min).
 train-sft *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail

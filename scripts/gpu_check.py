@@ -23,6 +23,10 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
   gpu_check.py peft-step MODEL_DIR SEQ BATCH STEPS DTYPE [DEVICE: cuda (default) | cpu]
         PEFT LoRA (r 16, alpha 16, all seven projections) training steps on DEVICE on the same
         synthetic sequences as gauge's bench_train (AdamW, clipping), tokens/s as JSON
+  gpu_check.py st-step MODEL_DIR IDS_JSON STEPS TUNING [DEVICE: cpu (default) | cuda]
+        sentence-transformers' training step (MultipleNegativesRankingLoss, AdamW) on the batch
+        bench_encoder wrote (IDS_JSON: token ids, temperature); TUNING lora (PEFT r 16 on the six
+        linear modules of every layer) or full; tokens/s as JSON
   gpu_check.py peft-embedder BASE_DIR ADAPTER_DIR CHUNKS_PARQUET EMBEDDINGS_PARQUET [N]
         PEFT loads an embedder adapter (train-lora --target embedder) onto transformers' AutoModel;
         its mean-pooled vectors of the first N (64) chunks vs gauge's `embed --adapter`, as JSON
@@ -347,6 +351,66 @@ def peft_step(model_dir, seq, batch, steps, dtype, device="cuda"):
                       "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else peak_rss_bytes()}))
 
 
+def st_step(model_dir, ids_json, steps, tuning, device="cpu"):
+    """sentence-transformers' training step on the batch `bench_encoder` wrote (its token ids):
+    MultipleNegativesRankingLoss (InfoNCE, scale = 1/temperature; dropout off) over the queries against their
+    positives and two hard negatives each (columns anchor, positive, negative_1, negative_2, each
+    padded to its own longest, as the library's collator does), with PEFT LoRA r 16 on the six
+    linear modules of every layer or every weight trainable; AdamW, clipping at 1.0. The step is
+    what `fit`/`SentenceTransformerTrainer` runs per batch, without the trainer's bookkeeping."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    batch = json.load(open(ids_json))
+    model = SentenceTransformer(model_dir, device=device)
+    if tuning == "lora":
+        from peft import LoraConfig, get_peft_model
+        target = r".*encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense|intermediate\.dense|output\.dense)"
+        model[0].auto_model = get_peft_model(model[0].auto_model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=target))
+    loss_fn = MultipleNegativesRankingLoss(model, scale=1.0 / batch["temperature"])
+    q, p = batch["queries"], batch["passages"]
+    n = len(q)
+    columns = [q, p[:n]] + [p[n + k * n:n + (k + 1) * n] for k in range((len(p) - n) // n)]
+
+    def features(seqs):
+        width = max(len(s) for s in seqs)
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=device)
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+    feats = [features(c) for c in columns]
+    params = [x for x in model.parameters() if x.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4, eps=1e-8, weight_decay=0.0)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    # Dropout off, as gauge's trainer (eval mode changes nothing else for BERT): the first
+    # step's loss is then the same function of the same ids on both sides.
+    model.eval()
+    times = []
+    first = None
+    for step in range(int(steps) + 1):
+        sync()
+        t = time.perf_counter()
+        loss = loss_fn([dict(f) for f in feats], None)
+        if step == 0:
+            first = loss.item()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        if step > 0:
+            times.append(time.perf_counter() - t)
+    s = sum(times) / len(times)
+    tokens = sum(len(x) for x in q + p)
+    padded = sum(f["input_ids"].numel() for f in feats)
+    import sentence_transformers
+    print(json.dumps({"tuning": tuning, "tokens": tokens, "padded_tokens": padded, "seconds_per_step": s, "tokens_per_s": tokens / s,
+                      "trainable_parameters": sum(x.numel() for x in params), "loss_first_step": first,
+                      "torch": torch.__version__, "sentence_transformers": sentence_transformers.__version__,
+                      "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else f"cpu ({torch.get_num_threads()} threads)",
+                      "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else peak_rss_bytes()}))
+
+
 def peak_rss_bytes():
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -475,6 +539,8 @@ def main(argv):
         make_llama(*args)
     elif cmd == "peft-step":
         peft_step(*args)
+    elif cmd == "st-step":
+        st_step(*argv[2:])
     elif cmd == "peft-logits":
         peft_logits(*args)
     elif cmd == "peft-embedder":

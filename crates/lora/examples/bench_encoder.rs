@@ -5,22 +5,30 @@
 //! in the same run: gauge's inference encoder (the `embed` stage's kernels) over the same 64
 //! texts. FLOPs are counted per token: matrices `2·P` forward, `2·P` more for the input
 //! gradients, `2·P` more for the weight gradients (full tuning only); attention `4·L·H` per
-//! layer forward, three times that with its backward.
-//! Usage: `bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS]`.
+//! layer forward, three times that with its backward. Each tuning runs on the host kernels
+//! (the CPU default) and on Burn's autodiff (`_burn`: the kernels before them). With
+//! `IDS_JSON`, the step's token ids and temperature are written there for the
+//! sentence-transformers reference (`scripts/gpu_check.py st-step`).
+//! With `VARIANT` (`lora_r16`, `full`, `lora_r16_burn` or `full_burn`) only that one runs, so
+//! the process's peak resident memory (`peak_rss_mib`) is that variant's.
+//! Usage: `bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS] [IDS_JSON|-] [VARIANT]`.
 use std::time::Instant;
 
 use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
 use gauge_lora::bert::{EncoderTask, Encoded, TrainableBert, Tuning};
+use gauge_lora::model::TrainKernels;
 use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
 use gauge_lora::retriever::{step_loss, RetrieverConfig, StepBatch};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS]";
+    let usage = "usage: bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS] [IDS_JSON|-] [VARIANT]";
     let dir = std::path::PathBuf::from(args.get(1).expect(usage));
     let chunks = gauge_core::schema::read_chunks(std::path::Path::new(args.get(2).expect(usage)))?;
     let out = args.get(3).expect(usage);
     let steps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(3);
+    let ids_out = args.get(5).filter(|p| p.as_str() != "-");
+    let only = args.get(6);
     let device = gauge_encoder::device::cpu();
     let embedder = Embedder::load(&ModelSource { id: dir.display().to_string(), dir: dir.clone() }, &EmbedderOptions::default(), &device)?;
     // 16 queries (a chunk's first sentence) and 48 passages (distinct chunks), spread over the corpus.
@@ -45,8 +53,12 @@ fn main() -> anyhow::Result<()> {
         embedder.embed_ids(&ids, |_| {});
         inference_secs = inference_secs.min(t.elapsed().as_secs_f64());
     }
-    let batch = StepBatch::Contrastive { queries: q, passages: p, masked: vec![Vec::new(); 16] };
     let cfg = RetrieverConfig::default();
+    if let Some(path) = ids_out {
+        let list = |v: &[Encoded]| v.iter().map(|e| e.ids.clone()).collect::<Vec<_>>();
+        std::fs::write(path, serde_json::to_string(&serde_json::json!({"queries": list(&q), "passages": list(&p), "temperature": cfg.temperature}))?)?;
+    }
+    let batch = StepBatch::Contrastive { queries: q, passages: p, masked: vec![Vec::new(); 16] };
     let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
     let (peak, basis) = gauge_core::machine::peak_f32_flops();
     let mut report = serde_json::json!({
@@ -62,14 +74,23 @@ fn main() -> anyhow::Result<()> {
     let attn_tokens = 16.0 * lq * attn_fwd(lq) + 48.0 * lp * attn_fwd(lp);
     let fwd_flops = 2.0 * matrix_params as f64 * tokens as f64 + attn_tokens;
     report["reference_inference"] = serde_json::json!({"seconds": inference_secs, "tokens_per_s": tokens as f64 / inference_secs, "flops_per_s": fwd_flops / inference_secs, "share_of_peak": fwd_flops / inference_secs / peak});
-    for (name, tuning) in [("lora_r16", Tuning::Lora { r: 16, alpha: 16.0, rslora: false, targets: (0..6).collect() }), ("full", Tuning::Full)] {
-        let (model, mut params) = TrainableBert::load(&dir, task, tuning, 0, &device)?;
+    let lora = Tuning::Lora { r: 16, alpha: 16.0, rslora: false, targets: (0..6).collect() };
+    for (name, tuning, kernels) in [("lora_r16", lora.clone(), TrainKernels::Host), ("full", Tuning::Full, TrainKernels::Host), ("lora_r16_burn", lora, TrainKernels::Burn), ("full_burn", Tuning::Full, TrainKernels::Burn)] {
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
+        let (mut model, mut params) = TrainableBert::load(&dir, task, tuning, 0, &device)?;
+        model.set_kernels(kernels)?;
         let lens: Vec<usize> = params.trainable_values().iter().map(|t| t.len()).collect();
         let mut adam = AdamWState::new(&lens);
         let mut times = Vec::new();
+        let mut first_loss = f64::NAN;
         for step in 0..=steps {
             let t = Instant::now();
-            let (_, grads) = step_loss(&model, &params, &batch, &cfg, true)?;
+            let (loss, grads) = step_loss(&model, &params, &batch, &cfg, true)?;
+            if step == 0 {
+                first_loss = loss;
+            }
             let mut grads = grads.expect("gradients");
             clip_global_norm(&mut grads, 1.0);
             adam.step(&AdamWConfig::default(), 1e-4, &mut params.trainable_mut(), &grads);
@@ -79,9 +100,12 @@ fn main() -> anyhow::Result<()> {
             eprintln!("{name} step {step}: {:.2} s", t.elapsed().as_secs_f64());
         }
         let secs = times.iter().sum::<f64>() / times.len() as f64;
-        let full = name == "full";
+        let full = name.starts_with("full");
         let flops = (if full { 6.0 } else { 4.0 }) * matrix_params as f64 * tokens as f64 + 3.0 * attn_tokens;
         report[name] = serde_json::json!({
+            "kernels": format!("{kernels:?}").to_lowercase(),
+            "first_step_loss": first_loss,
+            "peak_rss_mib": gauge_lora::run::peak_rss_mib(),
             "trainable_parameters": params.trainable_count(),
             "seconds_per_step": secs,
             "tokens_per_s": tokens as f64 / secs,

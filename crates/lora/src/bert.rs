@@ -20,6 +20,7 @@ use gauge_encoder::device::{Device, Tensor};
 use gauge_encoder::weights::Weights;
 use gauge_encoder::{BertConfig, Pooling};
 
+use crate::model::TrainKernels;
 use crate::LoraError;
 
 /// The six linear modules of a BERT layer, by their path inside `encoder.layer.N.`.
@@ -159,6 +160,7 @@ pub struct TrainableBert {
     pub tuning: Tuning,
     device: Device,
     ad_device: Device,
+    kernels: TrainKernels,
 }
 
 fn linear_names(l: usize, m: usize) -> String {
@@ -239,7 +241,41 @@ impl TrainableBert {
             }
         }
         let ad_device = burn::DispatchDevice::autodiff(device.clone());
-        Ok((TrainableBert { config, task, tuning, device: device.clone(), ad_device }, p))
+        let kernels = crate::model::default_kernels(device);
+        Ok((TrainableBert { config, task, tuning, device: device.clone(), ad_device, kernels }, p))
+    }
+
+    /// Which implementation runs the step: [`TrainKernels::Host`] on CPU devices (unless
+    /// `GAUGE_TRAIN_KERNELS=burn`), Burn's autodiff elsewhere.
+    pub fn kernels(&self) -> TrainKernels {
+        self.kernels
+    }
+
+    /// Chooses the implementation (the host kernels need a CPU device).
+    pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), LoraError> {
+        if kernels == TrainKernels::Host && !gauge_encoder::device::is_host_cpu(&self.device) {
+            return Err(LoraError::Config("the host training kernels run on the CPU device only".into()));
+        }
+        self.kernels = kernels;
+        Ok(())
+    }
+
+    fn host(&self) -> crate::bert_host::HostBert<'_> {
+        crate::bert_host::HostBert { config: &self.config, task: self.task, tuning: &self.tuning, scale: self.lora_scale() as f32 }
+    }
+
+    /// Host outputs of `batches` (all sequences in one pass) as one tensor per batch on `device`.
+    fn host_outputs(&self, out: &[f32], batches: &[Vec<&Encoded>], device: &Device, track: bool) -> Vec<Tensor<2>> {
+        let d = crate::bert_host::output_width(self.task, self.config.hidden_size);
+        let mut at = 0;
+        batches
+            .iter()
+            .map(|b| {
+                let x = Tensor::<2>::from_data(TensorData::new(out[at * d..(at + b.len()) * d].to_vec(), [b.len(), d]), device);
+                at += b.len();
+                if track { x.require_grad() } else { x }
+            })
+            .collect()
     }
 
     /// The LoRA scale (0 for full tuning).
@@ -375,6 +411,11 @@ impl TrainableBert {
 
     /// Outputs without gradients (evaluation, mining, checks), as host rows.
     pub fn infer(&self, p: &EncoderParams, batch: &[&Encoded]) -> Result<Vec<Vec<f32>>, LoraError> {
+        if self.kernels == TrainKernels::Host {
+            let kept = self.host().forward(p, batch, false)?;
+            let d = crate::bert_host::output_width(self.task, self.config.hidden_size);
+            return Ok(kept.outputs().chunks_exact(d).map(<[f32]>::to_vec).collect());
+        }
         let t = self.tensors(p, &self.device, false);
         let out = self.output(p, &t, batch, &self.device)?;
         let [_, d] = out.dims();
@@ -392,8 +433,23 @@ impl TrainableBert {
     /// into the shard that produced it (`backward` of `Σ ⟨output, ∂loss/∂output⟩`), and the
     /// shards' parameter gradients are summed. Exactly the gradient of one big graph, with
     /// both cores busy (burn-flex's element-wise kernels are single-threaded).
+    ///
+    /// With the host kernels ([`crate::bert_host`]) every sequence of the step runs in one
+    /// unpadded pass; the loss and its gradient with respect to the outputs still come from
+    /// `loss_fn` on Burn's autodiff device, and the host backward pass takes it from there.
     pub fn loss_and_gradients(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<(f64, Vec<Vec<f32>>), LoraError> {
         use rayon::prelude::*;
+        if self.kernels == TrainKernels::Host {
+            let seqs: Vec<&Encoded> = batches.iter().flatten().copied().collect();
+            let host = self.host();
+            let kept = host.forward(p, &seqs, true)?;
+            let leaves = self.host_outputs(kept.outputs(), batches, &self.ad_device, true);
+            let loss = loss_fn(leaves.clone());
+            let value = crate::model::values(loss.clone().inner())[0] as f64;
+            let g = loss.backward();
+            let upstream: Vec<f32> = leaves.iter().flat_map(|l| l.grad(&g).map(crate::model::values).unwrap_or_else(|| vec![0.0; l.dims().iter().product()])).collect();
+            return Ok((value, host.backward(p, &seqs, kept, &upstream)));
+        }
         let threads = rayon::current_num_threads().max(1).min(batches.len().max(1));
         let per = batches.len().div_ceil(threads).max(1);
         let shards: Vec<&[Vec<&Encoded>]> = batches.chunks(per).collect();
@@ -443,6 +499,12 @@ impl TrainableBert {
     /// The loss alone (same `loss_fn`), without a graph; batches run in parallel.
     pub fn loss(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<f64, LoraError> {
         use rayon::prelude::*;
+        if self.kernels == TrainKernels::Host {
+            let seqs: Vec<&Encoded> = batches.iter().flatten().copied().collect();
+            let kept = self.host().forward(p, &seqs, false)?;
+            let outs = self.host_outputs(kept.outputs(), batches, &self.device, false);
+            return Ok(crate::model::values(loss_fn(outs))[0] as f64);
+        }
         let t = self.tensors(p, &self.device, false);
         let outs: Vec<Vec<f32>> = batches.par_iter().map(|b| self.output(p, &t, b, &self.device).map(crate::model::values)).collect::<Result<_, _>>()?;
         let outs: Vec<Tensor<2>> = outs.into_iter().zip(batches).map(|(v, b)| { let d = v.len() / b.len(); Tensor::<2>::from_data(TensorData::new(v, [b.len(), d]), &self.device) }).collect();

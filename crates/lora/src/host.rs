@@ -443,7 +443,7 @@ fn causal_probabilities(p: &mut [f32], t: usize, lse: &[f32]) {
 
 /// `y = x Wᵀ (+ bias) + s · (drop(x) Aᵀ) Bᵀ` over `[t, d_in]`; returns `y` and `drop(x) Aᵀ`.
 #[allow(clippy::too_many_arguments)]
-fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], bias: Option<&[f32]>, lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, mask: Option<&[f32]>) -> (Vec<f32>, Option<Vec<f32>>) {
+pub(crate) fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], bias: Option<&[f32]>, lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, mask: Option<&[f32]>) -> (Vec<f32>, Option<Vec<f32>>) {
     let mut y = match bias {
         Some(b) => b.iter().copied().cycle().take(t * d_out).collect(),
         None => vec![0f32; t * d_out],
@@ -465,7 +465,7 @@ fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], bias: Opti
 /// The gradient of [`project`]: `dx += dy W + ((s · dy B) A) ⊙ mask`, and the adapter's
 /// `dA += (s · dy B)ᵀ drop(x)`, `dB += s · dyᵀ u`.
 #[allow(clippy::too_many_arguments)]
-fn project_backward(dy: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, x: &[f32], mask: Option<&[f32]>, u: Option<&[f32]>, dx: &mut [f32], grads: Option<(&mut [f32], &mut [f32])>) {
+pub(crate) fn project_backward(dy: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, x: &[f32], mask: Option<&[f32]>, u: Option<&[f32]>, dx: &mut [f32], grads: Option<(&mut [f32], &mut [f32])>) {
     gemm(t, d_in, d_out, dx, d_in, true, Operand::rows(dy, d_out), Operand::rows(w, d_in), 1.0);
     let (Some((a, b)), Some(u), Some((ga, gb))) = (lora, u, grads) else { return };
     let mut du = vec![0f32; t * r];

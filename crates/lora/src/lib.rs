@@ -6,7 +6,8 @@
 //!   layer-wise recomputation.
 //! - [`optim`]: PyTorch's AdamW, global-norm clipping, warm-up + cosine/linear schedules.
 //! - [`data`]: chat-format SFT examples → token ids and assistant-token targets.
-//! - [`bert`]: BERT encoders for training (embedder and cross-encoder; LoRA or full).
+//! - [`bert`]: BERT encoders for training (embedder and cross-encoder; LoRA or full); their
+//!   CPU step runs on hand-written host kernels (`bert_host`), Burn autodiff elsewhere.
 //! - [`retriever`]: the `embedder` and `reranker` targets (data, hard negatives, losses).
 //! - [`steps`]: the optimisation loop both trainers share (order, schedule, AdamW, curve,
 //!   evaluation, checkpoints and resume).
@@ -24,6 +25,7 @@ pub mod steps;
 pub mod train;
 pub mod merge;
 pub mod bert;
+mod bert_host;
 pub mod retriever;
 pub mod run;
 

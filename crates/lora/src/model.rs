@@ -178,6 +178,15 @@ pub enum TrainKernels {
     Burn,
 }
 
+/// [`TrainKernels::Host`] on a CPU device unless `GAUGE_TRAIN_KERNELS=burn`; Burn elsewhere.
+pub(crate) fn default_kernels(device: &Device) -> TrainKernels {
+    if gauge_encoder::device::is_host_cpu(device) && std::env::var("GAUGE_TRAIN_KERNELS").as_deref() != Ok("burn") {
+        TrainKernels::Host
+    } else {
+        TrainKernels::Burn
+    }
+}
+
 fn t1(v: &[f32], device: &Device) -> Tensor<1> {
     Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), device)
 }
@@ -242,7 +251,7 @@ impl TrainableLlama {
         let ad_device = burn::DispatchDevice::autodiff(device.clone());
         // The host kernels on a CPU device; `GAUGE_TRAIN_KERNELS=burn` keeps Burn's ops (the
         // reference, for comparisons).
-        let kernels = if gauge_encoder::device::is_host_cpu(device) && std::env::var("GAUGE_TRAIN_KERNELS").as_deref() != Ok("burn") { TrainKernels::Host } else { TrainKernels::Burn };
+        let kernels = default_kernels(device);
         Ok(TrainableLlama { config, embed, layers, norm, lm_head, inv_freq, device: device.clone(), ad_device, kernels, recompute_group: 1 })
     }
 

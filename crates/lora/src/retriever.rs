@@ -202,6 +202,7 @@ impl EncoderTokenizer {
 }
 
 /// One step's inputs, tokenized.
+#[derive(Debug, Clone)]
 pub enum StepBatch {
     /// Queries, then passages (the positives in query order, then every negative), and per
     /// query the passages masked out of its softmax (relevant by page, not its positive).

@@ -21,6 +21,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
 use gauge_lora::bert::{EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
+use gauge_lora::model::TrainKernels;
 use gauge_lora::retriever::{step_loss, RerankLoss, RetrieverConfig, StepBatch};
 
 fn fixture() -> PathBuf {
@@ -89,12 +90,67 @@ fn check(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: 
 fn training_forward_matches_the_reference_logits() {
     let _serial = one_at_a_time();
     let device = gauge_encoder::device::cpu();
-    let (model, params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(4), 0, &device).unwrap();
+    let (mut model, params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(4), 0, &device).unwrap();
+    assert_eq!(model.kernels(), TrainKernels::Host, "the CPU default is the host kernels");
     let refs = reference();
     let batch: Vec<&Encoded> = refs.iter().map(|(e, _)| e).collect();
-    let logits = model.infer(&params, &batch).unwrap();
-    for ((_, want), got) in refs.iter().zip(&logits) {
-        assert!((got[0] - want).abs() <= 1e-4, "logit {} vs reference {want}", got[0]);
+    for kernels in [TrainKernels::Host, TrainKernels::Burn] {
+        model.set_kernels(kernels).unwrap();
+        let logits = model.infer(&params, &batch).unwrap();
+        for ((_, want), got) in refs.iter().zip(&logits) {
+            assert!((got[0] - want).abs() <= 1e-4, "{kernels:?}: logit {} vs reference {want}", got[0]);
+        }
+    }
+}
+
+/// The host kernels against Burn's autodiff: the loss and every trainable tensor's gradient
+/// (each within 2e-4 of the Burn gradient's norm plus the step's largest; measured ≤ 1e-2 of
+/// its own norm on gradients 100× smaller than the largest, ≤ 1e-3 on the rest), for the reranker (listwise and BCE, LoRA
+/// with the new head), the embedder with mean and CLS pooling (LoRA) and full tuning (every
+/// weight, LayerNorm and embedding table) — sequences of different lengths in one step, so
+/// Burn pads and masks while the host runs each at its own length.
+#[test]
+fn host_kernels_give_burns_loss_and_every_gradient() {
+    let _serial = one_at_a_time();
+    let device = gauge_encoder::device::cpu();
+    let refs = reference();
+    let pairs: Vec<Encoded> = refs.iter().take(6).map(|(e, _)| e.clone()).collect();
+    let queries: Vec<Encoded> = refs.iter().take(3).map(|(e, _)| Encoded { ids: e.ids[..e.ids.len().min(10)].to_vec(), types: vec![0; e.ids.len().min(10)] }).collect();
+    let passages: Vec<Encoded> = refs.iter().skip(1).take(5).map(|(e, _)| Encoded { ids: e.ids.clone(), types: vec![0; e.ids.len()] }).collect();
+    assert!(passages.iter().any(|p| p.ids.len() != passages[0].ids.len()), "the fixture's pairs differ in length");
+    let contrastive = StepBatch::Contrastive { queries, passages, masked: vec![vec![2], vec![], vec![]] };
+    let mean = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
+    let cls = EncoderTask::Embedder { pooling: Pooling::Cls, normalize: false };
+    let cases: Vec<(&str, EncoderTask, Tuning, StepBatch, RetrieverConfig)> = vec![
+        ("reranker listwise", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs: pairs.clone(), group: 3 }, RetrieverConfig::default()),
+        ("reranker bce", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs, group: 3 }, RetrieverConfig { loss: RerankLoss::Bce, ..Default::default() }),
+        ("embedder mean lora", mean, lora(2), contrastive.clone(), RetrieverConfig { temperature: 0.1, ..Default::default() }),
+        ("embedder cls lora", cls, lora(2), contrastive.clone(), RetrieverConfig { temperature: 0.1, ..Default::default() }),
+        ("embedder full", mean, Tuning::Full, contrastive, RetrieverConfig { temperature: 0.1, ..Default::default() }),
+    ];
+    for (name, task, tuning, batch, cfg) in cases {
+        let (mut model, mut params) = TrainableBert::load(&fixture(), task, tuning, 9, &device).unwrap();
+        perturb_b(&mut params);
+        let (loss_host, grads_host) = step_loss(&model, &params, &batch, &cfg, true).unwrap();
+        let eval_host = step_loss(&model, &params, &batch, &cfg, false).unwrap().0;
+        model.set_kernels(TrainKernels::Burn).unwrap();
+        let (loss_burn, grads_burn) = step_loss(&model, &params, &batch, &cfg, true).unwrap();
+        assert!((loss_host - loss_burn).abs() <= 1e-5 * loss_burn.abs().max(1.0), "{name}: host loss {loss_host} vs Burn {loss_burn}");
+        assert!((eval_host - loss_burn).abs() <= 1e-5 * loss_burn.abs().max(1.0), "{name}: host evaluation loss {eval_host} vs Burn {loss_burn}");
+        let (gh, gb) = (grads_host.unwrap(), grads_burn.unwrap());
+        assert_eq!(gh.len(), gb.len());
+        // f32 summation-order noise: tensors whose gradient is tiny next to the step's largest
+        // (e.g. a key bias, exactly zero in exact arithmetic) are held to that scale.
+        let norms: Vec<f64> = gb.iter().map(|b| b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt()).collect();
+        let largest = norms.iter().copied().fold(0.0, f64::max);
+        let mut nonzero = 0;
+        for (((&i, h), b), &norm) in params.trainable_indices().iter().zip(&gh).zip(&gb).zip(&norms) {
+            let diff = h.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();
+            assert!(diff <= 2e-4 * (norm + largest), "{name}: {} gradient differs by {diff:.3e} (Burn's norm {norm:.3e}, largest {largest:.3e})", params.names[i]);
+            nonzero += usize::from(norm > 1e-6 * largest);
+        }
+        assert!(nonzero * 10 >= gh.len() * 9, "{name}: only {nonzero} of {} gradients are non-zero", gh.len());
+        eprintln!("{name}: loss {loss_host:.6} (Burn {loss_burn:.6}), {} gradients agree", gh.len());
     }
 }
 
