@@ -331,24 +331,34 @@ def peft_step(model_dir, seq, batch, steps, dtype, device="cuda"):
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     ids = torch.tensor(synthetic_ids(int(seq), int(batch), model.config.vocab_size), device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, eps=1e-8, weight_decay=0.0)
-    times = []
+    params = [p for p in model.parameters() if p.requires_grad]
+    s, _ = timed_steps(lambda: model(input_ids=ids, labels=ids).loss, params, 1e-3, steps, sync)
+    print(json.dumps({"dtype": dtype, "sequence_tokens": int(seq), "sequences_per_step": int(batch), "seconds_per_step": s,
+                      "tokens_per_s": int(seq) * int(batch) / s, "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else f"cpu ({torch.get_num_threads()} threads)",
+                      "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else peak_rss_bytes()}))
+
+
+def timed_steps(loss_of_batch, params, lr, steps, sync):
+    """STEPS timed training steps after one untimed: loss, backward, clipping at 1.0, AdamW.
+    Returns the mean seconds per timed step and the first step's loss."""
+    import torch
+    opt = torch.optim.AdamW(params, lr=lr, eps=1e-8, weight_decay=0.0)
+    times, first = [], None
     for step in range(int(steps) + 1):
         sync()
         t = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = loss_of_batch()
+        if step == 0:
+            first = loss.item()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync()
         if step > 0:
             times.append(time.perf_counter() - t)
-    s = sum(times) / len(times)
-    print(json.dumps({"dtype": dtype, "sequence_tokens": int(seq), "sequences_per_step": int(batch), "seconds_per_step": s,
-                      "tokens_per_s": int(seq) * int(batch) / s, "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else f"cpu ({torch.get_num_threads()} threads)",
-                      "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else peak_rss_bytes()}))
+    return sum(times) / len(times), first
 
 
 def st_step(model_dir, ids_json, steps, tuning, device="cpu"):
@@ -380,27 +390,11 @@ def st_step(model_dir, ids_json, steps, tuning, device="cpu"):
 
     feats = [features(c) for c in columns]
     params = [x for x in model.parameters() if x.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4, eps=1e-8, weight_decay=0.0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     # Dropout off, as gauge's trainer (eval mode changes nothing else for BERT): the first
     # step's loss is then the same function of the same ids on both sides.
     model.eval()
-    times = []
-    first = None
-    for step in range(int(steps) + 1):
-        sync()
-        t = time.perf_counter()
-        loss = loss_fn([dict(f) for f in feats], None)
-        if step == 0:
-            first = loss.item()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync()
-        if step > 0:
-            times.append(time.perf_counter() - t)
-    s = sum(times) / len(times)
+    s, first = timed_steps(lambda: loss_fn([dict(f) for f in feats], None), params, 1e-4, steps, sync)
     tokens = sum(len(x) for x in q + p)
     padded = sum(f["input_ids"].numel() for f in feats)
     import sentence_transformers

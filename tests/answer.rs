@@ -25,6 +25,7 @@ struct Row {
     n: (i32, i32, i32),
     prompt_tokens: i32,
     completion_tokens: i32,
+    finish_reason: String,
 }
 
 fn rows(dir: &str) -> Vec<Row> {
@@ -32,6 +33,7 @@ fn rows(dir: &str) -> Vec<Row> {
     let c = Columns::new(&batch);
     let (answer, refused, passages, citations) = (c.strings_required("answer"), c.bools("refused"), c.strings_required("passages"), c.strings_required("citations"));
     let (nc, nv, ni, pt, ct) = (c.i32s("n_citations"), c.i32s("n_verified"), c.i32s("n_invented"), c.i32s("prompt_tokens"), c.i32s("completion_tokens"));
+    let finish = c.strings_required("finish_reason");
     (0..batch.num_rows())
         .map(|i| Row {
             answer: answer[i].clone(),
@@ -41,6 +43,7 @@ fn rows(dir: &str) -> Vec<Row> {
             n: (nc[i], nv[i], ni[i]),
             prompt_tokens: pt[i],
             completion_tokens: ct[i],
+            finish_reason: finish[i].clone(),
         })
         .collect()
 }
@@ -74,6 +77,8 @@ fn api_answers_have_their_citations_checked_and_refusals_skip_the_model() {
     assert_eq!(r.passages.as_array().unwrap().len(), 2);
     assert_eq!(r.n, (2, 1, 1), "{}: {}", r.answer, r.citations);
     assert_eq!(r.citations[0]["verified"], true);
+    // The endpoint's finish reason is kept ("length" is what "Ran out of tokens" counts).
+    assert_eq!(r.finish_reason, "stop");
     assert_eq!((r.citations[1]["source"].as_str(), r.citations[1]["verified"].as_bool()), (Some("rules.pdf"), Some(false)));
     let first_given = &r.passages[0];
     assert_eq!(r.citations[0]["source"], first_given["source"]);

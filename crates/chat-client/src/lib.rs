@@ -225,6 +225,8 @@ pub struct ChatReply {
     pub usage: Usage,
     /// HTTP attempts made.
     pub attempts: u32,
+    /// The endpoint's `choices[0].finish_reason` (`stop`, `length`, …), when it sent one.
+    pub finish_reason: Option<String>,
 }
 
 /// Why a completion failed (after retries where retrying made sense).
@@ -370,6 +372,8 @@ struct CompletionBody {
 #[derive(Deserialize)]
 struct Choice {
     message: ChoiceMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -476,10 +480,10 @@ impl ChatClient {
             Ok(p) => p,
             Err(e) => return Attempt::Fail(LlmError::BadResponse { url: self.url.clone(), message: format!("{e}: {}", self.scrub(&text)) }),
         };
-        let Some(content) = parsed.choices.into_iter().next().and_then(|c| c.message.content) else {
+        let Some((content, finish_reason)) = parsed.choices.into_iter().next().and_then(|c| c.message.content.map(|t| (t, c.finish_reason))) else {
             return Attempt::Fail(LlmError::BadResponse { url: self.url.clone(), message: "no choices[0].message.content".into() });
         };
-        Attempt::Done(ChatReply { content, usage: parsed.usage.unwrap_or_default(), attempts: 1 })
+        Attempt::Done(ChatReply { content, usage: parsed.usage.unwrap_or_default(), attempts: 1, finish_reason })
     }
 
     /// Sends a chat for a free-text reply; retries 408/429/5xx, timeouts and connection

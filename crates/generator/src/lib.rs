@@ -240,7 +240,8 @@ impl Generator {
                     text: reply.content.trim().to_string(),
                     prompt_tokens: reply.usage.prompt_tokens as usize,
                     completion_tokens: reply.usage.completion_tokens as usize,
-                    finish_reason: "api".into(),
+                    // The endpoint's reason (`length` when it ran out of tokens), else "api".
+                    finish_reason: reply.finish_reason.unwrap_or_else(|| "api".into()),
                     attempts: reply.attempts,
                     seconds: started.elapsed().as_secs_f64(),
                 })

@@ -253,10 +253,7 @@ impl TrainableBert {
 
     /// Chooses the implementation (the host kernels need a CPU device).
     pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), LoraError> {
-        if kernels == TrainKernels::Host && !gauge_encoder::device::is_host_cpu(&self.device) {
-            return Err(LoraError::Config("the host training kernels run on the CPU device only".into()));
-        }
-        self.kernels = kernels;
+        self.kernels = crate::model::kernels_for(&self.device, kernels)?;
         Ok(())
     }
 

@@ -19,14 +19,9 @@
 use rayon::prelude::*;
 
 use crate::bert::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
-use crate::host::{exp_in_place, gemm, project, project_backward, Operand};
+use crate::host::{exp_in_place, gemm, gemm_new, project, project_backward, rows_per_task, Operand};
 use crate::LoraError;
 use gauge_encoder::{BertConfig, Pooling};
-
-/// Rows per rayon task for a kernel over rows of `width` values.
-fn rows_per_task(width: usize) -> usize {
-    (16_384 / width.max(1)).max(1)
-}
 
 /// Where each sequence's rows start in the step's `[T, H]` matrix (`starts[s]..starts[s+1]`).
 pub(crate) struct Rows {
@@ -213,11 +208,11 @@ fn pairs(rows: &Rows, heads: usize) -> Vec<(usize, usize, usize)> {
     out
 }
 
-/// Scaled scores `q kᵀ / √hd` of one (sequence, head) into `p` `[n, n]`.
-fn scores(q: &[f32], k: &[f32], h: usize, hd: usize, start: usize, n: usize, head: usize, p: &mut [f32]) {
+/// Scaled scores `q kᵀ / √hd` of one (sequence, head), `[n, n]`.
+fn scores(q: &[f32], k: &[f32], h: usize, hd: usize, start: usize, n: usize, head: usize) -> Vec<f32> {
     let scale = 1.0 / (hd as f32).sqrt();
     let (qs, ks) = (&q[start * h..(start + n) * h], &k[start * h..(start + n) * h]);
-    gemm(n, n, hd, p, n, false, Operand::cols_from(qs, h, head * hd), Operand::cols_from_transposed(ks, h, head * hd), scale);
+    gemm_new(n, n, hd, Operand::cols_from(qs, h, head * hd), Operand::cols_from_transposed(ks, h, head * hd), scale)
 }
 
 /// Bidirectional multi-head attention over each sequence's own rows: `(ctx [T, H], lse)`.
@@ -228,12 +223,10 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], rows: &Rows, h: usize, heads: usiz
         .par_iter()
         .map(|&(s, head, _)| {
             let (start, n) = rows.span(s);
-            let mut p = vec![0f32; n * n];
-            scores(q, k, h, hd, start, n, head, &mut p);
+            let mut p = scores(q, k, h, hd, start, n, head);
             let mut lse = vec![0f32; n];
             softmax_rows(&mut p, n, &mut lse);
-            let mut o = vec![0f32; n * hd];
-            gemm(n, hd, n, &mut o, hd, false, Operand::rows(&p, n), Operand::cols_from(&v[start * h..(start + n) * h], h, head * hd), 1.0);
+            let o = gemm_new(n, hd, n, Operand::rows(&p, n), Operand::cols_from(&v[start * h..(start + n) * h], h, head * hd), 1.0);
             (o, lse)
         })
         .collect();
@@ -262,24 +255,20 @@ fn attention_backward(d_ctx: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
             let (start, n) = rows.span(s);
             let span = start * h..(start + n) * h;
             let (qs, ks, vs, dos) = (&q[span.clone()], &k[span.clone()], &v[span.clone()], &d_ctx[span]);
-            let mut p = vec![0f32; n * n];
-            scores(q, k, h, hd, start, n, head, &mut p);
+            let mut p = scores(q, k, h, hd, start, n, head);
             for (row, &l) in p.chunks_mut(n).zip(&lse[at..at + n]) {
                 row.iter_mut().for_each(|x| *x -= l);
                 exp_in_place(row);
             }
             // dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − rowsum(dP ⊙ P)).
-            let mut dv = vec![0f32; n * hd];
-            gemm(n, hd, n, &mut dv, hd, false, Operand::transposed(&p, n), Operand::cols_from(dos, h, head * hd), 1.0);
-            let mut dp = vec![0f32; n * n];
-            gemm(n, n, hd, &mut dp, n, false, Operand::cols_from(dos, h, head * hd), Operand::cols_from_transposed(vs, h, head * hd), 1.0);
+            let dv = gemm_new(n, hd, n, Operand::transposed(&p, n), Operand::cols_from(dos, h, head * hd), 1.0);
+            let mut dp = gemm_new(n, n, hd, Operand::cols_from(dos, h, head * hd), Operand::cols_from_transposed(vs, h, head * hd), 1.0);
             for (dp, p) in dp.chunks_mut(n).zip(p.chunks(n)) {
                 let dot: f32 = dp.iter().zip(p).map(|(a, b)| a * b).sum();
                 dp.iter_mut().zip(p).for_each(|(d, &p)| *d = p * (*d - dot));
             }
-            let (mut dq, mut dk) = (vec![0f32; n * hd], vec![0f32; n * hd]);
-            gemm(n, hd, n, &mut dq, hd, false, Operand::rows(&dp, n), Operand::cols_from(ks, h, head * hd), scale);
-            gemm(n, hd, n, &mut dk, hd, false, Operand::transposed(&dp, n), Operand::cols_from(qs, h, head * hd), scale);
+            let dq = gemm_new(n, hd, n, Operand::rows(&dp, n), Operand::cols_from(ks, h, head * hd), scale);
+            let dk = gemm_new(n, hd, n, Operand::transposed(&dp, n), Operand::cols_from(qs, h, head * hd), scale);
             [dq, dk, dv]
         })
         .collect();

@@ -300,11 +300,40 @@ pub(crate) fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize,
     }
 }
 
+/// `beta · lhs[m, k] · rhs[k, n]` into a new row-major `[m, n]` buffer that is never
+/// zero-filled first (`gemm` writes every element without reading it): the step's largest
+/// fresh buffers — attention scores, the head's logits slices, projection outputs — skip the
+/// `memset` a `vec![0; m·n]` would cost.
+pub(crate) fn gemm_new(m: usize, n: usize, k: usize, lhs: Operand, rhs: Operand, beta: f32) -> Vec<f32> {
+    let len = m * n;
+    if k == 0 || len == 0 {
+        return vec![0f32; len];
+    }
+    lhs.check(m, k, "lhs");
+    rhs.check(k, n, "rhs");
+    let mut dst: Vec<f32> = Vec::with_capacity(len);
+    let par = if m * n * k >= GEMM_PARALLEL_MIN { ::gemm::Parallelism::Rayon(0) } else { ::gemm::Parallelism::None };
+    // SAFETY: `dst` has room for `len` elements and gemm, with `read_dst` false, writes each of
+    // the m × n (row stride n) exactly once and reads none, so every element is initialised
+    // before `set_len`; the operands' extents were checked above.
+    unsafe {
+        ::gemm::gemm(
+            m, n, k,
+            dst.as_mut_ptr(), 1, n as isize, false,
+            lhs.v.as_ptr(), lhs.cs as isize, lhs.rs as isize,
+            rhs.v.as_ptr(), rhs.cs as isize, rhs.rs as isize,
+            1.0, beta, false, false, false, par,
+        );
+        dst.set_len(len);
+    }
+    dst
+}
+
 // ---------------------------------------------------------------------------------------------
 // element-wise kernels (threaded over rows)
 
 /// Rows per rayon task for an element-wise kernel over rows of `width` values.
-fn rows_per_task(width: usize) -> usize {
+pub(crate) fn rows_per_task(width: usize) -> usize {
     (16_384 / width.max(1)).max(1)
 }
 
@@ -445,17 +474,19 @@ fn causal_probabilities(p: &mut [f32], t: usize, lse: &[f32]) {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], bias: Option<&[f32]>, lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, mask: Option<&[f32]>) -> (Vec<f32>, Option<Vec<f32>>) {
     let mut y = match bias {
-        Some(b) => b.iter().copied().cycle().take(t * d_out).collect(),
-        None => vec![0f32; t * d_out],
+        Some(b) => {
+            let mut y: Vec<f32> = b.iter().copied().cycle().take(t * d_out).collect();
+            gemm(t, d_out, d_in, &mut y, d_out, true, Operand::rows(x, d_in), Operand::transposed(w, d_in), 1.0);
+            y
+        }
+        None => gemm_new(t, d_out, d_in, Operand::rows(x, d_in), Operand::transposed(w, d_in), 1.0),
     };
-    gemm(t, d_out, d_in, &mut y, d_out, bias.is_some(), Operand::rows(x, d_in), Operand::transposed(w, d_in), 1.0);
     let u = lora.map(|(a, b)| {
         let dropped: Cow<[f32]> = match mask {
             Some(m) => Cow::Owned(x.iter().zip(m).map(|(x, m)| x * m).collect()),
             None => Cow::Borrowed(x),
         };
-        let mut u = vec![0f32; t * r];
-        gemm(t, r, d_in, &mut u, r, false, Operand::rows(&dropped, d_in), Operand::transposed(a, d_in), 1.0);
+        let u = gemm_new(t, r, d_in, Operand::rows(&dropped, d_in), Operand::transposed(a, d_in), 1.0);
         gemm(t, d_out, r, &mut y, d_out, true, Operand::rows(&u, r), Operand::transposed(b, r), scale);
         u
     });
@@ -468,15 +499,13 @@ pub(crate) fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32],
 pub(crate) fn project_backward(dy: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, x: &[f32], mask: Option<&[f32]>, u: Option<&[f32]>, dx: &mut [f32], grads: Option<(&mut [f32], &mut [f32])>) {
     gemm(t, d_in, d_out, dx, d_in, true, Operand::rows(dy, d_out), Operand::rows(w, d_in), 1.0);
     let (Some((a, b)), Some(u), Some((ga, gb))) = (lora, u, grads) else { return };
-    let mut du = vec![0f32; t * r];
-    gemm(t, r, d_out, &mut du, r, false, Operand::rows(dy, d_out), Operand::rows(b, r), scale);
+    let du = gemm_new(t, r, d_out, Operand::rows(dy, d_out), Operand::rows(b, r), scale);
     gemm(d_out, r, t, gb, r, true, Operand::transposed(dy, d_out), Operand::rows(u, r), scale);
     match mask {
         Some(m) => {
             let dropped: Vec<f32> = x.iter().zip(m).map(|(x, m)| x * m).collect();
             gemm(r, d_in, t, ga, d_in, true, Operand::transposed(&du, r), Operand::rows(&dropped, d_in), 1.0);
-            let mut dxl = vec![0f32; t * d_in];
-            gemm(t, d_in, r, &mut dxl, d_in, false, Operand::rows(&du, r), Operand::rows(a, d_in), 1.0);
+            let dxl = gemm_new(t, d_in, r, Operand::rows(&du, r), Operand::rows(a, d_in), 1.0);
             dx.iter_mut().zip(dxl).zip(m).for_each(|((dx, g), m)| *dx += g * m);
         }
         None => {
@@ -500,12 +529,9 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, d: &Dims) -> (Vec<f32>, 
         .par_chunks_mut(t)
         .enumerate()
         .map(|(head, lse)| {
-            let mut p = vec![0f32; t * t];
-            scores(q, k, t, d, head, &mut p);
+            let mut p = scores(q, k, t, d, head);
             causal_softmax(&mut p, t, lse);
-            let mut o = vec![0f32; t * hd];
-            gemm(t, hd, t, &mut o, hd, false, Operand::rows(&p, t), Operand::cols_from(v, kw, (head / group) * hd), 1.0);
-            o
+            gemm_new(t, hd, t, Operand::rows(&p, t), Operand::cols_from(v, kw, (head / group) * hd), 1.0)
         })
         .collect();
     let mut out = vec![0f32; t * qw];
@@ -517,11 +543,11 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, d: &Dims) -> (Vec<f32>, 
     (out, lse)
 }
 
-/// Head `head`'s scaled scores `q kᵀ / √hd` into `p` `[t, t]`.
-fn scores(q: &[f32], k: &[f32], t: usize, d: &Dims, head: usize, p: &mut [f32]) {
+/// Head `head`'s scaled scores `q kᵀ / √hd`, `[t, t]`.
+fn scores(q: &[f32], k: &[f32], t: usize, d: &Dims, head: usize) -> Vec<f32> {
     let g = head / (d.nh / d.nkv);
     let scale = 1.0 / (d.hd as f32).sqrt();
-    gemm(t, t, d.hd, p, t, false, Operand::cols_from(q, d.nh * d.hd, head * d.hd), Operand::cols_from_transposed(k, d.nkv * d.hd, g * d.hd), scale);
+    gemm_new(t, t, d.hd, Operand::cols_from(q, d.nh * d.hd, head * d.hd), Operand::cols_from_transposed(k, d.nkv * d.hd, g * d.hd), scale)
 }
 
 /// The gradient of [`attention`]: `(dq, dk, dv)` from `d_out`.
@@ -535,16 +561,13 @@ fn attention_backward(d_out: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
         .into_par_iter()
         .map(|head| {
             let g = head / group;
-            let mut p = vec![0f32; t * t];
-            scores(q, k, t, d, head, &mut p);
+            let mut p = scores(q, k, t, d, head);
             causal_probabilities(&mut p, t, &lse[head * t..(head + 1) * t]);
             let ph = &p[..];
             let d_o = Operand::cols_from(d_out, qw, head * hd);
             // dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − rowsum(dP ⊙ P)).
-            let mut dv = vec![0f32; t * hd];
-            gemm(t, hd, t, &mut dv, hd, false, Operand::transposed(ph, t), d_o, 1.0);
-            let mut ds = vec![0f32; t * t];
-            gemm(t, t, hd, &mut ds, t, false, d_o, Operand::cols_from_transposed(v, kw, g * hd), 1.0);
+            let dv = gemm_new(t, hd, t, Operand::transposed(ph, t), d_o, 1.0);
+            let mut ds = gemm_new(t, t, hd, d_o, Operand::cols_from_transposed(v, kw, g * hd), 1.0);
             for (i, (ds, pr)) in ds.chunks_mut(t).zip(ph.chunks(t)).enumerate() {
                 let dot: f32 = ds[..=i].iter().zip(&pr[..=i]).map(|(a, b)| a * b).sum();
                 for (x, &pv) in ds[..=i].iter_mut().zip(&pr[..=i]) {
@@ -553,10 +576,8 @@ fn attention_backward(d_out: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
                 ds[i + 1..].fill(0.0);
             }
             // dQ = dS K · scale; dK = dSᵀ Q · scale.
-            let mut dq = vec![0f32; t * hd];
-            gemm(t, hd, t, &mut dq, hd, false, Operand::rows(&ds, t), Operand::cols_from(k, kw, g * hd), scale);
-            let mut dk = vec![0f32; t * hd];
-            gemm(t, hd, t, &mut dk, hd, false, Operand::transposed(&ds, t), Operand::cols_from(q, qw, head * hd), scale);
+            let dq = gemm_new(t, hd, t, Operand::rows(&ds, t), Operand::cols_from(k, kw, g * hd), scale);
+            let dk = gemm_new(t, hd, t, Operand::transposed(&ds, t), Operand::cols_from(q, qw, head * hd), scale);
             (dq, dk, dv)
         })
         .collect();
@@ -676,8 +697,7 @@ pub(crate) fn head_loss<'w>(sel: &[f32], h: usize, vocab: usize, next: &[u32], w
         let b = (a + slice).min(vocab);
         let w = rows(a, b);
         let vs = b - a;
-        let mut logits = vec![0f32; n * vs];
-        gemm(n, vs, h, &mut logits, vs, false, sel_op, Operand::transposed(&w, h), 1.0);
+        let mut logits = gemm_new(n, vs, h, sel_op, Operand::transposed(&w, h), 1.0);
         for (i, &tok) in next.iter().enumerate() {
             let tok = tok as usize;
             if (a..b).contains(&tok) {
@@ -811,8 +831,7 @@ mod tests {
         // Causal: a row's probabilities, rebuilt from the log-sum-exp, sum to one and vanish
         // above the diagonal.
         for head in 0..d.nh {
-            let mut p = vec![0f32; t * t];
-            scores(&q, &k, t, &d, head, &mut p);
+            let mut p = scores(&q, &k, t, &d, head);
             causal_probabilities(&mut p, t, &lse[head * t..(head + 1) * t]);
             for (i, row) in p.chunks(t).enumerate() {
                 assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5 && row[i + 1..].iter().all(|&x| x == 0.0), "head {head} row {i}: {row:?}");
@@ -865,6 +884,18 @@ mod tests {
             for (c, w) in c.iter().zip(&want) {
                 assert!((c - (1.0 + 2.0 * w)).abs() < 1e-5);
             }
+            // Into a new buffer (no zero-fill): the same bits as into a zeroed one.
+            let mut z = vec![0f32; m * n];
+            gemm(m, n, k, &mut z, n, false, lhs, rhs, 2.0);
+            assert_eq!(gemm_new(m, n, k, lhs, rhs, 2.0), z);
         }
+        // Large enough to run threaded, and the empty inner dimension.
+        let (m, n, k) = (96, 80, 64);
+        let (a, b) = (noise(m * k, 11), noise(k * n, 12));
+        let mut z = vec![0f32; m * n];
+        gemm(m, n, k, &mut z, n, false, Operand::rows(&a, k), Operand::rows(&b, n), 0.5);
+        assert!(m * n * k >= GEMM_PARALLEL_MIN);
+        assert_eq!(gemm_new(m, n, k, Operand::rows(&a, k), Operand::rows(&b, n), 0.5), z);
+        assert_eq!(gemm_new(2, 3, 0, Operand::rows(&a, 0), Operand::rows(&b, 3), 1.0), vec![0f32; 6]);
     }
 }

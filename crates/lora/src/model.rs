@@ -187,6 +187,14 @@ pub(crate) fn default_kernels(device: &Device) -> TrainKernels {
     }
 }
 
+/// `kernels` if `device` can run them (the host kernels need a CPU device).
+pub(crate) fn kernels_for(device: &Device, kernels: TrainKernels) -> Result<TrainKernels, LoraError> {
+    if kernels == TrainKernels::Host && !gauge_encoder::device::is_host_cpu(device) {
+        return Err(LoraError::Config("the host training kernels run on the CPU; use the Burn kernels on this device".into()));
+    }
+    Ok(kernels)
+}
+
 fn t1(v: &[f32], device: &Device) -> Tensor<1> {
     Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), device)
 }
@@ -262,10 +270,7 @@ impl TrainableLlama {
 
     /// Runs the step on `kernels` (the host kernels need a CPU device).
     pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), LoraError> {
-        if kernels == TrainKernels::Host && !gauge_encoder::device::is_host_cpu(&self.device) {
-            return Err(LoraError::Config("the host training kernels run on the CPU; use the Burn kernels on this device".into()));
-        }
-        self.kernels = kernels;
+        self.kernels = kernels_for(&self.device, kernels)?;
         Ok(())
     }
 
