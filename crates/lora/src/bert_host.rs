@@ -18,7 +18,7 @@
 //! Shapes: row-major; heads side by side in a row (`[T, heads · head_dim]`).
 use rayon::prelude::*;
 
-use crate::bert::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
+use crate::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
 use crate::host::{exp_in_place, gemm, gemm_new, project, project_backward, rows_per_task, Operand};
 use crate::LoraError;
 use gauge_encoder::{BertConfig, Pooling};

@@ -26,6 +26,7 @@ pub mod train;
 pub mod merge;
 pub mod bert;
 mod bert_host;
+mod bert_types;
 pub mod retriever;
 pub mod run;
 
