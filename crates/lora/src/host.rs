@@ -285,14 +285,26 @@ pub(crate) fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize,
         }
         return;
     }
+    // SAFETY: `dst` holds every element of the m × n block (asserted above).
+    unsafe { gemm_raw(m, n, k, dst.as_mut_ptr(), dst_rs, accumulate, lhs, rhs, beta) }
+}
+
+/// The one call into the `gemm` crate, threaded when large; checks both operands' extents.
+///
+/// # Safety
+/// `dst` must be valid for writes (and, with `accumulate`, reads) of the m × n elements at
+/// `i · dst_rs + j`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_raw(m: usize, n: usize, k: usize, dst: *mut f32, dst_rs: usize, accumulate: bool, lhs: Operand, rhs: Operand, beta: f32) {
     lhs.check(m, k, "lhs");
     rhs.check(k, n, "rhs");
     let par = if m * n * k >= GEMM_PARALLEL_MIN { ::gemm::Parallelism::Rayon(0) } else { ::gemm::Parallelism::None };
-    // SAFETY: every element gemm reads or writes is inside its slice (checked above).
+    // SAFETY: the operands' elements are inside their slices (checked above), `dst` is the
+    // caller's promise; with `accumulate` false gemm writes `dst` without reading it.
     unsafe {
         ::gemm::gemm(
             m, n, k,
-            dst.as_mut_ptr(), 1, dst_rs as isize, accumulate,
+            dst, 1, dst_rs as isize, accumulate,
             lhs.v.as_ptr(), lhs.cs as isize, lhs.rs as isize,
             rhs.v.as_ptr(), rhs.cs as isize, rhs.rs as isize,
             1.0, beta, false, false, false, par,
@@ -309,21 +321,11 @@ pub(crate) fn gemm_new(m: usize, n: usize, k: usize, lhs: Operand, rhs: Operand,
     if k == 0 || len == 0 {
         return vec![0f32; len];
     }
-    lhs.check(m, k, "lhs");
-    rhs.check(k, n, "rhs");
     let mut dst: Vec<f32> = Vec::with_capacity(len);
-    let par = if m * n * k >= GEMM_PARALLEL_MIN { ::gemm::Parallelism::Rayon(0) } else { ::gemm::Parallelism::None };
-    // SAFETY: `dst` has room for `len` elements and gemm, with `read_dst` false, writes each of
-    // the m × n (row stride n) exactly once and reads none, so every element is initialised
-    // before `set_len`; the operands' extents were checked above.
+    // SAFETY: `dst` has room for `len` elements; without `accumulate` gemm writes each of the
+    // m × n (row stride n) once and reads none, so all are initialised before `set_len`.
     unsafe {
-        ::gemm::gemm(
-            m, n, k,
-            dst.as_mut_ptr(), 1, n as isize, false,
-            lhs.v.as_ptr(), lhs.cs as isize, lhs.rs as isize,
-            rhs.v.as_ptr(), rhs.cs as isize, rhs.rs as isize,
-            1.0, beta, false, false, false, par,
-        );
+        gemm_raw(m, n, k, dst.as_mut_ptr(), n, false, lhs, rhs, beta);
         dst.set_len(len);
     }
     dst
