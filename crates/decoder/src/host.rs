@@ -7,9 +7,9 @@
 //! - a prompt (several positions of one sequence) runs in f32: quantised matrices are
 //!   dequantised for one gemm (or a fused f32 dot for few rows), attention is a gemm per head;
 //! - a decoding step (one position of each of one or more sequences) quantises the
-//!   activations to 8 bits and runs the integer kernels of [`crate::kernels`] (as llama.cpp
-//!   does); every output depends only on its own sequence, so a batch decodes each sequence
-//!   exactly as it would decode alone.
+//!   activations in two 8-bit levels and runs the integer kernels of [`crate::repack`] and
+//!   [`crate::kernels`] (llama.cpp quantises to one level); every output depends only on its
+//!   own sequence, so a batch decodes each sequence exactly as it would decode alone.
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
@@ -464,13 +464,9 @@ fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start
         // One query per head: dot products and a weighted sum over the positions.
         let work = |head: usize| {
             let g = head / group;
-            let qh = &q[head * hd..(head + 1) * hd];
-            let mut scores: Vec<f32> = (0..s).map(|p| dot_f32(qh, &keys[p * row + g * hd..p * row + (g + 1) * hd]) * scale).collect();
-            softmax(&mut scores);
-            let mut acc = vec![0f32; hd];
-            for (p, &w) in scores.iter().enumerate() {
-                crate::kernels::axpy(w, &values[p * row + g * hd..p * row + (g + 1) * hd], &mut acc);
-            }
+            let mut acc = [0f32; 256];
+            let mut scores = Vec::with_capacity(s);
+            crate::kernels::attend_one(&q[head * hd..(head + 1) * hd], keys, values, row, g * hd, scale, &mut scores, &mut acc[..hd]);
             // SAFETY: head `head` writes only its own hd columns.
             unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), ptr.get().add(head * hd), hd) };
         };

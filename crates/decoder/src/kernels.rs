@@ -1,18 +1,19 @@
-//! Integer dot products of ggml weight blocks with activations quantised to 8 bits, in the
+//! Integer dot products of ggml weight blocks with activations quantised to integers, in the
 //! manner of ggml's `ggml_vec_dot_q4_1_q8_1` / `q8_0_q8_0` (`ggml-cpu/arch/x86/quants.c`) and
 //! candle's `quantized/avx.rs`: an activation row is quantised once per matmul to blocks of 32
-//! (`i8` values, an `f32` scale and the block's integer sum), then every weight row is dotted
-//! with it in integers, with one float multiply-add per block and one horizontal sum per row.
+//! ([`Q8Rows`]: two 8-bit levels, an `f32` scale and the block's integer sum), then every
+//! weight row is dotted with it in integers, with one float multiply-add per block.
 //!
 //! Kernel paths, chosen at run time ([`KernelPath::best`]; no `target-cpu=native` needed):
 //! - [`KernelPath::Scalar`]: portable integer code, the reference every other path is tested
 //!   against;
-//! - [`KernelPath::Avx2`]: `vpmaddubsw` + `vpmaddwd` on 32 lanes (AVX2 + FMA);
+//! - [`KernelPath::Avx2`]: `vpmaddubsw` + `vpmaddwd` (AVX2 + FMA);
 //! - [`KernelPath::Avx512Vnni`]: `vpdpbusd` (AVX-512 VNNI on 256-bit vectors, AVX512VL).
 //!
-//! Q4_0, Q4_1 and Q8_0 have hand-written SIMD bodies; the K-quants (Q4_K, Q6_K) unpack a
-//! 32-weight sub-block at a time into bytes and share one integer body, compiled once per
-//! path with that path's target features (so the compiler vectorises it for each).
+//! Q4_0, Q4_1 and Q8_0 have hand-written SIMD bodies over weight rows repacked eight at a time
+//! ([`crate::repack`]); the K-quants (Q4_K, Q6_K) unpack a 32-weight sub-block at a time into
+//! bytes and share one integer body, compiled once per path with that path's target features
+//! (so the compiler vectorises it for each).
 use crate::gguf::GgmlType;
 
 /// Which implementation of the integer dot products runs.
@@ -85,14 +86,21 @@ impl KernelPath {
     }
 }
 
-/// Activation rows quantised to blocks of 32: `x ≈ d · q` per block.
+/// Activation rows quantised to blocks of 32 in two 8-bit levels: `x ≈ d · (256·q + r)`, where
+/// `q` is ggml's Q8 rounding (`|q| ≤ 127`, `d·256 = amax/127`) and `r` the rounding of what it
+/// leaves (`|r| ≤ 127`). One level alone (ggml's `quantize_row_q8_1`, which llama.cpp decodes
+/// with) moves a 615-token prompt's top-2 logit margins by up to ±0.4 — enough to flip greedy
+/// tokens whose margin is 0.09; the second level brings activations to ~16 bits for twice the
+/// integer dot products on weights unpacked once.
 #[derive(Debug, Clone, Default)]
 pub struct Q8Rows {
-    /// Values, `rows × cols`.
+    /// First-level values, `rows × cols`.
     pub q: Vec<i8>,
-    /// Scale of each block.
+    /// Second-level values (the first level's remainder, in units of `d`), `rows × cols`.
+    pub r: Vec<i8>,
+    /// Scale of each block (of the combined integer `256·q + r`).
     pub d: Vec<f32>,
-    /// Integer sum of each block's values.
+    /// Each block's `Σ (256·q + r)`.
     pub sum: Vec<i32>,
     /// Columns per row (a multiple of 32).
     pub cols: usize,
@@ -100,25 +108,29 @@ pub struct Q8Rows {
 
 impl Q8Rows {
     /// Quantises `rows` rows of `x` (row-major, `cols` a multiple of 32) into `self`, reusing
-    /// its buffers (ggml's `quantize_row_q8_1`, with the scale kept in f32).
+    /// its buffers.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
         assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols));
         let nb = x.len() / 32;
         self.cols = cols;
         self.q.resize(x.len(), 0);
+        self.r.resize(x.len(), 0);
         self.d.resize(nb, 0.0);
         self.sum.resize(nb, 0);
-        for (b, (xs, qs)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).enumerate() {
+        for (b, ((xs, qs), rs)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).zip(self.r.chunks_exact_mut(32)).enumerate() {
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
             let mut s = 0i32;
-            for (q, &v) in qs.iter_mut().zip(xs) {
-                let r = (v * id).round() as i32;
-                *q = r as i8;
-                s += r;
+            for ((q, r), &v) in qs.iter_mut().zip(rs.iter_mut()).zip(xs) {
+                let scaled = v * id;
+                let hi = scaled.round();
+                let lo = ((scaled - hi) * 256.0).round().clamp(-127.0, 127.0);
+                *q = hi as i8;
+                *r = lo as i8;
+                s += 256 * hi as i32 + lo as i32;
             }
-            self.d[b] = d;
+            self.d[b] = d / 256.0;
             self.sum[b] = s;
         }
     }
@@ -128,10 +140,11 @@ impl Q8Rows {
         self.cols / 32
     }
 
-    /// Row `r`: (values, scales, sums).
-    pub fn row(&self, r: usize) -> (&[i8], &[f32], &[i32]) {
+    /// Row `r`.
+    pub fn row(&self, r: usize) -> Row<'_> {
         let nb = self.blocks_per_row();
-        (&self.q[r * self.cols..(r + 1) * self.cols], &self.d[r * nb..(r + 1) * nb], &self.sum[r * nb..(r + 1) * nb])
+        let span = r * self.cols..(r + 1) * self.cols;
+        Row { q: &self.q[span.clone()], r: &self.r[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb] }
     }
 }
 
@@ -140,36 +153,59 @@ pub fn supports(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
 }
 
-/// One quantised activation row: values, block scales, block sums.
-pub type Row<'a> = (&'a [i8], &'a [f32], &'a [i32]);
+/// One quantised activation row ([`Q8Rows::row`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    /// First-level values.
+    pub q: &'a [i8],
+    /// Second-level values.
+    pub r: &'a [i8],
+    /// Block scales.
+    pub d: &'a [f32],
+    /// Block sums of `256·q + r`.
+    pub sum: &'a [i32],
+}
 
-/// The dot products of the weight rows in `w` (consecutive rows of `rb` bytes, blocks of type
-/// `ty`) with the activation rows `xs`, into `out` (`[weight row][activation row]`), on `path`
-/// (which the caller has checked is supported). Each weight block is unpacked once for up to
-/// four activation rows, and each row's result has the same bits whatever rows it is computed
-/// with (a batch decodes each sequence exactly as alone).
-pub fn dot_matrix(path: KernelPath, ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
-    assert!(w.len().is_multiple_of(rb) && out.len() == w.len() / rb * xs.len());
-    match path {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the caller runs only supported paths (`KernelPath::supported`).
-        KernelPath::Avx2 => unsafe { x86::matrix_avx2(ty, w, rb, xs, out) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        KernelPath::Avx512Vnni => unsafe { x86::matrix_vnni(ty, w, rb, xs, out) },
-        _ => {
-            for (wr, dst) in w.chunks_exact(rb).zip(out.chunks_exact_mut(xs.len().max(1))) {
-                xs.iter().zip(dst.iter_mut()).for_each(|((q, d, s), v)| *v = scalar::dot(ty, wr, q, d, s));
-            }
-        }
+impl Row<'_> {
+    fn check(&self, nb: usize) {
+        assert!(self.q.len() >= nb * 32 && self.r.len() >= nb * 32 && self.d.len() >= nb && self.sum.len() >= nb, "activation row shorter than the weights");
     }
 }
 
-/// The dot product of one weight row with one quantised activation row (`q`, block scales
-/// `d`, block sums `sum`), on `path` (a convenience over [`dot_matrix`]).
-pub fn dot(path: KernelPath, ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
+/// The dot products of the weight rows in `w` (consecutive rows of `rb` bytes, ggml's blocks
+/// of type `ty`) with the activation rows `xs`, into `out` (`[weight row][activation row]`).
+/// The K-quants run their integer body compiled with `path`'s target features (the compiler
+/// vectorises it); Q4_0, Q4_1 and Q8_0 rows in ggml's layout (a matrix's last `d_out mod 8`
+/// rows) take the scalar reference — their fast kernels read the repacked groups
+/// ([`crate::repack`]).
+pub fn dot_matrix(path: KernelPath, ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
+    assert!(w.len().is_multiple_of(rb) && out.len() == w.len() / rb * xs.len());
+    let nb = rb / ty.block().1 * ty.block().0 / 32;
+    xs.iter().for_each(|x| x.check(nb));
+    let k_quant = matches!(ty, GgmlType::Q4K | GgmlType::Q6K);
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller runs only supported paths (`KernelPath::supported`).
+        KernelPath::Avx2 if k_quant => unsafe { x86::k_quant_avx2(ty, w, rb, xs, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        KernelPath::Avx512Vnni if k_quant => unsafe { x86::k_quant_vnni(ty, w, rb, xs, out) },
+        _ => rows_with(w, rb, xs, out, |wr, x| scalar::dot(ty, wr, x)),
+    }
+}
+
+#[inline(always)]
+fn rows_with(w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32], f: impl Fn(&[u8], &Row<'_>) -> f32) {
+    for (wr, dst) in w.chunks_exact(rb).zip(out.chunks_exact_mut(xs.len().max(1))) {
+        xs.iter().zip(dst.iter_mut()).for_each(|(x, v)| *v = f(wr, x));
+    }
+}
+
+/// The dot product of one weight row with one quantised activation row, on `path` (a
+/// convenience over [`dot_matrix`]).
+pub fn dot(path: KernelPath, ty: GgmlType, w: &[u8], x: Row<'_>) -> f32 {
     let mut out = [0f32];
-    dot_matrix(path, ty, w, w.len(), &[(q, d, sum)], &mut out);
+    dot_matrix(path, ty, w, w.len(), &[x], &mut out);
     out[0]
 }
 
@@ -222,7 +258,7 @@ fn k_sub_block(ty: GgmlType, b: &[u8], j: usize, out: &mut [i8; 32]) -> (i32, i3
 
 /// The K-quant dot (shared by every path; vectorised by the caller's target features).
 #[inline(always)]
-fn k_quant_dot(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
+fn k_quant_dot(ty: GgmlType, w: &[u8], x: &Row<'_>) -> f32 {
     let bs = ty.block().1;
     let mut acc = 0f32;
     let mut vals = [0i8; 32];
@@ -233,15 +269,17 @@ fn k_quant_dot(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 
         };
         let mut block = 0f32;
         for j in 0..8 {
-            let x = s * 8 + j;
+            let i = s * 8 + j;
             let (sc0, sc1, m) = k_sub_block(ty, b, j, &mut vals);
-            let xs = &q[x * 32..x * 32 + 32];
+            let (q, r) = (&x.q[i * 32..i * 32 + 32], &x.r[i * 32..i * 32 + 32]);
             let (mut lo, mut hi) = (0i32, 0i32);
             for l in 0..16 {
-                lo += vals[l] as i32 * xs[l] as i32;
-                hi += vals[l + 16] as i32 * xs[l + 16] as i32;
+                lo += vals[l] as i32 * (256 * q[l] as i32 + r[l] as i32);
+                hi += vals[l + 16] as i32 * (256 * q[l + 16] as i32 + r[l + 16] as i32);
             }
-            block += d[x] * (dw * (sc0 * lo + sc1 * hi) as f32 - dmin * (m * sum[x]) as f32);
+            // Scales up to 127 times sums up to 2^24: in i64.
+            let scaled = sc0 as i64 * lo as i64 + sc1 as i64 * hi as i64;
+            block += x.d[i] * (dw * scaled as f32 - dmin * (m as i64 * x.sum[i] as i64) as f32);
         }
         acc += block;
     }
@@ -252,223 +290,59 @@ fn k_quant_dot(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 
 pub mod scalar {
     use super::*;
 
-    /// One weight row against one quantised activation row.
-    pub fn dot(ty: GgmlType, w: &[u8], q: &[i8], d: &[f32], sum: &[i32]) -> f32 {
+    /// One weight row (ggml's blocks) against one quantised activation row.
+    pub fn dot(ty: GgmlType, w: &[u8], x: &Row<'_>) -> f32 {
         if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
-            return k_quant_dot(ty, w, q, d, sum);
+            return k_quant_dot(ty, w, x);
         }
         let bs = ty.block().1;
         let mut acc = 0f32;
         for (i, b) in w.chunks_exact(bs).enumerate() {
-            let xs = &q[i * 32..i * 32 + 32];
             let dw = f16(&b[0..2]);
+            let (d, sum) = (x.d[i], x.sum[i]);
+            let q: &[i8; 32] = x.q[i * 32..i * 32 + 32].try_into().expect("32 values");
+            let r: &[i8; 32] = x.r[i * 32..i * 32 + 32].try_into().expect("32 values");
+            // The block's weights as integers (Q4_0's offset applied below).
+            let mut wv = [0i32; 32];
+            match ty {
+                GgmlType::Q8_0 => (0..32).for_each(|j| wv[j] = (b[2 + j] as i8) as i32),
+                _ => {
+                    let qs = if ty == GgmlType::Q4_1 { &b[4..20] } else { &b[2..18] };
+                    for j in 0..16 {
+                        wv[j] = (qs[j] & 0x0f) as i32;
+                        wv[j + 16] = (qs[j] >> 4) as i32;
+                    }
+                }
+            }
+            let (mut sq, mut sr) = (0i32, 0i32);
+            for j in 0..32 {
+                sq += wv[j] * q[j] as i32;
+                sr += wv[j] * r[j] as i32;
+            }
+            let s = 256 * sq + sr;
             acc += match ty {
-                GgmlType::Q8_0 => {
-                    let s: i32 = b[2..34].iter().zip(xs).map(|(&w, &x)| (w as i8) as i32 * x as i32).sum();
-                    dw * d[i] * s as f32
-                }
-                GgmlType::Q4_0 => {
-                    let s = nibble_dot(&b[2..18], xs) - 8 * sum[i];
-                    dw * d[i] * s as f32
-                }
-                GgmlType::Q4_1 => {
-                    let m = f16(&b[2..4]);
-                    dw * d[i] * nibble_dot(&b[4..20], xs) as f32 + m * d[i] * sum[i] as f32
-                }
+                GgmlType::Q8_0 => dw * d * s as f32,
+                GgmlType::Q4_0 => dw * d * (s - 8 * sum) as f32,
+                GgmlType::Q4_1 => dw * d * s as f32 + f16(&b[2..4]) * (d * sum as f32),
                 _ => unreachable!("checked by the caller"),
             };
         }
         acc
-    }
-
-    /// `Σ n_j x_j` for 32 4-bit weights (low nibbles first, as ggml stores them).
-    #[inline(always)]
-    fn nibble_dot(qs: &[u8], xs: &[i8]) -> i32 {
-        let mut s = 0i32;
-        for j in 0..16 {
-            s += (qs[j] & 0x0f) as i32 * xs[j] as i32 + (qs[j] >> 4) as i32 * xs[j + 16] as i32;
-        }
-        s
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use std::arch::x86_64::*;
-
-    #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// 16 bytes of nibbles → 32 bytes: low nibbles, then high nibbles.
-    #[inline(always)]
-    unsafe fn nibbles(p: *const u8) -> __m256i {
-        let tmp = _mm_loadu_si128(p as *const __m128i);
-        let both = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
-        _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
-    }
-
-    /// 8 i32 partial sums of `u · s` (u unsigned, s signed bytes).
-    #[inline(always)]
-    unsafe fn dot_us_avx2(u: __m256i, s: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
-    }
-
-    #[inline(always)]
-    unsafe fn dot_us_vnni(u: __m256i, s: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-    }
-
-    use super::Row;
-
-    /// Block `i` of weight row `wp` against block `i` of each of the `R` activation rows,
-    /// accumulated into `acc` / `extra`: the block is unpacked (and its f16 scales converted)
-    /// once for all rows.
-    #[inline(always)]
-    unsafe fn step<const R: usize>(ty: GgmlType, wp: *const u8, i: usize, xs: &[Row<'_>; R], acc: &mut [__m256; R], extra: &mut [f32; R], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
-        let b = wp.add(i * ty.block().1);
-        let dw = half::f16::from_le_bytes([*b, *b.add(1)]).to_f32();
-        let (wv, m) = match ty {
-            GgmlType::Q8_0 => (_mm256_loadu_si256(b.add(2) as *const __m256i), 0.0),
-            GgmlType::Q4_0 => (nibbles(b.add(2)), 0.0),
-            _ => (nibbles(b.add(4)), half::f16::from_le_bytes([*b.add(2), *b.add(3)]).to_f32()),
-        };
-        // Q8_0's weights are signed: |w| against x with w's sign (vpmaddubsw / vpdpbusd take
-        // one unsigned operand).
-        let u = if ty == GgmlType::Q8_0 { _mm256_sign_epi8(wv, wv) } else { wv };
-        for r in 0..R {
-            let (q, d, sum) = xs[r];
-            let x = _mm256_loadu_si256(q.as_ptr().add(i * 32) as *const __m256i);
-            let s = if ty == GgmlType::Q8_0 { _mm256_sign_epi8(x, wv) } else { x };
-            let (d, sum) = (*d.get_unchecked(i), *sum.get_unchecked(i));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d), _mm256_cvtepi32_ps(dot_us(u, s)), acc[r]);
-            extra[r] += match ty {
-                GgmlType::Q4_0 => -8.0 * dw * d * sum as f32,
-                GgmlType::Q4_1 => m * d * sum as f32,
-                _ => 0.0,
-            };
-        }
-    }
-
-    /// One weight row against `R` activation rows into `out[..R]`. Blocks alternate between
-    /// two accumulators (independent dependency chains); every row's sum is formed in the
-    /// same order whatever `R`, so a row gets the same bits alone or in a batch.
-    #[inline(always)]
-    unsafe fn body<const R: usize>(ty: GgmlType, w: &[u8], xs: &[Row<'_>; R], out: &mut [f32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
-        let nb = w.len() / ty.block().1;
-        for (q, d, sum) in xs {
-            assert!(q.len() >= nb * 32 && d.len() >= nb && sum.len() >= nb);
-        }
-        assert!(out.len() >= R);
-        let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
-        let (mut extra0, mut extra1) = ([0f32; R], [0f32; R]);
-        let wp = w.as_ptr();
-        let mut i = 0;
-        while i + 1 < nb {
-            step(ty, wp, i, xs, &mut acc0, &mut extra0, dot_us);
-            step(ty, wp, i + 1, xs, &mut acc1, &mut extra1, dot_us);
-            i += 2;
-        }
-        if i < nb {
-            step(ty, wp, i, xs, &mut acc0, &mut extra0, dot_us);
-        }
-        for r in 0..R {
-            out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + (extra0[r] + extra1[r]);
-        }
-    }
-
-    /// One block against one activation row: the integer sums, their scale and the offset
-    /// term (the same expressions as [`step`], so one row alone gets the bits it gets in a batch).
-    #[inline(always)]
-    unsafe fn block(ty: GgmlType, b: *const u8, x: __m256i, d: f32, sum: i32, dot_us: unsafe fn(__m256i, __m256i) -> __m256i) -> (__m256i, f32, f32) {
-        let dw = half::f16::from_le_bytes([*b, *b.add(1)]).to_f32();
-        match ty {
-            GgmlType::Q8_0 => {
-                let wv = _mm256_loadu_si256(b.add(2) as *const __m256i);
-                (dot_us(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(x, wv)), dw * d, 0.0)
-            }
-            GgmlType::Q4_0 => (dot_us(nibbles(b.add(2)), x), dw * d, -8.0 * dw * d * sum as f32),
-            _ => {
-                let m = half::f16::from_le_bytes([*b.add(2), *b.add(3)]).to_f32();
-                (dot_us(nibbles(b.add(4)), x), dw * d, m * d * sum as f32)
-            }
-        }
-    }
-
-    /// [`body`] for one activation row, with pointers hoisted (measured 1.6× faster than
-    /// `body::<1>` on one token); same accumulation order.
-    #[inline(always)]
-    unsafe fn body1(ty: GgmlType, w: &[u8], (q, d, sum): Row<'_>, dot_us: unsafe fn(__m256i, __m256i) -> __m256i) -> f32 {
-        let bs = ty.block().1;
-        let nb = w.len() / bs;
-        assert!(q.len() >= nb * 32 && d.len() >= nb && sum.len() >= nb);
-        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (mut extra0, mut extra1) = (0f32, 0f32);
-        let (wp, qp, dp, sp) = (w.as_ptr(), q.as_ptr(), d.as_ptr(), sum.as_ptr());
-        let mut i = 0;
-        while i + 1 < nb {
-            let x0 = _mm256_loadu_si256(qp.add(i * 32) as *const __m256i);
-            let x1 = _mm256_loadu_si256(qp.add(i * 32 + 32) as *const __m256i);
-            let (s0, c0, e0) = block(ty, wp.add(i * bs), x0, *dp.add(i), *sp.add(i), dot_us);
-            let (s1, c1, e1) = block(ty, wp.add(i * bs + bs), x1, *dp.add(i + 1), *sp.add(i + 1), dot_us);
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(c0), _mm256_cvtepi32_ps(s0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(c1), _mm256_cvtepi32_ps(s1), acc1);
-            extra0 += e0;
-            extra1 += e1;
-            i += 2;
-        }
-        if i < nb {
-            let x0 = _mm256_loadu_si256(qp.add(i * 32) as *const __m256i);
-            let (s0, c0, e0) = block(ty, wp.add(i * bs), x0, *dp.add(i), *sp.add(i), dot_us);
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(c0), _mm256_cvtepi32_ps(s0), acc0);
-            extra0 += e0;
-        }
-        hsum(_mm256_add_ps(acc0, acc1)) + (extra0 + extra1)
-    }
-
-    /// `body` for 1–4 rows (`xs.len()`).
-    #[inline(always)]
-    unsafe fn rows(ty: GgmlType, w: &[u8], xs: &[Row<'_>], out: &mut [f32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
-        match xs.len() {
-            1 => out[0] = body1(ty, w, xs[0], dot_us),
-            2 => body::<2>(ty, w, &[xs[0], xs[1]], out, dot_us),
-            3 => body::<3>(ty, w, &[xs[0], xs[1], xs[2]], out, dot_us),
-            _ => body::<4>(ty, w, &[xs[0], xs[1], xs[2], xs[3]], out, dot_us),
-        }
-    }
-
-    /// Every weight row of `w` (rows of `rb` bytes) against every row of `xs`, into `out`
-    /// (`[weight row][activation row]`), four activation rows per pass.
-    #[inline(always)]
-    unsafe fn matrix(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32], dot_us: unsafe fn(__m256i, __m256i) -> __m256i) {
-        let n = xs.len();
-        for (o, wr) in w.chunks_exact(rb).enumerate() {
-            let dst = &mut out[o * n..(o + 1) * n];
-            if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
-                xs.iter().zip(dst.iter_mut()).for_each(|((q, d, s), v)| *v = k_quant_dot(ty, wr, q, d, s));
-                continue;
-            }
-            for (xc, dc) in xs.chunks(4).zip(dst.chunks_mut(4)) {
-                rows(ty, wr, xc, dc, dot_us);
-            }
-        }
-    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn matrix_avx2(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
-        matrix(ty, w, rb, xs, out, dot_us_avx2)
+    pub unsafe fn k_quant_avx2(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
+        rows_with(w, rb, xs, out, |wr, x| k_quant_dot(ty, wr, x))
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn matrix_vnni(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
-        matrix(ty, w, rb, xs, out, dot_us_vnni)
+    pub unsafe fn k_quant_vnni(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
+        rows_with(w, rb, xs, out, |wr, x| k_quant_dot(ty, wr, x))
     }
 }
 
@@ -486,17 +360,48 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     dot_f32_generic(a, b)
 }
 
-/// `y += a · x`, vectorised for the machine like [`dot_f32`].
-pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+/// One query row's attention over every cached position: `out = softmax(scale · q·kₚ) · vₚ`,
+/// where key and value `p` are `keys`/`values[p·row + off..][..q.len()]` (one key/value head
+/// of a position-major cache). One call per head and step, vectorised for the machine inside
+/// (a call per position cost more than its 64 multiply-adds).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_one(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         if *FMA.get_or_init(|| KernelPath::Avx2.supported()) {
             // SAFETY: AVX2 and FMA were detected.
-            return unsafe { axpy_avx2(a, x, y) };
+            return unsafe { attend_one_avx2(q, keys, values, row, off, scale, scores, out) };
         }
     }
-    axpy_generic(a, x, y)
+    attend_one_generic(q, keys, values, row, off, scale, scores, out)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_one_generic(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    let hd = q.len();
+    let n = keys.len() / row;
+    scores.clear();
+    scores.extend((0..n).map(|p| dot_f32_generic(q, &keys[p * row + off..p * row + off + hd]) * scale));
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in scores.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (p, &w) in scores.iter().enumerate() {
+        axpy_generic(w * inv, &values[p * row + off..p * row + off + hd], out);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_one_avx2(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    attend_one_generic(q, keys, values, row, off, scale, scores, out)
 }
 
 #[inline(always)]
@@ -506,11 +411,6 @@ fn axpy_generic(a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_avx2(a: f32, x: &[f32], y: &mut [f32]) {
-    axpy_generic(a, x, y)
-}
 
 #[inline(always)]
 fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
@@ -582,8 +482,10 @@ pub(crate) mod tests {
         let mut q8 = Q8Rows::default();
         q8.quantize(&x, d_in);
         // The quantised activations, as floats: the exact value every kernel must reproduce.
-        let xq: Vec<f32> = q8.q.iter().enumerate().map(|(i, &v)| v as f32 * q8.d[i / 32]).collect();
-        assert!(x.iter().zip(&xq).enumerate().all(|(i, (a, b))| (a - b).abs() <= q8.d[i / 32] * 0.5001), "quantisation error within half a step");
+        let xq: Vec<f32> = q8.q.iter().zip(&q8.r).enumerate().map(|(i, (&q, &r))| (256 * q as i32 + r as i32) as f32 * q8.d[i / 32]).collect();
+        assert!(x.iter().zip(&xq).enumerate().all(|(i, (a, b))| (a - b).abs() <= q8.d[i / 32] * 1.0001), "quantisation error within one second-level step");
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(x.iter().zip(&xq).all(|(a, b)| (a - b).abs() <= amax / 127.0 / 256.0 * 1.0001), "two levels: ~16 bits");
         let paths = KernelPath::available();
         assert!(paths.contains(&KernelPath::Scalar));
         for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
@@ -593,10 +495,10 @@ pub(crate) mod tests {
                 let wf = crate::gguf::dequantize(ty, &w, d_in);
                 let want: f64 = wf.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
                 let norm: f64 = wf.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-                let reference = scalar::dot(ty, &w, &q8.q, &q8.d, &q8.sum);
+                let reference = scalar::dot(ty, &w, &q8.row(0));
                 assert!((reference as f64 - want).abs() <= 1e-5 * norm, "{ty:?} scalar: {reference} vs {want}");
                 for &p in &paths {
-                    let got = dot(p, ty, &w, &q8.q, &q8.d, &q8.sum);
+                    let got = dot(p, ty, &w, q8.row(0));
                     assert!((got - reference).abs() <= 1e-5 * norm as f32, "{ty:?} {}: {got} vs scalar {reference}", p.name());
                 }
             }

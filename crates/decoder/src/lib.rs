@@ -14,7 +14,8 @@
 //! - [`checkpoint`]: weights by Hugging Face name from either format.
 //! - [`llama`]: the model with its KV cache (host CPU path or Burn).
 //! - [`host`]: the host-CPU forward (fused projections, KV cache written in place, batches).
-//! - [`kernels`]: integer dot products of quantised weights and 8-bit activations, per CPU path.
+//! - [`kernels`]: integer dot products of quantised weights and activations in two 8-bit levels, per CPU path;
+//!   [`repack`]: weight rows interleaved eight at a time for them.
 //! - [`quant`]: linear layers over quantised blocks.
 //! - [`pool`]: the spinning thread pool a decoding step runs on.
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
@@ -34,6 +35,7 @@ pub mod kernels;
 pub mod llama;
 pub mod pool;
 pub mod quant;
+pub mod repack;
 pub mod sampling;
 pub mod tokenizer;
 

@@ -2,11 +2,16 @@
 //! blocks), for the host CPU: decoding one token reads every weight once, so reading 4.5–8.5
 //! bits instead of 32 per weight is what bounds its speed.
 //!
+//! Q4_0, Q4_1 and Q8_0 rows are repacked eight at a time when the matrix is built
+//! ([`crate::repack`]: the same bytes, interleaved block by block), so memory stays the file's
+//! size; every other reader sees ggml's blocks of a row through `row_blocks`.
+//!
 //! Two ways to multiply:
-//! - [`QuantMatrix::matmul_q8`] (decoding): the activation rows are quantised once to 8-bit
-//!   blocks and every weight row is dotted with them in integers ([`crate::kernels`]),
-//!   threaded over output rows; each output depends only on its own activation row, so a
-//!   batch of sequences gets exactly the numbers each would get alone.
+//! - [`QuantMatrix::matmul_q8`] (decoding): the activation rows are quantised once to integer
+//!   blocks ([`crate::kernels::Q8Rows`]) and every weight row is dotted with them in integers
+//!   ([`crate::repack`], [`crate::kernels`]), threaded over output rows; each output depends
+//!   only on its own activation row, so a batch of sequences gets exactly the numbers each
+//!   would get alone.
 //! - [`QuantMatrix::matmul`] (prompts; f32 exact): many rows dequantise the matrix into a
 //!   scratch buffer and run one gemm; few rows use a fused dequantise-and-dot in f32.
 use rayon::prelude::*;
@@ -17,13 +22,17 @@ use crate::kernels::{KernelPath, Q8Rows};
 /// Rows at least this many use dequantise + gemm instead of the fused kernel.
 const GEMM_ROWS: usize = 16;
 
-/// A `[out, in]` weight matrix in ggml blocks (blocks run along `in`).
+/// A `[out, in]` weight matrix in ggml blocks (blocks run along `in`; rows repacked in groups
+/// of eight where the type allows).
 #[derive(Debug, Clone)]
 pub struct QuantMatrix {
     ty: GgmlType,
     d_in: usize,
     d_out: usize,
+    /// The first `packed_rows` rows repacked eight at a time ([`crate::repack`]; Q4_0, Q4_1,
+    /// Q8_0), the rest as the GGUF's row-major blocks.
     bytes: Vec<u8>,
+    packed_rows: usize,
 }
 
 impl QuantMatrix {
@@ -36,7 +45,35 @@ impl QuantMatrix {
     pub fn new(ty: GgmlType, bytes: Vec<u8>, d_out: usize, d_in: usize) -> QuantMatrix {
         assert!(Self::supports(ty) && d_in.is_multiple_of(ty.block().0));
         assert_eq!(bytes.len(), d_out * d_in / ty.block().0 * ty.block().1, "quantised matrix size");
-        QuantMatrix { ty, d_in, d_out, bytes }
+        let packed_rows = if crate::repack::packs(ty) { d_out / crate::repack::GROUP * crate::repack::GROUP } else { 0 };
+        let mut bytes = bytes;
+        if packed_rows > 0 {
+            let rb = d_in / ty.block().0 * ty.block().1;
+            let packed = crate::repack::pack(ty, &bytes[..packed_rows * rb], packed_rows);
+            bytes[..packed_rows * rb].copy_from_slice(&packed);
+        }
+        QuantMatrix { ty, d_in, d_out, bytes, packed_rows }
+    }
+
+    /// Row `o`'s ggml blocks (unpacked into `buf` when the row is in a packed group).
+    fn row_blocks<'a>(&'a self, o: usize, buf: &'a mut Vec<u8>) -> &'a [u8] {
+        let rb = self.row_bytes();
+        if o >= self.packed_rows {
+            return &self.bytes[o * rb..(o + 1) * rb];
+        }
+        let g = o / crate::repack::GROUP * crate::repack::GROUP;
+        crate::repack::unpack_row(self.ty, &self.bytes[g * rb..(g + crate::repack::GROUP) * rb], o - g, buf);
+        &buf[..]
+    }
+
+    /// Every row's ggml blocks, row-major (the GGUF's bytes).
+    fn plain_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes.len());
+        let mut buf = Vec::new();
+        for o in 0..self.d_out {
+            out.extend_from_slice(self.row_blocks(o, &mut buf));
+        }
+        out
     }
 
     /// Input features.
@@ -68,10 +105,9 @@ impl QuantMatrix {
     /// widths differ.
     pub fn stacked(&self, other: &QuantMatrix) -> Option<QuantMatrix> {
         (self.ty == other.ty && self.d_in == other.d_in).then(|| {
-            let mut bytes = Vec::with_capacity(self.bytes.len() + other.bytes.len());
-            bytes.extend_from_slice(&self.bytes);
-            bytes.extend_from_slice(&other.bytes);
-            QuantMatrix { ty: self.ty, d_in: self.d_in, d_out: self.d_out + other.d_out, bytes }
+            let mut bytes = self.plain_bytes();
+            bytes.extend_from_slice(&other.plain_bytes());
+            QuantMatrix::new(self.ty, bytes, self.d_out + other.d_out, self.d_in)
         })
     }
 
@@ -88,10 +124,18 @@ impl QuantMatrix {
         let n_chunks = d_out.div_ceil(chunk);
         let out_ptr = SendPtr(out.as_mut_ptr());
         let xs: Vec<crate::kernels::Row<'_>> = (0..rows).map(|r| x.row(r)).collect();
+        let (packed, nb) = (self.packed_rows, self.d_in / self.ty.block().0);
         let work = |c: usize| {
             let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(d_out));
             let mut vals = vec![0f32; (o1 - o0) * rows];
-            crate::kernels::dot_matrix(path, self.ty, &self.bytes[o0 * rb..o1 * rb], rb, &xs, &mut vals);
+            // Whole groups of the packed rows (chunks start at multiples of 8), then the rest.
+            let p1 = o1.min(packed).max(o0);
+            if p1 > o0 {
+                crate::repack::dot_packed(path, self.ty, &self.bytes[o0 * rb..p1 * rb], nb, &xs, &mut vals[..(p1 - o0) * rows]);
+            }
+            if o1 > p1 {
+                crate::kernels::dot_matrix(path, self.ty, &self.bytes[p1 * rb..o1 * rb], rb, &xs, &mut vals[(p1 - o0) * rows..]);
+            }
             for (i, v) in vals.chunks_exact(rows).enumerate() {
                 for (r, &v) in v.iter().enumerate() {
                     // SAFETY: (r, o0 + i) is written by this chunk only; `out` holds rows × d_out.
@@ -108,8 +152,8 @@ impl QuantMatrix {
 
     /// One row, dequantised into `out`.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
-        let rb = self.row_bytes();
-        let v = crate::gguf::dequantize(self.ty, &self.bytes[row * rb..(row + 1) * rb], self.d_in);
+        let mut buf = Vec::new();
+        let v = crate::gguf::dequantize(self.ty, self.row_blocks(row, &mut buf), self.d_in);
         out.copy_from_slice(&v);
     }
 
@@ -122,7 +166,6 @@ impl QuantMatrix {
         let nb = self.d_in / 32;
         // Per block: the sum of x (Q4_1's minimum, Q4_0's offset multiply it).
         let sums: Vec<f32> = x.chunks_exact(32).map(|c| c.iter().sum()).collect();
-        let rb = self.row_bytes();
         let (bs, ty) = (self.ty.block().1, self.ty);
         let mut out = vec![0f32; rows * self.d_out];
         // Output rows in parallel chunks; each writes its column of `out` for every input row.
@@ -132,8 +175,9 @@ impl QuantMatrix {
             .map(|c| {
                 let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(self.d_out));
                 let mut acc = vec![0f32; (o1 - o0) * rows];
+                let mut buf = Vec::new();
                 for o in o0..o1 {
-                    let w = &self.bytes[o * rb..(o + 1) * rb];
+                    let w = self.row_blocks(o, &mut buf);
                     if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
                         let wf = crate::gguf::dequantize(ty, w, self.d_in);
                         for r in 0..rows {
@@ -297,11 +341,11 @@ mod tests {
             q8.quantize(&x, d_in);
             let mut reference = vec![0f32; rows * d_out];
             m.matmul_q8(&q8, rows, &mut reference, KernelPath::Scalar);
-            // Against f32 on the dequantised weights (the activations' 8-bit rounding aside).
+            // Against f32 on the dequantised weights (the activations' ~16-bit rounding aside).
             let exact = m.matmul(&x, rows);
             let scale = exact.iter().fold(0f32, |a, v| a.max(v.abs()));
             let worst = exact.iter().zip(&reference).fold(0f32, |a, (e, r)| a.max((e - r).abs()));
-            assert!(worst <= 0.02 * scale, "{ty:?}: 8-bit activations off by {worst} (scale {scale})");
+            assert!(worst <= 2e-4 * scale, "{ty:?}: two-level activations off by {worst} (scale {scale})");
             for path in KernelPath::available() {
                 let mut got = vec![0f32; rows * d_out];
                 m.matmul_q8(&q8, rows, &mut got, path);

@@ -116,7 +116,15 @@ fn repetition_controls_batch_like_one_at_a_time_and_hold_their_rules() {
 fn the_loop_stop_ends_a_looping_reply_and_keeps_its_first_copy() {
     use gauge_decoder::sampling::LoopStop;
     let lm = model();
-    let prompts = prompts(&lm);
+    // The dev questions, and three replies begun as a repetition (a small model copies what
+    // its context repeats: the loop the stop is for).
+    let chat = lm.chat.as_ref().unwrap();
+    let mut prompts = prompts(&lm);
+    for line in ["Inspect every gate arm light monthly.", "Record the repair in the crossing log.", "Flagging is required until the warning system works."] {
+        let m = vec![Message::new("user", "What must the maintainer do?")];
+        let started = format!("{}{line}\n{line}\n", chat.render(&m, true).unwrap());
+        prompts.push(lm.tokenizer.encode(started.as_str(), false).unwrap().get_ids().to_vec());
+    }
     let off = GenerateOptions { max_new_tokens: 128, loop_stop: Some(LoopStop::OFF), ..Default::default() };
     let on = GenerateOptions { max_new_tokens: 128, ..Default::default() };
     let items = || prompts.iter().map(|p| BatchItem { prompt_ids: p, constraint: None }).collect::<Vec<_>>();
@@ -134,6 +142,6 @@ fn the_loop_stop_ends_a_looping_reply_and_keeps_its_first_copy() {
             assert_eq!((s.ids, s.text), (f.ids, f.text), "a reply without a loop is untouched");
         }
     }
-    eprintln!("{loops} of 41 replies ended in a loop");
-    assert!(loops > 0, "greedy SmolLM2 loops on some FRA questions within 128 tokens");
+    eprintln!("{loops} of {} replies ended in a loop", prompts.len());
+    assert!(loops > 0, "greedy SmolLM2 loops on replies begun as a repetition within 128 tokens");
 }

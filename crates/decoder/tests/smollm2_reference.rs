@@ -51,12 +51,12 @@ fn tokenizer_from_gguf_metadata_matches_llama_cpp() {
 }
 
 /// Worst |Δ| of the greedy tokens' log-probabilities along the 24 decoding steps. Decoding
-/// quantises activations to 8 bits for the integer kernels, as llama.cpp does (the prompt
-/// runs in f32 and meets the fixture's 2e-3; f32 decoding, `dequantize`, meets it too: 9e-6).
-/// Measured worst over the six prompts' 24 steps: 0.20 (the 615-token prompt; 0.07–0.09 on
-/// the short ones), of which the head (logits of magnitude ~30) is about a third. The greedy
-/// tokens, whose top-2 margins are ≥ 0.08, are all identical.
-const DECODE_LOGPROB_TOLERANCE: f64 = 0.3;
+/// quantises activations for the integer kernels in two 8-bit levels (~16 bits; the prompt
+/// runs in f32 and meets the fixture's 2e-3, and so does f32 decoding, `dequantize`: 9e-6).
+/// Measured worst over the six prompts' 24 steps: 9.5e-4 on AVX2 and AVX-512 VNNI, 2.3e-4 on
+/// the scalar path, 2.0e-3 with an f16 KV cache (one 8-bit level moved them by up to 0.20 and
+/// flipped the 615-token prompt's fourth token, whose top-2 margin is 0.09).
+const DECODE_LOGPROB_TOLERANCE: f64 = 3e-3;
 
 #[test]
 fn prompts_logits_and_greedy_tokens_match_the_reference() {
