@@ -55,18 +55,27 @@ fn main() -> anyhow::Result<()> {
     for line in std::fs::read_to_string(reference)?.lines().filter(|l| !l.trim().is_empty()) {
         let r: serde_json::Value = serde_json::from_str(line)?;
         let ids: Vec<u32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        // Warm-up, then the measured run.
+        // Warm-up, then three measured runs: the median prefill and decode times (llama-bench
+        // averages its three repetitions).
         lm.model.forward(&ids[..ids.len().min(8)], &mut lm.model.new_cache())?;
-        let mut cache = lm.model.new_cache();
-        let t = Instant::now();
-        let mut logits = lm.model.forward(&ids, &mut cache)?;
-        let prefill = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for _ in 0..n_decode {
-            let next = argmax(&logits);
-            logits = lm.model.forward(&[next], &mut cache)?;
+        let (mut prefills, mut decodes) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let mut cache = lm.model.new_cache();
+            let t = Instant::now();
+            let mut logits = lm.model.forward(&ids, &mut cache)?;
+            prefills.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            for _ in 0..n_decode {
+                let next = argmax(&logits);
+                logits = lm.model.forward(&[next], &mut cache)?;
+            }
+            decodes.push(t.elapsed().as_secs_f64());
         }
-        let decode = t.elapsed().as_secs_f64();
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (prefill, decode) = (median(&mut prefills), median(&mut decodes));
         let (pp, tg) = (ids.len() as f64 / prefill, n_decode as f64 / decode);
         eprintln!("{:>24}: {:>4} prompt tokens {pp:>8.1} tok/s, decode {tg:>6.1} tok/s", r["name"].as_str().unwrap_or("?"), ids.len());
         prompts.push(serde_json::json!({

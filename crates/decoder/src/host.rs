@@ -221,6 +221,14 @@ impl KvStore {
         }
     }
 
+    /// Values held (positions × width).
+    fn len_f(&self) -> usize {
+        match self {
+            KvStore::F32(v) => v.len(),
+            KvStore::F16(v) => v.len(),
+        }
+    }
+
     /// Rows `[0, n)` as f32 (borrowed, or converted into `buf`).
     fn as_f32<'a>(&'a self, n: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
         match self {
@@ -379,11 +387,17 @@ impl HostModel {
                 r0 += s.ids.len();
             }
             attn.resize(rows * nh * hd, 0.0);
-            let mut r0 = 0;
-            for s in steps.iter() {
-                let (t, start) = (s.ids.len(), s.cache.len);
-                attention(&s.cache.k[l], &s.cache.v[l], &big[r0 * qkv_w..(r0 + t) * qkv_w], qkv_w, t, start, nh, nkv, hd, scale, &mut attn[r0 * nh * hd..(r0 + t) * nh * hd]);
-                r0 += t;
+            if rows == steps.len() {
+                // One position per sequence: every (sequence, head) pair in one region.
+                let kv: Vec<(&KvStore, &KvStore)> = steps.iter().map(|s| (&s.cache.k[l], &s.cache.v[l])).collect();
+                attention_decode(&kv, big, qkv_w, nh, nkv, hd, scale, attn);
+            } else {
+                let mut r0 = 0;
+                for s in steps.iter() {
+                    let (t, start) = (s.ids.len(), s.cache.len);
+                    attention(&s.cache.k[l], &s.cache.v[l], &big[r0 * qkv_w..(r0 + t) * qkv_w], qkv_w, t, start, nh, nkv, hd, scale, &mut attn[r0 * nh * hd..(r0 + t) * nh * hd]);
+                    r0 += t;
+                }
             }
             let q8o = quantized(decode, q8, attn, nh * hd);
             tmp.resize(rows * h, 0.0);
@@ -452,6 +466,9 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
 /// `out` (`t × nh·hd`).
 #[allow(clippy::too_many_arguments)]
 fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start: usize, nh: usize, nkv: usize, hd: usize, scale: f32, out: &mut [f32]) {
+    if t == 1 {
+        return attention_decode(&[(k, v)], q, stride, nh, nkv, hd, scale, out);
+    }
     let s = start + t;
     let row = nkv * hd;
     let group = nh / nkv;
@@ -460,23 +477,6 @@ fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start
     let values = v.as_f32(s * row, &mut vb);
     let out_w = nh * hd;
     let ptr = SendPtr(out.as_mut_ptr());
-    if t == 1 {
-        // One query per head: dot products and a weighted sum over the positions.
-        let work = |head: usize| {
-            let g = head / group;
-            let mut acc = [0f32; 256];
-            let mut scores = Vec::with_capacity(s);
-            crate::kernels::attend_one(&q[head * hd..(head + 1) * hd], keys, values, row, g * hd, scale, &mut scores, &mut acc[..hd]);
-            // SAFETY: head `head` writes only its own hd columns.
-            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), ptr.get().add(head * hd), hd) };
-        };
-        if s * nh * hd < 1 << 14 {
-            (0..nh).for_each(work);
-        } else {
-            crate::pool::parallel_for(nh, work);
-        }
-        return;
-    }
     // A prompt: per head, scores = Q Kᵀ by gemm, causal softmax, then · V by gemm.
     (0..nh).into_par_iter().for_each(|head| {
         let g = head / group;
@@ -508,6 +508,44 @@ fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start
             );
         }
     });
+}
+
+/// One query position per sequence (a decoding step): sequence `i`'s query heads are row `i`
+/// of `q` (width `stride`), its keys and values `kv[i]` (every cached position, the new one
+/// included); out row `i` gets its `nh · hd` outputs. Every (sequence, head) pair is one work
+/// item of a single parallel region, so a batch keeps both cores busy however few heads a
+/// sequence has; each pair's arithmetic is the same whatever the batch.
+#[allow(clippy::too_many_arguments)]
+fn attention_decode(kv: &[(&KvStore, &KvStore)], q: &[f32], stride: usize, nh: usize, nkv: usize, hd: usize, scale: f32, out: &mut [f32]) {
+    let row = nkv * hd;
+    let group = nh / nkv;
+    // f32 views of each sequence's keys and values (an f16 cache converted once per layer).
+    let mut bufs: Vec<(Vec<f32>, Vec<f32>)> = vec![Default::default(); kv.len()];
+    let mut positions = 0;
+    let views: Vec<(&[f32], &[f32])> = kv
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|((k, v), (kb, vb))| {
+            let n = k.len_f();
+            positions += n / row;
+            (k.as_f32(n, kb), v.as_f32(n, vb))
+        })
+        .collect();
+    let ptr = SendPtr(out.as_mut_ptr());
+    let work = |item: usize| {
+        let (i, head) = (item / nh, item % nh);
+        let (keys, values) = views[i];
+        let mut acc = [0f32; 256];
+        let mut scores = Vec::with_capacity(keys.len() / row);
+        crate::kernels::attend_one(&q[i * stride + head * hd..i * stride + (head + 1) * hd], keys, values, row, head / group * hd, scale, &mut scores, &mut acc[..hd]);
+        // SAFETY: item (i, head) writes only its own hd columns of row i.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), ptr.get().add(i * nh * hd + head * hd), hd) };
+    };
+    if positions * nh * hd < 1 << 14 {
+        (0..kv.len() * nh).for_each(work);
+    } else {
+        crate::pool::parallel_for(kv.len() * nh, work);
+    }
 }
 
 /// In-place softmax.

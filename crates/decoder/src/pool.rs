@@ -1,8 +1,8 @@
 //! A persistent pool of spinning threads for the decoding step, in the manner of ggml's
 //! threadpool and candle's BarrierPool: a step runs ~150 small parallel regions (each matmul
 //! of one token is tens of microseconds), and waking a sleeping thread for each costs as much
-//! as the region itself. The helpers spin on a generation counter between regions and park
-//! only after [`SPIN`] without work (so a prompt's gemm, run on rayon, does not compete with
+//! as the region itself. The helpers spin on a generation counter between regions, yield their
+//! core between checks after [`SPINS_BEFORE_YIELD`], and park only after [`SPIN`] without work (so a prompt's gemm, run on rayon, does not compete with
 //! them for long).
 //!
 //! [`parallel_for`] runs chunks on this pool while the calling thread is inside [`session`],
@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 
 /// How long an idle helper spins before it parks.
 const SPIN: Duration = Duration::from_millis(2);
+
+/// Spins (`pause`, ~10–50 ns each) before a waiting thread starts yielding its core between
+/// checks. A region's threads finish within microseconds of each other on a quiet machine, so
+/// this is rarely reached; on a busy one (a build, another process's threads) a waiter that
+/// keeps spinning holds a core the thread it waits for may need, and one step can stall for a
+/// whole scheduler slice — yielding hands the core over (ggml's threadpool also backs off from
+/// pure spinning).
+const SPINS_BEFORE_YIELD: u32 = 256;
 
 type Job = dyn Fn(usize) + Sync;
 
@@ -89,8 +97,14 @@ impl SpinPool {
         }
         // The helpers borrow `f` until they are done: wait for them even if the caller's share panics.
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
+        let mut spins = 0u32;
         while s.pending.load(Ordering::Acquire) > 0 {
-            std::hint::spin_loop();
+            spins = spins.saturating_add(1);
+            if spins < SPINS_BEFORE_YIELD {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         *s.job.lock().expect("job slot") = None;
         if let Err(p) = mine {
@@ -115,7 +129,12 @@ fn helper(s: &'static Shared, index: usize) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) {
+            if spins < SPINS_BEFORE_YIELD {
+                std::hint::spin_loop();
+                continue;
+            }
+            std::thread::yield_now();
+            if spins.is_multiple_of(64) {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > SPIN {
                     let mut guard = s.lock.lock().expect("pool lock");
@@ -126,10 +145,10 @@ fn helper(s: &'static Shared, index: usize) {
                     s.sleeping.fetch_sub(1, Ordering::SeqCst);
                     drop(guard);
                     idle_since = None;
+                    spins = 0;
                     continue;
                 }
             }
-            std::hint::spin_loop();
         }
         let job = *s.job.lock().expect("job slot");
         if let Some(job) = job {
