@@ -102,6 +102,9 @@ pub struct Q8Rows {
     pub d: Vec<f32>,
     /// Each block's `Σ (256·q + r)`.
     pub sum: Vec<i32>,
+    /// Both levels in one 16-bit value, `256·q + r` (`|·| ≤ 32,639`), `rows × cols`: the AVX2
+    /// Q8_0 kernel multiplies it by the sign-extended weights with `vpmaddwd`.
+    pub x16: Vec<i16>,
     /// Columns per row (a multiple of 32).
     pub cols: usize,
 }
@@ -117,17 +120,19 @@ impl Q8Rows {
         self.r.resize(x.len(), 0);
         self.d.resize(nb, 0.0);
         self.sum.resize(nb, 0);
-        for (b, ((xs, qs), rs)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).zip(self.r.chunks_exact_mut(32)).enumerate() {
+        self.x16.resize(x.len(), 0);
+        for (b, (((xs, qs), rs), ws)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).zip(self.r.chunks_exact_mut(32)).zip(self.x16.chunks_exact_mut(32)).enumerate() {
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
             let mut s = 0i32;
-            for ((q, r), &v) in qs.iter_mut().zip(rs.iter_mut()).zip(xs) {
+            for (((q, r), w), &v) in qs.iter_mut().zip(rs.iter_mut()).zip(ws.iter_mut()).zip(xs) {
                 let scaled = v * id;
                 let hi = scaled.round();
                 let lo = ((scaled - hi) * 256.0).round().clamp(-127.0, 127.0);
                 *q = hi as i8;
                 *r = lo as i8;
+                *w = 256 * hi as i16 + lo as i16;
                 s += 256 * hi as i32 + lo as i32;
             }
             self.d[b] = d / 256.0;
@@ -144,7 +149,7 @@ impl Q8Rows {
     pub fn row(&self, r: usize) -> Row<'_> {
         let nb = self.blocks_per_row();
         let span = r * self.cols..(r + 1) * self.cols;
-        Row { q: &self.q[span.clone()], r: &self.r[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb] }
+        Row { q: &self.q[span.clone()], r: &self.r[span.clone()], x16: &self.x16[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb] }
     }
 }
 
@@ -160,6 +165,8 @@ pub struct Row<'a> {
     pub q: &'a [i8],
     /// Second-level values.
     pub r: &'a [i8],
+    /// Both levels, `256·q + r`.
+    pub x16: &'a [i16],
     /// Block scales.
     pub d: &'a [f32],
     /// Block sums of `256·q + r`.
@@ -168,7 +175,7 @@ pub struct Row<'a> {
 
 impl Row<'_> {
     fn check(&self, nb: usize) {
-        assert!(self.q.len() >= nb * 32 && self.r.len() >= nb * 32 && self.d.len() >= nb && self.sum.len() >= nb, "activation row shorter than the weights");
+        assert!(self.q.len() >= nb * 32 && self.r.len() >= nb * 32 && self.x16.len() >= nb * 32 && self.d.len() >= nb && self.sum.len() >= nb, "activation row shorter than the weights");
     }
 }
 
