@@ -15,7 +15,8 @@
 //!   one line; nothing changes.
 //! - **Four concurrent runs** of one stage and config: all succeed, one complete artifact.
 //! - **An endpoint that dies mid-run** (every call fails after the third: HTTP 503 for
-//!   synth-data `--mode llm`, which stops after three unanswered samples in a row; HTTP 400 for
+//!   synth-data `--mode llm`, which stops after three unanswered samples in a row, and `--mode
+//!   doc2query`, which asks for every passage and then stops, journaling what was answered; HTTP 400 for
 //!   answer and raptor, which stop at the first failed call): the run fails in one line; once
 //!   the endpoint is back the rerun makes only the calls not made before and ends with the
 //!   uninterrupted run's output.
@@ -98,7 +99,8 @@ fn command(inp: &Inputs, root: &Path, stage: &str) -> (String, Vec<String>) {
             "--concurrency", "1", "--rpm", "0", "--timeout-s", "5", "--max-retries", "0", "--backoff-ms", "10", "--artifacts", &a,
         ]),
         "synth-d2q" => s(&[
-            &up("chunk"), "--mode", "doc2query", "--index", &up("index"), "--n", "12", "--min-chars", "60", "--artifacts", &a,
+            &up("chunk"), "--mode", "doc2query", "--index", &up("index"), "--n", "12", "--min-chars", "60", "--prompts", inp.prompts.to_str().unwrap(), "--artifacts", &a,
+            "--rpm", "0", "--timeout-s", "5", "--max-retries", "0", "--backoff-ms", "10",
             "--set", "doc2query.generator.kind=api", "--set", "doc2query.generator.model=scripted", "--set", "doc2query.generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", &format!("doc2query.generator.base_url={}", inp.url),
         ]),
         "evaluate" => s(&[inp.pipeline.to_str().unwrap(), "--artifacts", &a, "--eval-dir", root.with_extension("eval").to_str().unwrap()]),
@@ -402,7 +404,7 @@ fn concurrent(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
 }
 
 fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &AtomicUsize, server: &ChatServer) {
-    for stage in ["synth-llm", "answer", "raptor"] {
+    for stage in ["synth-llm", "synth-d2q", "answer", "raptor"] {
         let reference = tmp.join(format!("endpoint-ref-{stage}"));
         command(inp, &reference, stage); // upstream
         let n0 = server.requests().len();
@@ -436,7 +438,12 @@ fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &Atom
                 }
             })
         };
-        tally.record(&format!("endpoint dies: {}", if stage == "synth-llm" { "synth-data --mode llm" } else { stage }), result);
+        let name = match stage {
+            "synth-llm" => "synth-data --mode llm",
+            "synth-d2q" => "synth-data --mode doc2query",
+            other => other,
+        };
+        tally.record(&format!("endpoint dies: {name}"), result);
     }
 }
 

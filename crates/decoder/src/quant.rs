@@ -127,7 +127,15 @@ impl QuantMatrix {
         let (packed, nb) = (self.packed_rows, self.d_in / self.ty.block().0);
         let work = |c: usize| {
             let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(d_out));
-            let mut vals = vec![0f32; (o1 - o0) * rows];
+            let mut owned = Vec::new();
+            let vals: &mut [f32] = if rows == 1 {
+                // One row: the chunk's outputs are contiguous in `out`; write them in place.
+                // SAFETY: out[o0..o1] belongs to this chunk alone; `out` holds d_out values.
+                unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(o0), o1 - o0) }
+            } else {
+                owned.resize((o1 - o0) * rows, 0f32);
+                &mut owned
+            };
             // Whole groups of the packed rows (chunks start at multiples of 8), then the rest.
             let p1 = o1.min(packed).max(o0);
             if p1 > o0 {
@@ -135,6 +143,9 @@ impl QuantMatrix {
             }
             if o1 > p1 {
                 crate::kernels::dot_matrix(path, self.ty, &self.bytes[p1 * rb..o1 * rb], rb, &xs, &mut vals[(p1 - o0) * rows..]);
+            }
+            if rows == 1 {
+                return;
             }
             for (i, v) in vals.chunks_exact(rows).enumerate() {
                 for (r, &v) in v.iter().enumerate() {

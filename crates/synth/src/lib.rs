@@ -790,6 +790,7 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     let journal = Journal::open(&journal_path)?;
     let entries = Mutex::new(done);
     let journal_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let no_reply: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
     generator.complete_batch_each(&chats, &cfg.generation, schema.as_ref(), &|j, reply| {
         let passage = pending[j].index;
@@ -797,14 +798,15 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
             Ok(c) => Doc2QueryJournalEntry { passage, text: Some(c.text.clone()), completion_tokens: c.completion_tokens, failure: None },
             Err(e) => Doc2QueryJournalEntry { passage, text: None, completion_tokens: 0, failure: Some(e.to_string()) },
         };
-        // An endpoint that gave no reply is not journaled: a rerun asks again.
-        let no_reply = matches!(reply, Err(gauge_generator::GeneratorError::Llm(_)));
-        if !no_reply {
+        // An endpoint that gave no reply is not journaled: the run stops and a rerun asks again.
+        if let Err(gauge_generator::GeneratorError::Llm(e)) = reply {
+            no_reply.lock().expect("lock").push(e.to_string());
+        } else {
             if let Err(e) = journal.append(&entry) {
                 journal_error.lock().expect("lock").get_or_insert(e);
             }
+            entries.lock().expect("lock").insert(passage, entry);
         }
-        entries.lock().expect("lock").insert(passage, entry);
         bar.inc(1);
     });
     let generation_seconds = started.elapsed().as_secs_f64();
@@ -814,6 +816,10 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
         return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
     }
     let entries = entries.into_inner().expect("lock");
+    let no_reply = no_reply.into_inner().expect("lock");
+    if let Some(last) = no_reply.last() {
+        anyhow::bail!("the endpoint gave no reply for {} of {} passages asked (last: {last}); {} of {} passages are in {}: rerun to resume", no_reply.len(), pending.len(), entries.len(), planned.len(), journal_path.display());
+    }
     anyhow::ensure!(entries.len() == planned.len(), "{}: {} of {} passages have a reply", journal_path.display(), entries.len(), planned.len());
     // The replies in passage order (the journal is in the order they finished).
     write_jsonl(&run.path("replies.jsonl"), entries.values())?;
