@@ -163,7 +163,10 @@ impl Q8Rows {
 #[inline(always)]
 fn quantize_blocks(x: &[f32], q: &mut [i8], r: &mut [i8], x16: &mut [i16], d: &mut [f32], sum: &mut [i32]) {
     for (b, (((xs, qs), rs), ws)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).zip(r.chunks_exact_mut(32)).zip(x16.chunks_exact_mut(32)).enumerate() {
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let mut amax = 0f32;
+        for v in xs {
+            amax = amax.max(v.abs());
+        }
         let scale = amax / 127.0;
         let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
         let mut s = 0i32;
@@ -421,20 +424,30 @@ pub fn attend_one(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usiz
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_one_generic(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    // Plain index loops: an iterator adaptor's `fold` (`extend`, `for_each`, `fold`) is a
+    // generic function of its own, compiled for baseline x86-64 outside this
+    // `#[target_feature]` body — the scores' dot products ran as SSE2 there (perf: 6 % of a
+    // decoding step in `Map::fold`).
     let hd = q.len();
     let n = keys.len() / row;
     scores.clear();
-    scores.extend((0..n).map(|p| dot_f32_generic(q, &keys[p * row + off..p * row + off + hd]) * scale));
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    scores.resize(n, 0.0);
+    for p in 0..n {
+        scores[p] = dot_f32_generic(q, &keys[p * row + off..p * row + off + hd]) * scale;
+    }
+    let mut max = f32::NEG_INFINITY;
+    for &v in scores.iter() {
+        max = max.max(v);
+    }
     let mut sum = 0f32;
     for v in scores.iter_mut() {
         *v = (*v - max).exp();
         sum += *v;
     }
     let inv = 1.0 / sum;
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (p, &w) in scores.iter().enumerate() {
-        axpy_generic(w * inv, &values[p * row + off..p * row + off + hd], out);
+    out.fill(0.0);
+    for p in 0..n {
+        axpy_generic(scores[p] * inv, &values[p * row + off..p * row + off + hd], out);
     }
 }
 
@@ -464,7 +477,10 @@ fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
             acc[l] += x[l] * y[l];
         }
     }
-    let mut s: f32 = acc.iter().sum();
+    let mut s = 0f32;
+    for a in acc {
+        s += a;
+    }
     for (x, y) in ra.iter().zip(rb) {
         s += x * y;
     }
