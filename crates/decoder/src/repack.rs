@@ -70,6 +70,62 @@ pub fn pack(ty: GgmlType, plain: &[u8], rows: usize) -> Vec<u8> {
     out
 }
 
+/// The eight rows of a packed group (`nb` group-blocks) dequantised into `out` (`8 × nb·32`,
+/// row-major), read straight from the interleaved bytes; each value is computed as
+/// [`crate::gguf::dequantize`] computes it (`d·q`, `d·(n − 8)`, `d·n + m`), so the same bits.
+pub fn dequantize_group(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if KernelPath::Avx2.supported() {
+        // SAFETY: AVX2, FMA and F16C are present (checked at run time).
+        return unsafe { x86::dequantize_group_avx2(ty, group, nb, out) };
+    }
+    dequantize_group_generic(ty, group, nb, out)
+}
+
+/// [`dequantize_group`]'s body: compiled portable and with AVX2 (the same operations).
+#[inline(always)]
+fn dequantize_group_generic(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+    let bs = ty.block().1;
+    let (_, _, qoff) = layout(ty);
+    let d_in = nb * 32;
+    assert!(group.len() == GROUP * nb * bs && out.len() == GROUP * d_in);
+    let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+    for (i, src) in group.chunks_exact(GROUP * bs).enumerate() {
+        for k in 0..GROUP {
+            let d = f16(&src[2 * k..]);
+            let o = &mut out[k * d_in + i * 32..k * d_in + i * 32 + 32];
+            match ty {
+                GgmlType::Q8_0 => {
+                    for c in 0..8 {
+                        for t in 0..4 {
+                            o[4 * c + t] = d * (src[qoff + 32 * c + 4 * k + t] as i8) as f32;
+                        }
+                    }
+                }
+                GgmlType::Q4_0 => {
+                    for c in 0..4 {
+                        for t in 0..4 {
+                            let q = src[qoff + 32 * c + 4 * k + t];
+                            o[4 * c + t] = d * ((q & 0x0f) as i32 - 8) as f32;
+                            o[16 + 4 * c + t] = d * ((q >> 4) as i32 - 8) as f32;
+                        }
+                    }
+                }
+                _ => {
+                    let m = f16(&src[16 + 2 * k..]);
+                    for c in 0..4 {
+                        for t in 0..4 {
+                            let q = src[qoff + 32 * c + 4 * k + t];
+                            o[4 * c + t] = d * (q & 0x0f) as f32 + m;
+                            o[16 + 4 * c + t] = d * (q >> 4) as f32 + m;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Row `k` (0..8) of a packed group (`nb` group-blocks) as ggml blocks, into `out`.
 pub fn unpack_row(ty: GgmlType, group: &[u8], k: usize, out: &mut Vec<u8>) {
     let bs = ty.block().1;
@@ -290,6 +346,11 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dequantize_group_avx2(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+        dequantize_group_generic(ty, group, nb, out)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn packed_avx2(ty: GgmlType, w: &[u8], nb: usize, xs: &[Row<'_>], out: &mut [f32]) {
         packed(ty, w, nb, xs, out, dot_avx2, false)
     }
@@ -304,6 +365,28 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::kernels::Q8Rows;
+
+    #[test]
+    fn a_packed_group_dequantises_to_the_gguf_values() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, nb) = (16, 5);
+            let plain = crate::kernels::tests::random_blocks(ty, rows * nb, 3);
+            let packed = pack(ty, &plain, rows);
+            let want = crate::gguf::dequantize(ty, &plain, rows * nb * 32);
+            let gbytes = GROUP * nb * ty.block().1;
+            let mut got = vec![0f32; rows * nb * 32];
+            for (g, out) in got.chunks_exact_mut(GROUP * nb * 32).enumerate() {
+                dequantize_group(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, out);
+            }
+            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?}");
+            // The portable body too (the call above takes AVX2 where the machine has it).
+            let mut portable = vec![0f32; rows * nb * 32];
+            for (g, out) in portable.chunks_exact_mut(GROUP * nb * 32).enumerate() {
+                dequantize_group_generic(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, out);
+            }
+            assert_eq!(portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?} portable");
+        }
+    }
 
     #[test]
     fn pack_then_unpack_gives_every_row_back() {
