@@ -113,6 +113,15 @@ impl Q8Rows {
     /// Quantises `rows` rows of `x` (row-major, `cols` a multiple of 32) into `self`, reusing
     /// its buffers.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
+        self.quantize_on(x, cols, KernelPath::Avx2.supported());
+    }
+
+    /// [`Self::quantize`] on the portable path only (the reference the other paths equal).
+    pub fn quantize_scalar(&mut self, x: &[f32], cols: usize) {
+        self.quantize_on(x, cols, false);
+    }
+
+    fn quantize_on(&mut self, x: &[f32], cols: usize, avx2: bool) {
         assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols));
         let nb = x.len() / 32;
         self.cols = cols;
@@ -122,24 +131,12 @@ impl Q8Rows {
         self.sum.resize(nb, 0);
         self.x16.resize(x.len(), 0);
         #[cfg(target_arch = "x86_64")]
-        if KernelPath::Avx2.supported() {
-            // SAFETY: AVX2 and FMA are present (checked at run time).
+        if avx2 {
+            // SAFETY: the callers pass `avx2` only where AVX2 and FMA are present.
             unsafe { quantize_blocks_avx2(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum) };
             return;
         }
-        quantize_blocks(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum);
-    }
-
-    /// [`Self::quantize`] on the portable path only (the reference the other paths equal).
-    pub fn quantize_scalar(&mut self, x: &[f32], cols: usize) {
-        assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols));
-        let nb = x.len() / 32;
-        self.cols = cols;
-        self.q.resize(x.len(), 0);
-        self.r.resize(x.len(), 0);
-        self.d.resize(nb, 0.0);
-        self.sum.resize(nb, 0);
-        self.x16.resize(x.len(), 0);
+        let _ = avx2;
         quantize_blocks(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum);
     }
 

@@ -374,16 +374,17 @@ mod tests {
             let packed = pack(ty, &plain, rows);
             let want = crate::gguf::dequantize(ty, &plain, rows * nb * 32);
             let gbytes = GROUP * nb * ty.block().1;
-            let mut got = vec![0f32; rows * nb * 32];
-            for (g, out) in got.chunks_exact_mut(GROUP * nb * 32).enumerate() {
-                dequantize_group(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, out);
-            }
+            let run = |f: fn(GgmlType, &[u8], usize, &mut [f32])| {
+                let mut out = vec![0f32; rows * nb * 32];
+                for (g, o) in out.chunks_exact_mut(GROUP * nb * 32).enumerate() {
+                    f(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, o);
+                }
+                out
+            };
+            let got = run(dequantize_group);
             assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?}");
             // The portable body too (the call above takes AVX2 where the machine has it).
-            let mut portable = vec![0f32; rows * nb * 32];
-            for (g, out) in portable.chunks_exact_mut(GROUP * nb * 32).enumerate() {
-                dequantize_group_generic(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, out);
-            }
+            let portable = run(dequantize_group_generic);
             assert_eq!(portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?} portable");
         }
     }
