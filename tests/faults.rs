@@ -1,8 +1,9 @@
 //! `just faults [short|full]`: the fault matrix over the real binaries. Ignored by `cargo test`
 //! (`just faults` runs it with `--ignored`; `.ci/run` runs the short variant).
 //!
-//! - **SIGKILL** at seeded points of each stage (extract, chunk, embed, index, synth-data,
-//!   train-lora, raptor, answer, evaluate): the rerun finishes and its output equals an
+//! - **SIGKILL** at seeded points of each stage (extract, chunk, embed, index, synth-data
+//!   `--mode ict` and `--mode doc2query` (its replies journaled as they finish), train-lora,
+//!   raptor, answer, evaluate): the rerun finishes and its output equals an
 //!   uninterrupted run's — byte for byte for every file but the manifest (whose `outputs`
 //!   must be equal), by query results for an index (tantivy names its segments at random), by
 //!   the text columns for answers (their timing columns are wall time), by runs and TREC files
@@ -14,7 +15,8 @@
 //!   one line; nothing changes.
 //! - **Four concurrent runs** of one stage and config: all succeed, one complete artifact.
 //! - **An endpoint that dies mid-run** (every call fails after the third: HTTP 503 for
-//!   synth-data `--mode llm`, which stops after three unanswered samples in a row; HTTP 400 for
+//!   synth-data `--mode llm`, which stops after three unanswered samples in a row, and `--mode
+//!   doc2query`, which asks for every passage and then stops, journaling what was answered; HTTP 400 for
 //!   answer and raptor, which stop at the first failed call): the run fails in one line; once
 //!   the endpoint is back the rerun makes only the calls not made before and ends with the
 //!   uninterrupted run's output.
@@ -69,7 +71,7 @@ fn inputs(root: &Path, url: &str) -> Inputs {
     Inputs { corpus, golden, pipeline, raptor_cfg, minilm, tiny_bert: shared().join("fixtures/tiny-bert-cross-encoder"), prompts: repo_root().join("pipelines/prompts"), url: url.to_string() }
 }
 
-const STAGES: [&str; 9] = ["extract", "chunk", "embed", "index", "synth-data", "train-lora", "raptor", "answer", "evaluate"];
+const STAGES: [&str; 10] = ["extract", "chunk", "embed", "index", "synth-data", "synth-d2q", "train-lora", "raptor", "answer", "evaluate"];
 
 /// A stage's command line in artifact root `root`, its upstream built there first.
 fn command(inp: &Inputs, root: &Path, stage: &str) -> (String, Vec<String>) {
@@ -96,10 +98,15 @@ fn command(inp: &Inputs, root: &Path, stage: &str) -> (String, Vec<String>) {
             &up("chunk"), "--mode", "llm", "--n", "6", "--min-chars", "60", "--base-url", &inp.url, "--model", "scripted", "--api-key-env", "GAUGE_NO_SUCH_KEY", "--prompts", inp.prompts.to_str().unwrap(),
             "--concurrency", "1", "--rpm", "0", "--timeout-s", "5", "--max-retries", "0", "--backoff-ms", "10", "--artifacts", &a,
         ]),
+        "synth-d2q" => s(&[
+            &up("chunk"), "--mode", "doc2query", "--index", &up("index"), "--n", "12", "--min-chars", "60", "--prompts", inp.prompts.to_str().unwrap(), "--artifacts", &a,
+            "--rpm", "0", "--timeout-s", "5", "--max-retries", "0", "--backoff-ms", "10",
+            "--set", "doc2query.generator.kind=api", "--set", "doc2query.generator.model=scripted", "--set", "doc2query.generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", &format!("doc2query.generator.base_url={}", inp.url),
+        ]),
         "evaluate" => s(&[inp.pipeline.to_str().unwrap(), "--artifacts", &a, "--eval-dir", root.with_extension("eval").to_str().unwrap()]),
         other => panic!("no stage {other}"),
     };
-    let binary = if stage == "synth-llm" { "synth-data" } else { stage };
+    let binary = if stage.starts_with("synth-") { "synth-data" } else { stage };
     (binary.to_string(), args)
 }
 
@@ -397,7 +404,7 @@ fn concurrent(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
 }
 
 fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &AtomicUsize, server: &ChatServer) {
-    for stage in ["synth-llm", "answer", "raptor"] {
+    for stage in ["synth-llm", "synth-d2q", "answer", "raptor"] {
         let reference = tmp.join(format!("endpoint-ref-{stage}"));
         command(inp, &reference, stage); // upstream
         let n0 = server.requests().len();
@@ -431,7 +438,12 @@ fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &Atom
                 }
             })
         };
-        tally.record(&format!("endpoint dies: {}", if stage == "synth-llm" { "synth-data --mode llm" } else { stage }), result);
+        let name = match stage {
+            "synth-llm" => "synth-data --mode llm",
+            "synth-d2q" => "synth-data --mode doc2query",
+            other => other,
+        };
+        tally.record(&format!("endpoint dies: {name}"), result);
     }
 }
 

@@ -600,6 +600,32 @@ fn doc2query_keeps_only_questions_whose_passage_comes_back() {
         let reason = d["reason"].as_str().unwrap();
         assert!(["too_short", "no_words", "not_retrieved", "unparsable_reply"].contains(&reason) || reason.starts_with("generation_failed"), "{d}");
     }
+    // Resume: each reply is journaled as the decoder finishes it. Plant a journal of two
+    // passages (one reply replaced by a marker question, then a torn line as a kill mid-write
+    // leaves) and rerun: the journaled passages are not asked again, the rest are, and the
+    // rows follow from the replies.
+    let replies = jsonl(&dir.join("replies.jsonl"));
+    assert_eq!(replies.len(), 4);
+    assert_eq!(replies.iter().map(|r| r["completion_tokens"].as_u64().unwrap() as usize).sum::<usize>(), stats["completion_tokens"].as_u64().unwrap() as usize);
+    let marker = "Which plover nests under the crossbuck signs on Tuesdays?";
+    let mut planted = replies[0].clone();
+    planted["text"] = serde_json::Value::String(marker.to_string());
+    let checkpoint = dir.parent().unwrap().join(format!(".resume-{}", dir.file_name().unwrap().to_string_lossy()));
+    std::fs::create_dir_all(&checkpoint).unwrap();
+    std::fs::write(checkpoint.join("journal.jsonl"), format!("{planted}\n{}\n{{\"passage\": 2, \"te", replies[1])).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = ok(run("synth-data", &args));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("resuming: 2 of 4 passages"), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = PathBuf::from(last_line(&out));
+    assert_eq!(again, dir);
+    assert!(!checkpoint.exists(), "the journal goes with the committed artifact");
+    let resumed = jsonl(&dir.join("replies.jsonl"));
+    assert_eq!(resumed[0]["text"], marker);
+    assert_eq!(resumed[1..], replies[1..], "the passages not journaled are asked again, greedy replies equal");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stats"]["resumed_from_journal"], 2);
+    let asked: Vec<String> = jsonl(&dir.join("golden.jsonl")).iter().chain(jsonl(&dir.join("dropped.jsonl")).iter()).map(|r| r["question"].as_str().unwrap_or_default().to_string()).collect();
+    assert!(asked.iter().any(|q| q == marker), "the journaled reply's question is used: {asked:?}");
     // Bad input: no index to run the round trip on.
     let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "doc2query", "--artifacts", art.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));

@@ -332,18 +332,20 @@ impl LanguageModel {
     /// its logits do not depend on its neighbours, so every reply equals what
     /// [`Self::generate_with`] gives for it alone. Streaming is honoured for a batch of 1 only.
     pub fn generate_batch<'a>(&self, items: Vec<BatchItem<'a>>, opts: &GenerateOptions, batch_size: usize) -> Vec<Result<Generation, DecoderError>> {
-        self.generate_batch_observed(items, opts, batch_size, &|_| {})
+        self.generate_batch_observed(items, opts, batch_size, &|_, _| {})
     }
 
-    /// [`Self::generate_batch`], calling `done(index)` as each item finishes (progress bars).
-    pub fn generate_batch_observed<'a>(&self, items: Vec<BatchItem<'a>>, opts: &GenerateOptions, batch_size: usize, done: &dyn Fn(usize)) -> Vec<Result<Generation, DecoderError>> {
+    /// [`Self::generate_batch`], calling `done(index, result)` as each item finishes (progress
+    /// bars; journals that keep each reply before the batch ends).
+    pub fn generate_batch_observed<'a>(&self, items: Vec<BatchItem<'a>>, opts: &GenerateOptions, batch_size: usize, done: &dyn Fn(usize, &Result<Generation, DecoderError>)) -> Vec<Result<Generation, DecoderError>> {
         let n = items.len();
         if let Err(e) = opts.validate() {
             let message = e.to_string();
             return (0..n)
                 .map(|i| {
-                    done(i);
-                    Err(DecoderError::Model(message.clone()))
+                    let r = Err(DecoderError::Model(message.clone()));
+                    done(i, &r);
+                    r
                 })
                 .collect();
         }
@@ -360,8 +362,9 @@ impl LanguageModel {
                 match self.prefill(index, item, opts) {
                     Ok(a) => active.push(a),
                     Err(e) => {
-                        results[index] = Some(Err(e));
-                        done(index);
+                        let r = Err(e);
+                        done(index, &r);
+                        results[index] = Some(r);
                     }
                 }
             }
@@ -379,12 +382,14 @@ impl LanguageModel {
                     }
                     Ok(Next::Done(reason)) => {
                         let index = a.index;
-                        results[index] = Some(self.finish(a, reason, stream));
-                        done(index);
+                        let r = self.finish(a, reason, stream);
+                        done(index, &r);
+                        results[index] = Some(r);
                     }
                     Err(e) => {
-                        results[a.index] = Some(Err(e));
-                        done(a.index);
+                        let r = Err(e);
+                        done(a.index, &r);
+                        results[a.index] = Some(r);
                     }
                 }
             }
@@ -398,8 +403,9 @@ impl LanguageModel {
                 Err(e) => {
                     let message = e.to_string();
                     for a in active.drain(..) {
-                        results[a.index] = Some(Err(DecoderError::Model(message.clone())));
-                        done(a.index);
+                        let r = Err(DecoderError::Model(message.clone()));
+                        done(a.index, &r);
+                        results[a.index] = Some(r);
                     }
                 }
             }

@@ -102,6 +102,9 @@ pub struct Q8Rows {
     pub d: Vec<f32>,
     /// Each block's `Σ (256·q + r)`.
     pub sum: Vec<i32>,
+    /// Both levels in one 16-bit value, `256·q + r` (`|·| ≤ 32,639`), `rows × cols`: the AVX2
+    /// Q8_0 kernel multiplies it by the sign-extended weights with `vpmaddwd`.
+    pub x16: Vec<i16>,
     /// Columns per row (a multiple of 32).
     pub cols: usize,
 }
@@ -110,6 +113,15 @@ impl Q8Rows {
     /// Quantises `rows` rows of `x` (row-major, `cols` a multiple of 32) into `self`, reusing
     /// its buffers.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
+        self.quantize_on(x, cols, KernelPath::Avx2.supported());
+    }
+
+    /// [`Self::quantize`] on the portable path only (the reference the other paths equal).
+    pub fn quantize_scalar(&mut self, x: &[f32], cols: usize) {
+        self.quantize_on(x, cols, false);
+    }
+
+    fn quantize_on(&mut self, x: &[f32], cols: usize, avx2: bool) {
         assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols));
         let nb = x.len() / 32;
         self.cols = cols;
@@ -117,22 +129,15 @@ impl Q8Rows {
         self.r.resize(x.len(), 0);
         self.d.resize(nb, 0.0);
         self.sum.resize(nb, 0);
-        for (b, ((xs, qs), rs)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).zip(self.r.chunks_exact_mut(32)).enumerate() {
-            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut s = 0i32;
-            for ((q, r), &v) in qs.iter_mut().zip(rs.iter_mut()).zip(xs) {
-                let scaled = v * id;
-                let hi = scaled.round();
-                let lo = ((scaled - hi) * 256.0).round().clamp(-127.0, 127.0);
-                *q = hi as i8;
-                *r = lo as i8;
-                s += 256 * hi as i32 + lo as i32;
-            }
-            self.d[b] = d / 256.0;
-            self.sum[b] = s;
+        self.x16.resize(x.len(), 0);
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: the callers pass `avx2` only where AVX2 and FMA are present.
+            unsafe { quantize_blocks_avx2(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum) };
+            return;
         }
+        let _ = avx2;
+        quantize_blocks(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum);
     }
 
     /// Blocks per row.
@@ -144,8 +149,42 @@ impl Q8Rows {
     pub fn row(&self, r: usize) -> Row<'_> {
         let nb = self.blocks_per_row();
         let span = r * self.cols..(r + 1) * self.cols;
-        Row { q: &self.q[span.clone()], r: &self.r[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb] }
+        Row { q: &self.q[span.clone()], r: &self.r[span.clone()], x16: &self.x16[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb] }
     }
+}
+
+/// Both activation levels of every 32-value block. Compiled twice — portable, and with AVX2
+/// (where `round` is an instruction, not a libm call, and the block vectorises): the same
+/// IEEE operations in the same order (Rust never fuses a multiply and an add on its own), so
+/// the same bytes on every path (a test checks).
+#[inline(always)]
+fn quantize_blocks(x: &[f32], q: &mut [i8], r: &mut [i8], x16: &mut [i16], d: &mut [f32], sum: &mut [i32]) {
+    for (b, (((xs, qs), rs), ws)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).zip(r.chunks_exact_mut(32)).zip(x16.chunks_exact_mut(32)).enumerate() {
+        let mut amax = 0f32;
+        for v in xs {
+            amax = amax.max(v.abs());
+        }
+        let scale = amax / 127.0;
+        let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let mut s = 0i32;
+        for (((q, r), w), &v) in qs.iter_mut().zip(rs.iter_mut()).zip(ws.iter_mut()).zip(xs) {
+            let scaled = v * id;
+            let hi = scaled.round();
+            let lo = ((scaled - hi) * 256.0).round().clamp(-127.0, 127.0);
+            *q = hi as i8;
+            *r = lo as i8;
+            *w = 256 * hi as i16 + lo as i16;
+            s += 256 * hi as i32 + lo as i32;
+        }
+        d[b] = scale / 256.0;
+        sum[b] = s;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_blocks_avx2(x: &[f32], q: &mut [i8], r: &mut [i8], x16: &mut [i16], d: &mut [f32], sum: &mut [i32]) {
+    quantize_blocks(x, q, r, x16, d, sum)
 }
 
 /// Whether `ty` has an integer kernel.
@@ -160,6 +199,8 @@ pub struct Row<'a> {
     pub q: &'a [i8],
     /// Second-level values.
     pub r: &'a [i8],
+    /// Both levels, `256·q + r`.
+    pub x16: &'a [i16],
     /// Block scales.
     pub d: &'a [f32],
     /// Block sums of `256·q + r`.
@@ -168,7 +209,7 @@ pub struct Row<'a> {
 
 impl Row<'_> {
     fn check(&self, nb: usize) {
-        assert!(self.q.len() >= nb * 32 && self.r.len() >= nb * 32 && self.d.len() >= nb && self.sum.len() >= nb, "activation row shorter than the weights");
+        assert!(self.q.len() >= nb * 32 && self.r.len() >= nb * 32 && self.x16.len() >= nb * 32 && self.d.len() >= nb && self.sum.len() >= nb, "activation row shorter than the weights");
     }
 }
 
@@ -380,20 +421,30 @@ pub fn attend_one(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usiz
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_one_generic(q: &[f32], keys: &[f32], values: &[f32], row: usize, off: usize, scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    // Plain index loops: an iterator adaptor's `fold` (`extend`, `for_each`, `fold`) is a
+    // generic function of its own, compiled for baseline x86-64 outside this
+    // `#[target_feature]` body — the scores' dot products ran as SSE2 there (perf: 6 % of a
+    // decoding step in `Map::fold`).
     let hd = q.len();
     let n = keys.len() / row;
     scores.clear();
-    scores.extend((0..n).map(|p| dot_f32_generic(q, &keys[p * row + off..p * row + off + hd]) * scale));
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    scores.resize(n, 0.0);
+    for p in 0..n {
+        scores[p] = dot_f32_generic(q, &keys[p * row + off..p * row + off + hd]) * scale;
+    }
+    let mut max = f32::NEG_INFINITY;
+    for &v in scores.iter() {
+        max = max.max(v);
+    }
     let mut sum = 0f32;
     for v in scores.iter_mut() {
         *v = (*v - max).exp();
         sum += *v;
     }
     let inv = 1.0 / sum;
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (p, &w) in scores.iter().enumerate() {
-        axpy_generic(w * inv, &values[p * row + off..p * row + off + hd], out);
+    out.fill(0.0);
+    for p in 0..n {
+        axpy_generic(scores[p] * inv, &values[p * row + off..p * row + off + hd], out);
     }
 }
 
@@ -423,7 +474,10 @@ fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
             acc[l] += x[l] * y[l];
         }
     }
-    let mut s: f32 = acc.iter().sum();
+    let mut s = 0f32;
+    for a in acc {
+        s += a;
+    }
     for (x, y) in ra.iter().zip(rb) {
         s += x * y;
     }
@@ -472,6 +526,36 @@ pub(crate) mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn activation_quantisation_is_the_same_bytes_on_every_path() {
+        let mut next = rng(11);
+        // Random values, a zero block, ties at every rounding step (k/2 of the scale's units and
+        // of its 1/256ths), and wide magnitudes.
+        let mut x: Vec<f32> = (0..32 * 64).map(|_| ((next() % 20001) as f32 - 10000.0) / 997.0).collect();
+        x[32..64].iter_mut().for_each(|v| *v = 0.0);
+        for (i, v) in x[64..96].iter_mut().enumerate() {
+            *v = if i == 0 { 127.0 } else { (i as f32 - 16.0) + 0.5 };
+        }
+        for (i, v) in x[96..128].iter_mut().enumerate() {
+            *v = if i == 0 { 127.0 } else { (i as f32 - 16.0) / 256.0 * 3.0 + 1.0 / 512.0 };
+        }
+        for (i, v) in x[128..160].iter_mut().enumerate() {
+            *v = (i as f32 - 16.0) * 1e-30;
+        }
+        let (mut a, mut b) = (Q8Rows::default(), Q8Rows::default());
+        a.quantize(&x, 32 * 8);
+        b.quantize_scalar(&x, 32 * 8);
+        assert_eq!((&a.q, &a.r, &a.x16, &a.sum), (&b.q, &b.r, &b.x16, &b.sum));
+        assert_eq!(a.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        // The levels reconstruct the row: 256·q + r = x16, Σ x16 = sum.
+        for (blk, w) in a.x16.chunks_exact(32).enumerate() {
+            assert_eq!(w.iter().map(|&v| v as i32).sum::<i32>(), a.sum[blk]);
+        }
+        for ((q, r), w) in a.q.iter().zip(&a.r).zip(&a.x16) {
+            assert_eq!(256 * *q as i16 + *r as i16, *w);
+        }
     }
 
     #[test]

@@ -70,6 +70,62 @@ pub fn pack(ty: GgmlType, plain: &[u8], rows: usize) -> Vec<u8> {
     out
 }
 
+/// The eight rows of a packed group (`nb` group-blocks) dequantised into `out` (`8 × nb·32`,
+/// row-major), read straight from the interleaved bytes; each value is computed as
+/// [`crate::gguf::dequantize`] computes it (`d·q`, `d·(n − 8)`, `d·n + m`), so the same bits.
+pub fn dequantize_group(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if KernelPath::Avx2.supported() {
+        // SAFETY: AVX2, FMA and F16C are present (checked at run time).
+        return unsafe { x86::dequantize_group_avx2(ty, group, nb, out) };
+    }
+    dequantize_group_generic(ty, group, nb, out)
+}
+
+/// [`dequantize_group`]'s body: compiled portable and with AVX2 (the same operations).
+#[inline(always)]
+fn dequantize_group_generic(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+    let bs = ty.block().1;
+    let (_, _, qoff) = layout(ty);
+    let d_in = nb * 32;
+    assert!(group.len() == GROUP * nb * bs && out.len() == GROUP * d_in);
+    let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+    for (i, src) in group.chunks_exact(GROUP * bs).enumerate() {
+        for k in 0..GROUP {
+            let d = f16(&src[2 * k..]);
+            let o = &mut out[k * d_in + i * 32..k * d_in + i * 32 + 32];
+            match ty {
+                GgmlType::Q8_0 => {
+                    for c in 0..8 {
+                        for t in 0..4 {
+                            o[4 * c + t] = d * (src[qoff + 32 * c + 4 * k + t] as i8) as f32;
+                        }
+                    }
+                }
+                GgmlType::Q4_0 => {
+                    for c in 0..4 {
+                        for t in 0..4 {
+                            let q = src[qoff + 32 * c + 4 * k + t];
+                            o[4 * c + t] = d * ((q & 0x0f) as i32 - 8) as f32;
+                            o[16 + 4 * c + t] = d * ((q >> 4) as i32 - 8) as f32;
+                        }
+                    }
+                }
+                _ => {
+                    let m = f16(&src[16 + 2 * k..]);
+                    for c in 0..4 {
+                        for t in 0..4 {
+                            let q = src[qoff + 32 * c + 4 * k + t];
+                            o[4 * c + t] = d * (q & 0x0f) as f32 + m;
+                            o[16 + 4 * c + t] = d * (q >> 4) as f32 + m;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Row `k` (0..8) of a packed group (`nb` group-blocks) as ggml blocks, into `out`.
 pub fn unpack_row(ty: GgmlType, group: &[u8], k: usize, out: &mut Vec<u8>) {
     let bs = ty.block().1;
@@ -97,7 +153,7 @@ pub fn dot_packed(path: KernelPath, ty: GgmlType, w: &[u8], nb: usize, xs: &[Row
     let gbytes = GROUP * nb * ty.block().1;
     assert!(packs(ty) && gbytes > 0 && w.len().is_multiple_of(gbytes) && out.len() == w.len() / gbytes * GROUP * xs.len());
     for x in xs {
-        assert!(x.q.len() >= nb * 32 && x.r.len() >= nb * 32 && x.d.len() >= nb && x.sum.len() >= nb, "activation row shorter than the weights");
+        assert!(x.q.len() >= nb * 32 && x.r.len() >= nb * 32 && x.x16.len() >= nb * 32 && x.d.len() >= nb && x.sum.len() >= nb, "activation row shorter than the weights");
     }
     match path {
         #[cfg(target_arch = "x86_64")]
@@ -157,7 +213,29 @@ mod x86 {
         for i in 0..nb {
             let b = g.add(i * gb);
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(b as *const __m128i));
-            if ty == GgmlType::Q8_0 {
+            if ty == GgmlType::Q8_0 && !vnni {
+                // AVX2: the weights sign-extended to 16 bits (rows 0–3 of a 32-byte step, then
+                // rows 4–7) against both activation levels as one 16-bit value `256·q + r`,
+                // broadcast four at a time: one `vpmaddwd` per half-step gives the same integers
+                // as two levels of `vpmaddubsw` + `vpmaddwd` (|w·x| pairs ≤ 8.4·10⁶; a block sums
+                // to < 2³¹), for half the multiplies. Lanes come out as row pairs.
+                let (mut lo, mut hi) = ([zero; R], [zero; R]);
+                for c in 0..8 {
+                    let w = b.add(16 + 32 * c);
+                    let w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(w as *const __m128i));
+                    let w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(16) as *const __m128i));
+                    for r in 0..R {
+                        let xb = _mm256_set1_epi64x(std::ptr::read_unaligned(xs[r].x16.as_ptr().add(i * 32 + 4 * c) as *const i64));
+                        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(w_lo, xb));
+                        hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(w_hi, xb));
+                    }
+                }
+                for r in 0..R {
+                    // [r0 r1 r4 r5 | r2 r3 r6 r7] → rows in order.
+                    let isum = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(lo[r], hi[r]), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(*xs[r].d.get_unchecked(i))), acc[r]);
+                }
+            } else if ty == GgmlType::Q8_0 {
                 let mut w = [zero; 8];
                 for (c, v) in w.iter_mut().enumerate() {
                     *v = _mm256_loadu_si256(b.add(16 + 32 * c) as *const __m256i);
@@ -203,15 +281,31 @@ mod x86 {
                     let x = xs[r];
                     let (qp, rp) = (x.q.as_ptr().add(i * 32), x.r.as_ptr().add(i * 32));
                     // Both levels against the same unpacked weights: (Σ n·q) · 256 + Σ n·r.
-                    let (mut s0, mut s1) = (zero, zero);
-                    for c in 0..4 {
-                        s0 = dot(s0, lo[c], bcast(qp.add(4 * c)));
-                        s0 = dot(s0, hi[c], bcast(qp.add(16 + 4 * c)));
-                        s1 = dot(s1, lo[c], bcast(rp.add(4 * c)));
-                        s1 = dot(s1, hi[c], bcast(rp.add(16 + 4 * c)));
-                    }
+                    let isum = if vnni {
+                        let (mut s0, mut s1) = (zero, zero);
+                        for c in 0..4 {
+                            s0 = dot(s0, lo[c], bcast(qp.add(4 * c)));
+                            s0 = dot(s0, hi[c], bcast(qp.add(16 + 4 * c)));
+                            s1 = dot(s1, lo[c], bcast(rp.add(4 * c)));
+                            s1 = dot(s1, hi[c], bcast(rp.add(16 + 4 * c)));
+                        }
+                        _mm256_add_epi32(_mm256_slli_epi32(s0, 8), s1)
+                    } else {
+                        // `vpmaddubsw`'s pair sums (nibble ≤ 15, |x| ≤ 127: |·| ≤ 3,810) add up
+                        // over the block's eight steps in 16 bits without overflow (≤ 30,480),
+                        // so each level takes one `vpmaddwd` (× 256 for the first) instead of
+                        // eight: the same integers, a third fewer multiplies.
+                        let (mut p0, mut p1) = (zero, zero);
+                        for c in 0..4 {
+                            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(lo[c], bcast(qp.add(4 * c))));
+                            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(hi[c], bcast(qp.add(16 + 4 * c))));
+                            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(lo[c], bcast(rp.add(4 * c))));
+                            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(hi[c], bcast(rp.add(16 + 4 * c))));
+                        }
+                        _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_set1_epi16(256)), _mm256_madd_epi16(p1, _mm256_set1_epi16(1)))
+                    };
                     let (di, si) = (*x.d.get_unchecked(i), *x.sum.get_unchecked(i));
-                    let mut isum = _mm256_add_epi32(_mm256_slli_epi32(s0, 8), s1);
+                    let mut isum = isum;
                     if ty == GgmlType::Q4_0 {
                         // Q4_0's weights are nibble − 8.
                         isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * si));
@@ -252,6 +346,11 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dequantize_group_avx2(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+        dequantize_group_generic(ty, group, nb, out)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn packed_avx2(ty: GgmlType, w: &[u8], nb: usize, xs: &[Row<'_>], out: &mut [f32]) {
         packed(ty, w, nb, xs, out, dot_avx2, false)
     }
@@ -266,6 +365,29 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::kernels::Q8Rows;
+
+    #[test]
+    fn a_packed_group_dequantises_to_the_gguf_values() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, nb) = (16, 5);
+            let plain = crate::kernels::tests::random_blocks(ty, rows * nb, 3);
+            let packed = pack(ty, &plain, rows);
+            let want = crate::gguf::dequantize(ty, &plain, rows * nb * 32);
+            let gbytes = GROUP * nb * ty.block().1;
+            let run = |f: fn(GgmlType, &[u8], usize, &mut [f32])| {
+                let mut out = vec![0f32; rows * nb * 32];
+                for (g, o) in out.chunks_exact_mut(GROUP * nb * 32).enumerate() {
+                    f(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, o);
+                }
+                out
+            };
+            let got = run(dequantize_group);
+            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?}");
+            // The portable body too (the call above takes AVX2 where the machine has it).
+            let portable = run(dequantize_group_generic);
+            assert_eq!(portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?} portable");
+        }
+    }
 
     #[test]
     fn pack_then_unpack_gives_every_row_back() {

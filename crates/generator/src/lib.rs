@@ -227,7 +227,7 @@ impl Generator {
                 };
                 let _one_at_a_time = busy.lock().expect("generator lock");
                 let g = lm.generate_with(&ids, opts, constraint.as_mut())?;
-                Ok(Self::local_completion(g))
+                Ok(Self::local_completion(&g))
             }
             Backend::Api(client) => {
                 let started = std::time::Instant::now();
@@ -249,8 +249,8 @@ impl Generator {
         }
     }
 
-    fn local_completion(g: gauge_decoder::Generation) -> Completion {
-        Completion { text: g.text.trim().to_string(), prompt_tokens: g.prompt_tokens, completion_tokens: g.ids.len(), finish_reason: g.finish_reason, attempts: 0, seconds: g.prefill_seconds + g.decode_seconds }
+    fn local_completion(g: &gauge_decoder::Generation) -> Completion {
+        Completion { text: g.text.trim().to_string(), prompt_tokens: g.prompt_tokens, completion_tokens: g.ids.len(), finish_reason: g.finish_reason.clone(), attempts: 0, seconds: g.prefill_seconds + g.decode_seconds }
     }
 
     /// Replies to several chats, in their order: the local decoder decodes
@@ -258,6 +258,13 @@ impl Generator {
     /// [`Self::complete`] gives alone); an endpoint is called once per chat. `done` is called
     /// as each reply finishes (progress bars).
     pub fn complete_batch(&self, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, done: &dyn Fn()) -> Vec<Result<Completion, GeneratorError>> {
+        self.complete_batch_each(chats, opts, schema, &|_, _| done())
+    }
+
+    /// [`Self::complete_batch`], calling `each(index, reply)` as each chat's reply finishes (in
+    /// the order they finish), so a caller can journal it before the batch ends. A local
+    /// decoder error reaches `each` as its message (the returned vector keeps the error itself).
+    pub fn complete_batch_each(&self, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, each: &dyn Fn(usize, &Result<Completion, GeneratorError>)) -> Vec<Result<Completion, GeneratorError>> {
         match &self.backend {
             Backend::Local { lm, compiler, busy } => {
                 let mut out: Vec<Option<Result<Completion, GeneratorError>>> = (0..chats.len()).map(|_| None).collect();
@@ -276,8 +283,9 @@ impl Generator {
                     match prepared {
                         Ok(p) => prompts.push((i, p)),
                         Err(e) => {
-                            out[i] = Some(Err(e));
-                            done();
+                            let r = Err(e);
+                            each(i, &r);
+                            out[i] = Some(r);
                         }
                     }
                 }
@@ -285,17 +293,21 @@ impl Generator {
                 let mut held: Vec<(Vec<u32>, Option<gauge_decoder::JsonConstraint>)> = prompts.into_iter().map(|(_, p)| p).collect();
                 let items = held.iter_mut().map(|(ids, c)| gauge_decoder::generate::BatchItem { prompt_ids: ids, constraint: c.as_mut() }).collect();
                 let _one_batch_at_a_time = busy.lock().expect("generator lock");
-                let results = lm.generate_batch_observed(items, opts, opts.batch_size, &|_| done());
+                let results = lm.generate_batch_observed(items, opts, opts.batch_size, &|j, r| {
+                    let reply = r.as_ref().map(Self::local_completion).map_err(|e| GeneratorError::Decoder(gauge_decoder::DecoderError::Model(e.to_string())));
+                    each(index[j], &reply);
+                });
                 for (i, r) in index.into_iter().zip(results) {
-                    out[i] = Some(r.map(Self::local_completion).map_err(GeneratorError::from));
+                    out[i] = Some(r.map(|g| Self::local_completion(&g)).map_err(GeneratorError::from));
                 }
                 out.into_iter().map(|r| r.expect("every chat answered")).collect()
             }
             Backend::Api(_) => chats
                 .iter()
-                .map(|m| {
+                .enumerate()
+                .map(|(i, m)| {
                     let r = self.complete(m, opts, schema);
-                    done();
+                    each(i, &r);
                     r
                 })
                 .collect(),

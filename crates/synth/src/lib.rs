@@ -201,9 +201,40 @@ fn gold_of(c: &ChunkRecord) -> GoldItem {
     GoldItem::Span { source: c.source.clone(), char_start: c.char_start, char_end: c.char_end, page_start: Some(c.page_start), page_end: Some(c.page_end), grade: None }
 }
 
-/// Reads the journal, dropping a torn last line (a crash mid-write) by truncating the file
+/// A line of a journal, keyed by the sample (or passage) it finishes.
+trait JournalLine: Serialize + serde::de::DeserializeOwned {
+    fn key(&self) -> usize;
+}
+
+impl JournalLine for JournalEntry {
+    fn key(&self) -> usize {
+        self.sample
+    }
+}
+
+/// A doc2query journal line: one passage's reply (or why there is none), kept as soon as the
+/// decoder finishes it, so a killed run asks only for the passages not yet answered.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Doc2QueryJournalEntry {
+    /// The planned passage's index.
+    pub passage: usize,
+    /// The reply's text.
+    pub text: Option<String>,
+    /// Its generated tokens.
+    pub completion_tokens: usize,
+    /// Why generation failed, when it did.
+    pub failure: Option<String>,
+}
+
+impl JournalLine for Doc2QueryJournalEntry {
+    fn key(&self) -> usize {
+        self.passage
+    }
+}
+
+/// Reads a journal, dropping a torn last line (a crash mid-write) by truncating the file
 /// back to its last complete line.
-fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, JournalEntry>> {
+fn read_journal<T: JournalLine>(path: &Path) -> anyhow::Result<BTreeMap<usize, T>> {
     let mut out = BTreeMap::new();
     let Ok(bytes) = std::fs::read(path) else { return Ok(out) };
     let mut good_len = 0usize;
@@ -211,9 +242,9 @@ fn read_journal(path: &Path) -> anyhow::Result<BTreeMap<usize, JournalEntry>> {
         if !line.ends_with(b"\n") {
             break;
         }
-        match serde_json::from_slice::<JournalEntry>(line) {
+        match serde_json::from_slice::<T>(line) {
             Ok(e) => {
-                out.insert(e.sample, e);
+                out.insert(e.key(), e);
                 good_len += line.len();
             }
             Err(_) => break,
@@ -233,7 +264,12 @@ struct Journal {
 }
 
 impl Journal {
-    fn append(&self, e: &JournalEntry) -> anyhow::Result<()> {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| anyhow::anyhow!("{}: cannot open the journal: {e}", path.display()))?;
+        Ok(Journal { file: Mutex::new(file) })
+    }
+
+    fn append<T: JournalLine>(&self, e: &T) -> anyhow::Result<()> {
         let mut line = serde_json::to_string(e)?;
         line.push('\n');
         let mut f = self.file.lock().expect("journal lock");
@@ -487,7 +523,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     let ict_sentence = |i: usize| plan::salient_sentence(&chunks[i].text, &df, chunks.len());
     let planned = plan::plan(&chunks, cfg.n, &styles, cfg.seed, cfg.min_chars, &|i| ict_sentence(i).is_some());
     anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
-    let mut done = read_journal(&journal_path)?;
+    let mut done: BTreeMap<usize, JournalEntry> = read_journal(&journal_path)?;
     // A sample the endpoint never answered (the run stopped because it was down) is asked again.
     done.retain(|_, e| !e.no_reply);
     let resumed = done.len();
@@ -495,8 +531,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
         eprintln!("synth-data: resuming: {resumed} of {} samples already in {}", planned.len(), journal_path.display());
     }
     let pending: Vec<&plan::PlannedSample> = planned.iter().filter(|s| !done.contains_key(&s.index)).collect();
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&journal_path)?;
-    let journal = Journal { file: Mutex::new(file) };
+    let journal = Journal::open(&journal_path)?;
     let bar = gauge_core::progress::bar(planned.len() as u64, "samples");
     bar.inc(resumed as u64);
     let mut structured = None;
@@ -566,7 +601,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
                 return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
             }
             if let Some(last) = down.into_inner().expect("lock") {
-                let answered = read_journal(&journal_path)?.values().filter(|e| !e.no_reply).count();
+                let answered = read_journal::<JournalEntry>(&journal_path)?.values().filter(|e| !e.no_reply).count();
                 anyhow::bail!("the teacher endpoint answered none of the last {ENDPOINT_DOWN_AFTER} samples (last: {last}); {answered} of {} samples are in {}: rerun to resume", planned.len(), journal_path.display());
             }
             structured = Some(client.structured_status());
@@ -576,7 +611,7 @@ fn generate(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, rt: &Synth
     drop(journal);
     // Finalise from the journal in sample order, so the output does not depend on which
     // request finished first.
-    let entries = read_journal(&journal_path)?;
+    let entries: BTreeMap<usize, JournalEntry> = read_journal(&journal_path)?;
     anyhow::ensure!(entries.len() == planned.len(), "{}: journal holds {} of {} samples", journal_path.display(), entries.len(), planned.len());
     let mut usage = Usage::default();
     let mut attempts = 0u64;
@@ -739,12 +774,56 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     let generator = Generator::open(&d.generator, &rt.device, rt.retry.clone())?;
     let format = d.reply.resolve(&d.generator);
     let schema = (format == doc2query::ReplyFormat::Json).then(|| doc2query::reply_schema(d.per_chunk));
-    let chats: Vec<Vec<Message>> = planned.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk, format))]).collect();
-    let bar = gauge_core::progress::bar(chats.len() as u64, "passages");
+    // Each reply is journaled as it finishes; a rerun after a kill asks only for the rest (the
+    // plan is a pure function of the chunks and the config, so indexes are stable).
+    let journal_path = run.checkpoint_dir()?.join("journal.jsonl");
+    let done: BTreeMap<usize, Doc2QueryJournalEntry> = read_journal(&journal_path)?;
+    let resumed = done.len();
+    let resumed_tokens: usize = done.values().map(|e| e.completion_tokens).sum();
+    if resumed > 0 {
+        eprintln!("synth-data: resuming: {resumed} of {} passages already in {}", planned.len(), journal_path.display());
+    }
+    let pending: Vec<&plan::PlannedSample> = planned.iter().filter(|s| !done.contains_key(&s.index)).collect();
+    let chats: Vec<Vec<Message>> = pending.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk, format))]).collect();
+    let bar = gauge_core::progress::bar(planned.len() as u64, "passages");
+    bar.inc(resumed as u64);
+    let journal = Journal::open(&journal_path)?;
+    let entries = Mutex::new(done);
+    let journal_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let no_reply: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
-    let replies = generator.complete_batch(&chats, &cfg.generation, schema.as_ref(), &|| bar.inc(1));
+    generator.complete_batch_each(&chats, &cfg.generation, schema.as_ref(), &|j, reply| {
+        let passage = pending[j].index;
+        let entry = match reply {
+            Ok(c) => Doc2QueryJournalEntry { passage, text: Some(c.text.clone()), completion_tokens: c.completion_tokens, failure: None },
+            Err(e) => Doc2QueryJournalEntry { passage, text: None, completion_tokens: 0, failure: Some(e.to_string()) },
+        };
+        // An endpoint that gave no reply is not journaled: the run stops and a rerun asks again.
+        if let Err(gauge_generator::GeneratorError::Llm(e)) = reply {
+            no_reply.lock().expect("lock").push(e.to_string());
+        } else {
+            if let Err(e) = journal.append(&entry) {
+                journal_error.lock().expect("lock").get_or_insert(e);
+            }
+            entries.lock().expect("lock").insert(passage, entry);
+        }
+        bar.inc(1);
+    });
     let generation_seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    drop(journal);
+    if let Some(e) = journal_error.into_inner().expect("lock") {
+        return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
+    }
+    let entries = entries.into_inner().expect("lock");
+    let no_reply = no_reply.into_inner().expect("lock");
+    if let Some(last) = no_reply.last() {
+        anyhow::bail!("the endpoint gave no reply for {} of {} passages asked (last: {last}); {} of {} passages are in {}: rerun to resume", no_reply.len(), pending.len(), entries.len(), planned.len(), journal_path.display());
+    }
+    anyhow::ensure!(entries.len() == planned.len(), "{}: {} of {} passages have a reply", journal_path.display(), entries.len(), planned.len());
+    // The replies in passage order (the journal is in the order they finished).
+    write_jsonl(&run.path("replies.jsonl"), entries.values())?;
+    run.add_output("replies.jsonl", Some(entries.len() as u64))?;
     let retrieval = gauge_engine::RetrievalConfig { k: d.round_trip_k, ..d.retrieval.clone() }.normalize();
     let engine = gauge_engine::Engine::open_for(&plan.index, &retrieval, &rt.device)?;
     let (mut rows, mut dropped) = (Vec::new(), Vec::new());
@@ -754,25 +833,26 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
         *reasons.entry(reason.to_string()).or_default() += 1;
         dropped.push(serde_json::json!({ "chunk_id": chunk.chunk_id, "source": chunk.source, "page_start": chunk.page_start, "question": question, "reason": reason }));
     };
-    for (s, reply) in planned.iter().zip(replies) {
+    for s in &planned {
         let c = &chunks[s.chunks[0]];
-        let reply = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                drop(c, "", &format!("generation_failed: {e}"), &mut dropped);
+        let entry = &entries[&s.index];
+        let text = match (&entry.text, &entry.failure) {
+            (Some(t), _) => t,
+            (None, failure) => {
+                drop(c, "", &format!("generation_failed: {}", failure.as_deref().unwrap_or_default()), &mut dropped);
                 continue;
             }
         };
-        tokens += reply.completion_tokens;
+        tokens += entry.completion_tokens;
         let questions = match format {
-            doc2query::ReplyFormat::Lines => doc2query::parse_lines(&reply.text),
-            _ => match serde_json::from_str::<doc2query::Doc2QueryReply>(gauge_chat_client::json_payload(&reply.text)) {
+            doc2query::ReplyFormat::Lines => doc2query::parse_lines(text),
+            _ => match serde_json::from_str::<doc2query::Doc2QueryReply>(gauge_chat_client::json_payload(text)) {
                 Ok(parsed) => parsed.questions,
                 Err(_) => Vec::new(),
             },
         };
         if questions.is_empty() {
-            drop(c, &reply.text, "unparsable_reply", &mut dropped);
+            drop(c, text, "unparsable_reply", &mut dropped);
             continue;
         }
         for (j, q) in questions.iter().take(d.per_chunk).enumerate() {
@@ -816,14 +896,16 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
     run.set_stat("dropped", serde_json::to_value(&reasons)?);
     run.set_stat("completion_tokens", tokens);
     run.set_stat("generation_seconds", generation_seconds);
-    run.set_stat("tokens_per_second", if generation_seconds > 0.0 { tokens as f64 / generation_seconds } else { 0.0 });
+    run.set_stat("resumed_from_journal", resumed);
+    let generated: usize = tokens - resumed_tokens;
+    run.set_stat("tokens_per_second", if generation_seconds > 0.0 { generated as f64 / generation_seconds } else { 0.0 });
     run.set_stat("splits", serde_json::to_value(&split_counts)?);
     run.set_stat("reply_format", serde_json::to_value(format)?);
     if format == doc2query::ReplyFormat::Json {
         run.set_stat("structured_output", generator.structured_status());
     }
     eprintln!("synth-data: doc2query: {written} questions written for {} passages, {} kept after the round trip (top {}) and near-duplicate removal", planned.len(), rows.len(), d.round_trip_k);
-    Ok(SynthSummary { accepted: rows.len(), failed: written - rows.len(), resumed: 0, sft: false })
+    Ok(SynthSummary { accepted: rows.len(), failed: written - rows.len(), resumed, sft: false })
 }
 
 /// `golden.jsonl` and `<split>.jsonl` per split.
