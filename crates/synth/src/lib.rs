@@ -798,8 +798,10 @@ fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: &Doc2QueryP
             Ok(c) => Doc2QueryJournalEntry { passage, text: Some(c.text.clone()), completion_tokens: c.completion_tokens, failure: None },
             Err(e) => Doc2QueryJournalEntry { passage, text: None, completion_tokens: 0, failure: Some(e.to_string()) },
         };
-        // An endpoint that gave no reply is not journaled: the run stops and a rerun asks again.
-        if let Err(gauge_generator::GeneratorError::Llm(e)) = reply {
+        // An endpoint that gave no reply (timeouts, dropped connections, 5xx/429 after every
+        // retry) is not journaled: the run stops and a rerun asks again. A 4xx is an answer:
+        // that passage is journaled as failed.
+        if let Err(gauge_generator::GeneratorError::Llm(e @ gauge_chat_client::LlmError::Exhausted { .. })) = reply {
             no_reply.lock().expect("lock").push(e.to_string());
         } else {
             if let Err(e) = journal.append(&entry) {
