@@ -7,6 +7,7 @@ use burn::tensor::{Bool, Int, TensorData};
 use crate::device::{is_host_cpu, Device, Tensor};
 
 use crate::config::BertConfig;
+use crate::matmul::{matmul, matmul_packed, Init, Mat, PackedB};
 use crate::weights::{WeightArray, Weights};
 use crate::EncoderError;
 
@@ -99,11 +100,11 @@ fn layer_norm_composed<const D: usize>(x: Tensor<D>, gamma: Tensor<1>, beta: Ten
 
 /// A dense layer `x · W + b` with the weight in `[in, out]` layout.
 ///
-/// On a host-memory device the weights stay plain `f32` arrays and the product runs as one
-/// gemm call over every row (leading dimensions folded in), written straight into an output
-/// pre-filled with the bias. Burn 0.21's CPU `linear` instead broadcast the weight over a
-/// batched matmul and allocated its output twice (a zeroed buffer, then an aligned copy);
-/// together that cost a fifth of the encoder's throughput. Other devices use Burn's `linear`.
+/// On a host-memory device the weights are packed once ([`PackedB`]) and the product runs as one
+/// [`matmul_packed`] over every row (leading dimensions folded in), starting from the bias: one
+/// summation order per output on every CPU, so embeddings are the same bits on any x86-64
+/// (see [`crate::matmul`]). Burn 0.21's CPU `linear` instead broadcast the weight over a
+/// batched matmul and allocated its output twice; other devices use Burn's `linear`.
 #[derive(Debug, Clone)]
 pub struct Dense {
     d_in: usize,
@@ -114,12 +115,9 @@ pub struct Dense {
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one per layer, built once; boxing would add a pointer chase per matmul
 enum DenseWeights {
-    Host { weight: std::sync::Arc<[f32]>, bias: std::sync::Arc<[f32]> },
+    Host { weight: std::sync::Arc<PackedB>, bias: std::sync::Arc<[f32]> },
     Device { weight: Tensor<2>, bias: Tensor<1> },
 }
-
-/// Products at least this large (m·n·k) use gemm's thread pool (burn-flex's threshold).
-const GEMM_PARALLEL_THRESHOLD: usize = 192 * 192 * 192;
 
 impl Dense {
     /// A dense layer from a row-major `[d_in, d_out]` weight and a `[d_out]` bias.
@@ -127,7 +125,7 @@ impl Dense {
         assert_eq!(weight.len(), d_in * d_out, "dense weight must be [{d_in}, {d_out}]");
         assert_eq!(bias.len(), d_out, "dense bias must be [{d_out}]");
         let weights = if is_host_cpu(device) {
-            DenseWeights::Host { weight: weight.into(), bias: bias.into() }
+            DenseWeights::Host { weight: PackedB::new(Mat::new(&weight, d_in, d_out, d_out)).into(), bias: bias.into() }
         } else {
             DenseWeights::Device {
                 weight: Tensor::from_data(TensorData::new(weight, [d_in, d_out]), device),
@@ -160,23 +158,8 @@ impl Dense {
                 let device = x.device();
                 let data = x.into_data().convert::<f32>();
                 let src = data.as_slice::<f32>().expect("f32 after convert");
-                let mut out = Vec::with_capacity(rows * self.d_out);
-                for _ in 0..rows {
-                    out.extend_from_slice(bias);
-                }
-                let parallelism = if rows * self.d_in * self.d_out >= GEMM_PARALLEL_THRESHOLD { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
-                // SAFETY: dst is rows × d_out (row stride d_out), lhs rows × d_in (row stride
-                // d_in), rhs d_in × d_out (row stride d_out); all three buffers hold exactly
-                // that many f32 values.
-                unsafe {
-                    gemm::gemm(
-                        rows, self.d_out, self.d_in,
-                        out.as_mut_ptr(), 1, self.d_out as isize, true,
-                        src.as_ptr(), 1, self.d_in as isize,
-                        weight.as_ptr(), 1, self.d_out as isize,
-                        1.0, 1.0, false, false, false, parallelism,
-                    );
-                }
+                let mut out = vec![0.0f32; rows * self.d_out];
+                matmul_packed(Mat::new(src, rows, self.d_in, self.d_in), weight, Init::Bias(bias), &mut out, self.d_out);
                 Tensor::from_data(TensorData::new(out, out_dims), &device)
             }
         }
@@ -354,22 +337,28 @@ fn cpu_attention(qkv: Tensor<3>, lengths: &[usize], heads: usize) -> Tensor<3> {
             return;
         }
         let seq = &src[bi * l * h3..(bi + 1) * l * h3];
-        let mut scores = vec![0.0f32; n * n];
+        // Scores rows padded to a multiple of 8 columns (zero keys) so the products have no
+        // scalar tail; the padding is never read back.
+        let np = n.div_ceil(8) * 8;
+        let mut scores = vec![0.0f32; n * np];
+        let mut keys_t = vec![0.0f32; hd * np];
         for head in 0..heads {
-            let q = seq[head * hd..].as_ptr();
-            let k = seq[h + head * hd..].as_ptr();
-            let v = seq[2 * h + head * hd..].as_ptr();
-            // SAFETY: every index stays within `seq` (n ≤ l rows of stride h3, hd columns from
-            // an offset below h3), `scores` (n × n) and `out_seq` (n rows of stride h).
-            unsafe {
-                // scores = scale · Q Kᵀ   (n × hd) · (hd × n)
-                gemm::gemm(n, n, hd, scores.as_mut_ptr(), 1, n as isize, false, q, 1, h3 as isize, k, h3 as isize, 1, 0.0, scale, false, false, false, gemm::Parallelism::None);
+            let q = &seq[head * hd..];
+            let k = &seq[h + head * hd..];
+            let v = &seq[2 * h + head * hd..];
+            // Kᵀ (hd × n), so that scores = Q Kᵀ is a product over rows of contiguous columns.
+            for t in 0..n {
+                for d in 0..hd {
+                    keys_t[d * np + t] = k[t * h3 + d];
+                }
             }
-            for row in scores.chunks_exact_mut(n) {
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            matmul(Mat::new(q, n, hd, h3), Mat::new(&keys_t, hd, np, np), Init::Zero, &mut scores, np);
+            for row in scores.chunks_exact_mut(np) {
+                let row = &mut row[..n];
+                let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
                 let mut sum = 0.0f32;
                 for s in row.iter_mut() {
-                    *s = (*s - max).exp();
+                    *s = (*s * scale - max).exp();
                     sum += *s;
                 }
                 let inv = 1.0 / sum;
@@ -377,10 +366,8 @@ fn cpu_attention(qkv: Tensor<3>, lengths: &[usize], heads: usize) -> Tensor<3> {
                     *s *= inv;
                 }
             }
-            unsafe {
-                // out[:, head] = P V   (n × n) · (n × hd)
-                gemm::gemm(n, hd, n, out_seq[head * hd..].as_mut_ptr(), 1, h as isize, false, scores.as_ptr(), 1, n as isize, v, 1, h3 as isize, 0.0, 1.0, false, false, false, gemm::Parallelism::None);
-            }
+            // out[:, head] = P V   (n × n) · (n × hd)
+            matmul(Mat::new(&scores, n, n, np), Mat::new(v, n, hd, h3), Init::Zero, &mut out_seq[head * hd..], h);
         }
     });
     Tensor::from_data(TensorData::new(out, [b, l, h]), &device)
@@ -431,7 +418,7 @@ mod tests {
         .unwrap();
         assert_eq!(ours.len(), b * l * o);
         let worst = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        assert!(worst < 1e-5, "dense: max |gemm - burn linear| = {worst}");
+        assert!(worst < 1e-5, "dense: max |matmul - burn linear| = {worst}");
     }
 
     #[test]

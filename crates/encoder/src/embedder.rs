@@ -210,8 +210,18 @@ impl Embedder {
     }
 
     /// Embeds one batch of token id lists into vectors (pooled, normalised as configured).
+    ///
+    /// On a host-memory device pooling and normalisation are plain loops in a fixed order
+    /// (tokens in order, then dimensions in order): Burn's CPU reductions pick their SIMD
+    /// width at run time, which would change the last bits of a vector between CPUs (see
+    /// [`crate::matmul`]). Other devices use Burn's ops.
     pub fn embed_batch(&self, batch: &[&TokenIds]) -> Vec<Vec<f32>> {
-        let (hidden, padding, _) = self.hidden_states(batch);
+        let (hidden, padding, l) = self.hidden_states(batch);
+        if crate::device::is_host_cpu(&self.device) {
+            let values: Vec<f32> = hidden.into_data().convert::<f32>().into_vec().expect("f32 hidden states");
+            let lengths: Vec<usize> = batch.iter().map(|t| t.len()).collect();
+            return pool_host(&values, &lengths, l, self.info.dimension, self.info.pooling, self.info.normalize);
+        }
         let mut pooled = Self::pool(hidden, padding, self.info.pooling);
         if self.info.normalize {
             let norm = (pooled.clone() * pooled.clone()).sum_dim(1).sqrt().clamp_min(1e-12);
@@ -355,6 +365,43 @@ fn default_workers() -> usize {
 
 fn file_hash(path: &Path) -> Result<String, EncoderError> {
     gauge_core::hash::file_hash(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))
+}
+
+/// [`Embedder::pool`] and the L2 normalisation as loops with one summation order: `hidden` is
+/// `[B, L, H]` row-major, row `b`'s real tokens are the first `lengths[b]` (at least one
+/// counted, as Burn's `clamp_min(1e-9)` on the count).
+fn pool_host(hidden: &[f32], lengths: &[usize], l: usize, h: usize, pooling: Pooling, normalize: bool) -> Vec<Vec<f32>> {
+    lengths
+        .iter()
+        .enumerate()
+        .map(|(b, &n)| {
+            let seq = &hidden[b * l * h..(b + 1) * l * h];
+            let mut v: Vec<f32> = match pooling {
+                Pooling::Cls => seq[..h].to_vec(),
+                Pooling::Mean => {
+                    let mut sum = vec![0.0f32; h];
+                    for token in seq.chunks_exact(h).take(n.min(l)) {
+                        for (s, x) in sum.iter_mut().zip(token) {
+                            *s += x;
+                        }
+                    }
+                    let count = (n.min(l) as f32).max(1e-9);
+                    sum.iter().map(|s| s / count).collect()
+                }
+            };
+            if normalize {
+                let mut squares = 0.0f32;
+                for x in &v {
+                    squares += x * x;
+                }
+                let norm = squares.sqrt().max(1e-12);
+                for x in &mut v {
+                    *x /= norm;
+                }
+            }
+            v
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod config;
 pub mod cross_encoder;
 pub mod embedder;
 pub mod family;
+pub mod matmul;
 pub mod weights;
 
 pub use burn;
