@@ -126,6 +126,9 @@ impl PackedB {
     pub fn new(b: Mat<'_>) -> PackedB {
         let (k, n) = (b.rows, b.cols);
         let mut panels = vec![0.0f32; n.div_ceil(PANEL) * k * PANEL];
+        if panels.is_empty() {
+            return PackedB { k, n, panels };
+        }
         for (t, panel) in panels.chunks_exact_mut(k * PANEL).enumerate() {
             let j0 = t * PANEL;
             let w = PANEL.min(n - j0);
@@ -501,6 +504,24 @@ mod tests {
             let mut c = vec![0.0f32; 16];
             matmul_on(path, Mat::new(&a, 1, k, k), Mat::new(&b, k, 16, 16), Init::Zero, &mut c, 16);
             assert!(c.iter().all(|&v| v == 1.0), "{path:?}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn empty_products_write_their_start() {
+        let bias = [0.5f32, -1.0, 2.0];
+        for path in MatmulPath::available() {
+            // k = 0: every output is its start value, packed or not.
+            let mut c = vec![f32::NAN; 6];
+            matmul_on(path, Mat::new(&[], 2, 0, 0), Mat::new(&[], 0, 3, 3), Init::Bias(&bias), &mut c, 3);
+            assert_eq!(c, [0.5, -1.0, 2.0, 0.5, -1.0, 2.0]);
+            let packed = PackedB::new(Mat::new(&[], 0, 3, 3));
+            let mut c = vec![f32::NAN; 6];
+            matmul_packed_on(path, Mat::new(&[], 2, 0, 0), &packed, Init::Bias(&bias), &mut c, 3);
+            assert_eq!(c, [0.5, -1.0, 2.0, 0.5, -1.0, 2.0]);
+            // n = 0: nothing to write.
+            let packed = PackedB::new(Mat::new(&[1.0, 2.0], 2, 0, 1));
+            matmul_packed_on(path, Mat::new(&[1.0, 2.0], 1, 2, 2), &packed, Init::Zero, &mut [], 0);
         }
     }
 
