@@ -62,3 +62,31 @@ fn the_committed_fra_result_verifies_and_a_changed_byte_is_named() {
     assert!(!ok, "a changed golden set passed:\n{text}");
     assert!(text.contains("../shared/golden/fra-dev.jsonl: input `golden` changed"), "{text}");
 }
+
+/// A manifest is data anyone can send: absolute paths, escapes and devices are never opened,
+/// and an output path cannot leave its folder. (Naming `/dev/zero` as the golden set used to
+/// hang the check.)
+#[test]
+fn a_hostile_manifest_reads_nothing_outside() {
+    let root = repo_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("fra");
+    copy_dir(&root.join("eval/fra"), &copy);
+    let path = copy.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for input in m["inputs"].as_array_mut().unwrap() {
+        if input["name"] == "golden" {
+            input["path"] = "/dev/zero".into();
+        }
+    }
+    m["inputs"].as_array_mut().unwrap().push(serde_json::json!({"path": "../../../../../../etc/passwd", "name": "corpus:x", "hash": "0", "rows": null}));
+    m["outputs"].as_array_mut().unwrap().push(serde_json::json!({"path": "../../../../etc/hostname", "name": "x", "hash": "0", "rows": null}));
+    std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let child = Command::new(bin("evaluate")).current_dir(&root).arg("--verify").arg(&copy).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("/dev/zero: golden set not read (an absolute path"), "{text}");
+    assert!(text.contains("etc/passwd (corpus:x): not read:") && text.contains("leads outside"), "{text}");
+    assert!(text.contains("output `../../../../etc/hostname` not read"), "{text}");
+    assert!(!out.status.success(), "an output path escaping its folder must fail the check:\n{text}");
+}

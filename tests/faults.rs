@@ -14,6 +14,14 @@
 //! - **A read-only artifacts root**: a cache hit still answers; a new artifact is refused in
 //!   one line; nothing changes.
 //! - **Four concurrent runs** of one stage and config: all succeed, one complete artifact.
+//! - **Races at commit**: 20 pairs of `evaluate` runs of one pipeline into one root and one
+//!   eval dir (the evaluation artifact removed between pairs, so each pair races to commit it
+//!   and to replace `eval/<name>/`), and rounds of six concurrent `extract` runs (25 rounds,
+//!   150 runs; 5 rounds in the short variant): every run exits 0 with the same artifact, the
+//!   loser of a race sees a cache hit, nothing is left behind.
+//! - **A shared root seen from two PID namespaces** (`unshare --pid --fork --mount-proc`, as two
+//!   containers or hosts sharing a volume): a run in the other namespace, which cannot see this
+//!   one's process, leaves its in-progress build alone, and both commit.
 //! - **An endpoint that dies mid-run** (every call fails after the third: HTTP 503 for
 //!   synth-data `--mode llm`, which stops after three unanswered samples in a row, and `--mode
 //!   doc2query`, which asks for every passage and then stops, journaling what was answered; HTTP 400 for
@@ -403,6 +411,109 @@ fn concurrent(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
     tally.record("4 concurrent embeds", result);
 }
 
+/// Runs `n` copies of one command at once; their outputs.
+fn together(b: &str, args: &[String], n: usize, dir: &Path) -> Vec<std::process::Output> {
+    let children: Vec<_> = (0..n).map(|_| Command::new(bin(b)).args(args).current_dir(dir).env("GAUGE_NO_PROGRESS", "1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()).collect();
+    children.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+}
+
+/// The first failed run's last stderr line, or whether all printed one artifact.
+fn all_agree(outs: &[std::process::Output]) -> Result<String, String> {
+    if let Some(o) = outs.iter().find(|o| !o.status.success()) {
+        return Err(format!("a run failed ({:?}): {}", o.status, String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or_default()));
+    }
+    let dirs: Vec<String> = outs.iter().map(last_line).collect();
+    if dirs.iter().any(|d| d != &dirs[0]) {
+        return Err(format!("different artifacts: {dirs:?}"));
+    }
+    Ok(dirs[0].clone())
+}
+
+fn races(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
+    let cwd = inp.corpus.parent().unwrap();
+    // Two evaluate runs of one pipeline, 20 times, each pair racing to commit and to copy.
+    let root = tmp.join("race-evaluate");
+    let (b, args) = command(inp, &root, "evaluate");
+    must(command_output(inp, &root, "evaluate")); // upstream artifacts, once
+    let eval_dir = root.with_extension("eval");
+    let mut result = Ok(String::new());
+    let mut hits = 0;
+    for pair in 0..20 {
+        let _ = std::fs::remove_dir_all(root.join("evaluate"));
+        let outs = together(&b, &args, 2, cwd);
+        hits += outs.iter().filter(|o| String::from_utf8_lossy(&o.stderr).contains("committed this artifact first")).count();
+        match all_agree(&outs) {
+            Err(why) => {
+                result = Err(format!("pair {pair}: {why}"));
+                break;
+            }
+            Ok(dir) => {
+                let copied = files(&eval_dir.join("faults"));
+                let made = files(Path::new(&dir));
+                if copied != made {
+                    result = Err(format!("pair {pair}: eval/faults differs from the artifact"));
+                    break;
+                }
+            }
+        }
+    }
+    let left: Vec<String> = temporaries(&root).into_iter().chain(std::fs::read_dir(&eval_dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().to_string()).filter(|n| n.starts_with('.'))).collect();
+    tally.record("20 pairs of concurrent evaluates", result.and_then(|_| if left.is_empty() { Ok(format!("40 runs exit 0, {hits} lost a commit race and answered with the winner's artifact")) } else { Err(format!("left behind: {left:?}")) }));
+
+    // Six extracts at once, round after round.
+    let root = tmp.join("race-extract");
+    let (b, args) = command(inp, &root, "extract");
+    let rounds = if full() { 25 } else { 5 };
+    let mut result = Ok(());
+    for round in 0..rounds {
+        let _ = std::fs::remove_dir_all(root.join("extract"));
+        if let Err(why) = all_agree(&together(&b, &args, 6, cwd)) {
+            result = Err(format!("round {round}: {why}"));
+            break;
+        }
+    }
+    let left = temporaries(&root);
+    tally.record(&format!("{rounds} rounds of six concurrent extracts"), result.and_then(|()| if left.is_empty() { Ok(format!("{} runs exit 0", rounds * 6)) } else { Err(format!("left behind: {left:?}")) }));
+
+    shared_root(inp, tmp, tally);
+}
+
+/// One build pauses before its commit while a run in another PID namespace (which sees no
+/// such process) cleans the same stage folder: the paused build must survive and commit.
+fn shared_root(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
+    let name = "shared root: a run in another PID namespace leaves this one's build alone";
+    let probe = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        let why = probe.map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string()).unwrap_or_else(|e| e.to_string());
+        tally.record(name, Ok(format!("not run: `unshare --pid --fork --mount-proc` is not allowed here ({why})")));
+        return;
+    }
+    let root = tmp.join("shared-root");
+    let cwd = inp.corpus.parent().unwrap();
+    let (b, args) = command(inp, &root, "extract");
+    // This namespace's build, paused after writing everything.
+    let paused = Command::new(bin(&b)).args(&args).current_dir(cwd).env("GAUGE_NO_PROGRESS", "1").env("GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS", "3000").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let started = Instant::now();
+    while !std::fs::read_dir(root.join("extract")).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-")) && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The other namespace: another config of the same stage, into the same stage folder.
+    let mut other_args = args.clone();
+    other_args.push("--no-nfkc".into());
+    let other = Command::new("unshare").args(["--pid", "--fork", "--mount-proc"]).arg(bin(&b)).args(&other_args).current_dir(cwd).env("GAUGE_NO_PROGRESS", "1").output().unwrap();
+    let first = paused.wait_with_output().unwrap();
+    let result = if !other.status.success() {
+        Err(format!("the other namespace's run failed: {}", String::from_utf8_lossy(&other.stderr).lines().last().unwrap_or_default()))
+    } else if !first.status.success() {
+        Err(format!("the paused build failed (its temporary was removed?): {}", String::from_utf8_lossy(&first.stderr).lines().last().unwrap_or_default()))
+    } else if !Path::new(&last_line(&first)).join("manifest.json").is_file() {
+        Err("the paused build's artifact is incomplete".into())
+    } else {
+        Ok("both committed; the other namespace removed nothing of this one".into())
+    };
+    tally.record(name, result);
+}
+
 fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &AtomicUsize, server: &ChatServer) {
     for stage in ["synth-llm", "synth-d2q", "answer", "raptor"] {
         let reference = tmp.join(format!("endpoint-ref-{stage}"));
@@ -472,6 +583,7 @@ fn fault_matrix() {
     full_disk(&inp, tmp.path(), &mut tally);
     read_only(&inp, tmp.path(), &mut tally);
     concurrent(&inp, tmp.path(), &mut tally);
+    races(&inp, tmp.path(), &mut tally);
     endpoint_dies(&inp, tmp.path(), &mut tally, &refuse_from, &server);
     println!("faults: {} tries, {} failed, {:.0} s ({})", tally.tries, tally.failed.len(), started.elapsed().as_secs_f64(), if full() { "full" } else { "short" });
     assert!(tally.failed.is_empty(), "fault matrix failures:\n{}", tally.failed.join("\n"));

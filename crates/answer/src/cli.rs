@@ -43,20 +43,20 @@ pub struct AnswerArgs {
     #[serde(rename = "generation.max_new_tokens")]
     pub max_new_tokens: Option<usize>,
     /// Sampling temperature, 0: greedy (`generation.temperature`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "generation.temperature")]
     pub temperature: Option<f32>,
     /// Repetition penalty over the last `generation.repeat_last_n` tokens, 1: off
     /// (`generation.repetition_penalty`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "generation.repetition_penalty")]
     pub repetition_penalty: Option<f32>,
     /// OpenAI frequency penalty (`generation.frequency_penalty`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "generation.frequency_penalty")]
     pub frequency_penalty: Option<f32>,
     /// OpenAI presence penalty (`generation.presence_penalty`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "generation.presence_penalty")]
     pub presence_penalty: Option<f32>,
     /// No n-gram of this size twice, 0: off (`generation.no_repeat_ngram_size`).
@@ -64,12 +64,12 @@ pub struct AnswerArgs {
     #[serde(rename = "generation.no_repeat_ngram_size")]
     pub no_repeat_ngram_size: Option<usize>,
     /// min-p sampling, 0: off (`generation.min_p`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "generation.min_p")]
     pub min_p: Option<f32>,
     /// DRY penalty multiplier, 0: off (`generation.dry_multiplier`; base, allowed length,
     /// window and breakers via --set generation.dry_*).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "generation.dry_multiplier")]
     pub dry_multiplier: Option<f32>,
     /// Passages given to the model (`retrieval.k`).
@@ -77,7 +77,7 @@ pub struct AnswerArgs {
     #[serde(rename = "retrieval.k")]
     pub k: Option<usize>,
     /// Refuse when the best retrieval score is under this (`retrieval.cutoff`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "retrieval.cutoff")]
     pub cutoff: Option<f32>,
     /// Device of the embedder, reranker and decoder: cpu, or cuda[:N] in a `--features cuda` build.

@@ -177,6 +177,7 @@ impl Stage for Answer {
         entries.push(FileEntry::hashed("question_count", "(question count)", questions.len().to_string()).with_rows(questions.len()));
         entries.extend(gauge_generator::model_entry(&config.generator)?);
         let system = read(&options.prompts.join("answer_system.md"))?;
+        gauge_core::names::plain_name(&config.template).map_err(|why| anyhow::anyhow!("template {why} (it names prompts/answer_<template>.md)"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
         let echo = serde_json::json!({
             "config": config,

@@ -23,13 +23,41 @@ pub struct ChatConfig {
     /// Model name as the endpoint knows it.
     pub model: String,
     /// Name of the environment variable holding the API key (unset or empty: no key sent,
-    /// as local servers expect).
+    /// as local servers expect). A value that is not a variable name — the key itself, a
+    /// common slip — is refused when the config is read, so a key never reaches a manifest.
+    #[serde(deserialize_with = "env_var_name")]
+    #[schemars(with = "String")]
     pub api_key_env: String,
     /// How replies that must be JSON are asked for (see [`StructuredOutput`]).
     pub structured_output: StructuredOutput,
     /// The model's context in tokens, when the endpoint does not say (its `/v1/models`
     /// metadata, or llama.cpp's `/props`, is asked first).
     pub context_tokens: Option<u32>,
+}
+
+/// Checks that `name` can be an environment variable's name and does not look like an API key
+/// pasted in its place; the error never repeats the value.
+pub fn check_api_key_env(name: &str) -> Result<(), String> {
+    let fix = "put the key in an environment variable (export OPENAI_API_KEY=…) and set api_key_env to the variable's name";
+    if name.is_empty() {
+        return Ok(());
+    }
+    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!("api_key_env is not the name of an environment variable (letters, digits and `_`; {} characters given, not shown in case it is a key): {fix}", name.chars().count()));
+    }
+    // Variable names are words joined by `_`; keys are long runs of mixed letters and digits.
+    let key_like = name.len() >= 24 && !name.contains('_') && name.chars().any(|c| c.is_ascii_digit()) && name.chars().any(|c| c.is_ascii_lowercase());
+    if key_like {
+        return Err(format!("api_key_env looks like an API key rather than a variable name ({} characters, not shown): {fix}", name.len()));
+    }
+    Ok(())
+}
+
+fn env_var_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    check_api_key_env(&name).map_err(serde::de::Error::custom)?;
+    Ok(name)
 }
 
 /// How a reply that must be JSON is asked for.
@@ -420,12 +448,20 @@ impl ChatClient {
         &self.url
     }
 
+    /// Error text for messages: the key masked first, then cut to 300 characters (cutting
+    /// first could leave part of a key that straddles the cut unmasked).
     fn scrub(&self, text: &str) -> String {
-        let mut t: String = text.chars().take(300).collect();
-        if let Some(k) = &self.key {
-            t = t.replace(k.as_str(), "[key]");
-        }
+        let masked = self.mask(text);
+        let t: String = masked.chars().take(300).collect();
         t.replace('\n', " ")
+    }
+
+    /// The text with every occurrence of the key replaced by `[key]`.
+    fn mask(&self, text: &str) -> String {
+        match &self.key {
+            Some(k) if text.contains(k.as_str()) => text.replace(k.as_str(), "[key]"),
+            _ => text.to_string(),
+        }
     }
 
     fn backoff(&self, retry: u32) -> Duration {
@@ -483,7 +519,8 @@ impl ChatClient {
         let Some((content, finish_reason)) = parsed.choices.into_iter().next().and_then(|c| c.message.content.map(|t| (t, c.finish_reason))) else {
             return Attempt::Fail(LlmError::BadResponse { url: self.url.clone(), message: "no choices[0].message.content".into() });
         };
-        Attempt::Done(ChatReply { content, usage: parsed.usage.unwrap_or_default(), attempts: 1, finish_reason })
+        // A reply that echoes the key is masked before anything caches or writes it.
+        Attempt::Done(ChatReply { content: self.mask(&content), usage: parsed.usage.unwrap_or_default(), attempts: 1, finish_reason })
     }
 
     /// Sends a chat for a free-text reply; retries 408/429/5xx, timeouts and connection
@@ -791,6 +828,34 @@ mod tests {
             assert!(d >= (base * 0.5).min(1.0) - 1e-9 && d <= (base * 1.5).min(1.0) + 1e-9, "retry {retry}: {d}");
         }
         assert!(!c.has_key());
+    }
+
+    #[test]
+    fn the_key_is_masked_before_text_is_cut_and_in_replies() {
+        let key = "sk-test-0123456789abcdefghijklmnopqrstuvwxyz";
+        std::env::set_var("GAUGE_LLM_TEST_MASK_KEY", key);
+        let c = ChatClient::new(ChatConfig { api_key_env: "GAUGE_LLM_TEST_MASK_KEY".into(), ..ChatConfig::default() }, RetryPolicy::default());
+        // The key straddles the 300-character cut: no part of it may survive.
+        let text = format!("{}{key} and more", "x".repeat(290));
+        let scrubbed = c.scrub(&text);
+        assert!(!scrubbed.contains("sk-test") && !scrubbed.contains("0123"), "{scrubbed}");
+        assert!(scrubbed.ends_with("[key] and "), "cut at 300 characters after masking: {scrubbed}");
+        assert_eq!(c.mask(&format!("echo: {key}!")), "echo: [key]!");
+    }
+
+    #[test]
+    fn api_key_env_must_be_a_variable_name() {
+        for ok in ["", "OPENAI_API_KEY", "GAUGE_NO_SUCH_KEY", "_x1", "MY_PROVIDER_TOKEN_2"] {
+            assert!(check_api_key_env(ok).is_ok(), "{ok}");
+        }
+        let key = "sk-proj-AbCdEf0123456789GhIjKl";
+        for bad in [key, "abcdef0123456789abcdef0123456789", "1ABC", "my key"] {
+            let e = check_api_key_env(bad).unwrap_err();
+            assert!(!e.contains(bad), "the error repeats the value: {e}");
+        }
+        // Refused where the config is read, so it never reaches a manifest.
+        let e = serde_json::from_value::<ChatConfig>(serde_json::json!({ "api_key_env": key })).unwrap_err().to_string();
+        assert!(e.contains("api_key_env") && !e.contains(key), "{e}");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //!
 //! A stage run lives in `<root>/<stage>/<fingerprint>/`, where the fingerprint hashes the
 //! stage name, its format version, its effective config and its inputs' content hashes.
-//! Work happens in a hidden temporary sibling (`.tmp-<fingerprint>-<pid>`) that is renamed
-//! into place only after every file and `manifest.json` are written, so a crash or
-//! `kill -9` never leaves a directory that looks complete.
+//! Work happens in a hidden temporary sibling (`.tmp-<fingerprint>-<owner>-<pid>`, see
+//! [`crate::owner`]) that is renamed into place only after every file and `manifest.json` are
+//! written, so a crash or `kill -9` never leaves a directory that looks complete. When another
+//! process committed the same fingerprint first, the loser's commit is a cache hit: it drops
+//! its own copy and answers with the one in place.
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -178,7 +180,7 @@ impl ArtifactStore {
         if force && checkpoint_dir.exists() {
             std::fs::remove_dir_all(&checkpoint_dir).map_err(|e| CoreError::io(&checkpoint_dir, e))?;
         }
-        let tmp_dir = stage_dir.join(format!(".tmp-{fingerprint}-{}", std::process::id()));
+        let tmp_dir = stage_dir.join(format!(".tmp-{fingerprint}-{}", crate::owner::suffix()));
         if tmp_dir.exists() {
             std::fs::remove_dir_all(&tmp_dir).map_err(|e| CoreError::io(&tmp_dir, e))?;
         }
@@ -209,6 +211,7 @@ impl ArtifactStore {
             checkpoint_dir,
             started: Instant::now(),
             committed: false,
+            force,
         })))
     }
 }
@@ -221,6 +224,9 @@ pub struct StageRun {
     checkpoint_dir: PathBuf,
     started: Instant,
     committed: bool,
+    /// A `--force` run replaces an artifact already in place; any other run that finds one at
+    /// commit time lost a race and answers with it.
+    force: bool,
 }
 
 impl StageRun {
@@ -293,20 +299,33 @@ impl StageRun {
             eprintln!("gauge: pausing {ms} ms before commit (GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS)");
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
+        if !self.force && self.final_dir.join(MANIFEST_FILE).is_file() {
+            return Ok(self.lost_race());
+        }
         let mut trash = None;
         if self.final_dir.exists() {
-            let old = self.final_dir.with_file_name(format!(
-                ".old-{}-{}",
-                self.manifest.fingerprint,
-                std::process::id()
-            ));
-            std::fs::rename(&self.final_dir, &old).map_err(|e| CoreError::io(&self.final_dir, e))?;
-            trash = Some(old);
-            // A death here leaves the old artifact as `.old-<fingerprint>-<pid>` and no
+            let old = self.final_dir.with_file_name(format!(".old-{}-{}", self.manifest.fingerprint, crate::owner::suffix()));
+            match std::fs::rename(&self.final_dir, &old) {
+                Ok(()) => trash = Some(old),
+                // Another --force run moved it aside a moment ago.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(CoreError::io(&self.final_dir, e)),
+            }
+            // A death here leaves the old artifact as `.old-<fingerprint>-<owner>-<pid>` and no
             // `<fingerprint>`: the next run's cleanup puts it back (`remove_stale_temporaries`).
             crate::failpoint("commit-between-renames");
         }
-        std::fs::rename(&self.tmp_dir, &self.final_dir).map_err(|e| CoreError::io(&self.final_dir, e))?;
+        if let Err(e) = std::fs::rename(&self.tmp_dir, &self.final_dir) {
+            // Another process renamed its complete copy into place between the check and the
+            // rename (rename(2) refuses a non-empty destination).
+            if self.final_dir.join(MANIFEST_FILE).is_file() {
+                if let Some(old) = trash {
+                    let _ = std::fs::remove_dir_all(old);
+                }
+                return Ok(self.lost_race());
+            }
+            return Err(CoreError::io(&self.final_dir, e));
+        }
         if let Some(parent) = self.final_dir.parent() {
             fsync_dir(parent);
         }
@@ -316,6 +335,15 @@ impl StageRun {
         }
         let _ = std::fs::remove_dir_all(&self.checkpoint_dir);
         Ok(self.final_dir.clone())
+    }
+
+    /// Another process committed this fingerprint first: its artifact stands, this run's copy
+    /// goes (the same config and inputs make the same output).
+    fn lost_race(&mut self) -> PathBuf {
+        tracing::info!("{}: another run committed this artifact first; using it (cache hit)", self.final_dir.display());
+        let _ = std::fs::remove_dir_all(&self.tmp_dir);
+        self.committed = true;
+        self.final_dir.clone()
     }
 }
 
@@ -352,26 +380,47 @@ pub fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> Result<
     Ok(())
 }
 
+/// What a destination folder must already be for [`replace_dir_with_copy`] to replace it: a
+/// previous result of the same kind.
+pub struct ResultKind<'a> {
+    /// What the folder holds, for messages (`an evaluation folder`, `a LoRA adapter`).
+    pub what: &'a str,
+    /// Whether an existing folder is a previous result of this kind.
+    pub holds: &'a dyn Fn(&Path) -> bool,
+}
+
 /// Replaces the folder `dest` with a copy of `from` so that `dest` is at every moment either
-/// the old folder or the complete new one: the copy goes to `.tmp-<name>-<pid>` beside it
-/// (removed again when the copy fails), the old folder is moved to `.old-<name>-<pid>`, the copy
-/// renamed in, and the old one removed. A process that died between the two renames left its
-/// old folder aside: the next call (for the same `dest`) puts it back first, and removes dead
-/// processes' temporaries. (`dest` may hold dots: nothing is derived from its extension.)
-pub fn replace_dir_with_copy(from: &Path, dest: &Path) -> Result<(), CoreError> {
+/// the old folder or the complete new one: the copy goes to `.tmp-<name>-<owner>-<pid>` beside
+/// it (removed again when the copy fails), the old folder is moved to `.old-<name>-<owner>-<pid>`,
+/// the copy renamed in, and the old one removed. A process that died between the two renames
+/// left its old folder aside: the next call (for the same `dest`) puts it back first, and
+/// removes this host's dead processes' temporaries (never another host's: [`crate::owner`]).
+///
+/// `dest` is replaced only when it is absent, an empty folder, or what `kind` accepts (a
+/// previous result of the same kind); anything else — another kind of folder, a file — is
+/// refused, naming it. When two processes race, each retries; one whose copy finds an equal
+/// manifest (same fingerprint) already in place stops there. (`dest` may hold dots: nothing is
+/// derived from its extension.)
+pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) -> Result<(), CoreError> {
+    let name = match dest.components().next_back() {
+        Some(std::path::Component::Normal(n)) => n.to_string_lossy().to_string(),
+        _ => return Err(CoreError::Artifact { path: dest.to_path_buf(), message: "not a folder name (it ends in `.`, `..` or a root); name the folder to write".into() }),
+    };
     let parent = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = dest.file_name().ok_or_else(|| CoreError::Artifact { path: dest.to_path_buf(), message: "not a folder name".into() })?.to_string_lossy().to_string();
+    let dest = parent.join(&name);
+    let dest = dest.as_path();
+    refuse_unless_replaceable(dest, kind)?;
     std::fs::create_dir_all(&parent).map_err(|e| CoreError::io(&parent, e))?;
     // What a dead process left for this destination.
     if let Ok(entries) = std::fs::read_dir(&parent) {
         for entry in entries.flatten() {
             let n = entry.file_name().to_string_lossy().to_string();
-            for (prefix, recover) in [(format!(".old-{name}-"), true), (format!(".tmp-{name}-"), false)] {
-                let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
-                if process_alive(pid) {
+            for (prefix, recover) in [(".old-", true), (".tmp-", false)] {
+                let Some(owned) = n.strip_prefix(prefix).and_then(crate::owner::parse) else { continue };
+                if owned.base != name || !crate::owner::is_dead(owned.owner, owned.pid) {
                     continue;
                 }
                 if recover && !dest.exists() && std::fs::rename(entry.path(), dest).is_ok() {
@@ -381,35 +430,84 @@ pub fn replace_dir_with_copy(from: &Path, dest: &Path) -> Result<(), CoreError> 
             }
         }
     }
-    let tmp = parent.join(format!(".tmp-{name}-{}", std::process::id()));
+    let suffix = crate::owner::suffix();
+    let tmp = parent.join(format!(".tmp-{name}-{suffix}"));
     let _ = std::fs::remove_dir_all(&tmp);
     if let Err(e) = copy_tree(from, &tmp, &|_| false) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     fsync_dir(&tmp);
-    let old = parent.join(format!(".old-{name}-{}", std::process::id()));
-    let had_old = dest.exists();
-    if had_old {
-        std::fs::rename(dest, &old).map_err(|e| CoreError::io(dest, e))?;
-        crate::failpoint("replace-between-renames");
-    }
-    if let Err(e) = std::fs::rename(&tmp, dest) {
-        if had_old {
-            let _ = std::fs::rename(&old, dest);
+    let old = parent.join(format!(".old-{name}-{suffix}"));
+    let fingerprint = |dir: &Path| Manifest::read(dir).ok().map(|m| m.fingerprint);
+    let ours = fingerprint(&tmp);
+    // A concurrent writer can move `dest` between any two steps: retry a few times.
+    let mut last_error = None;
+    for _ in 0..16 {
+        if ours.is_some() && fingerprint(dest) == ours {
+            // Another process put the same result in place: done.
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Ok(());
         }
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(CoreError::io(dest, e));
+        let had_old = match std::fs::rename(dest, &old) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(CoreError::io(dest, e));
+            }
+        };
+        if had_old {
+            crate::failpoint("replace-between-renames");
+        }
+        match std::fs::rename(&tmp, dest) {
+            Ok(()) => {
+                fsync_dir(&parent);
+                let _ = std::fs::remove_dir_all(&old);
+                return Ok(());
+            }
+            Err(e) => {
+                // Someone else's copy took the place between the two renames: ours goes back
+                // round (theirs, now in place, is a result of the same kind).
+                if had_old {
+                    let _ = std::fs::remove_dir_all(&old);
+                }
+                last_error = Some(e);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
     }
-    fsync_dir(&parent);
-    let _ = std::fs::remove_dir_all(&old);
-    Ok(())
+    let _ = std::fs::remove_dir_all(&tmp);
+    Err(CoreError::io(dest, last_error.unwrap_or_else(|| std::io::Error::other("kept being replaced by another process"))))
 }
 
-/// Whether the process that named a temporary folder is still running (this one, or a live
-/// `/proc/<pid>`; without `/proc` every other process counts as gone).
-fn process_alive(pid: u32) -> bool {
-    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+/// Refuses a destination that is neither absent, an empty folder, nor a previous result of
+/// `kind`.
+fn refuse_unless_replaceable(dest: &Path, kind: &ResultKind<'_>) -> Result<(), CoreError> {
+    let Ok(meta) = std::fs::symlink_metadata(dest) else { return Ok(()) };
+    let refuse = |what: &str| {
+        Err(CoreError::Artifact {
+            path: dest.to_path_buf(),
+            message: format!("{what}, not {}; gauge replaces only a previous result of the same kind: choose another destination or remove it", kind.what),
+        })
+    };
+    if meta.file_type().is_symlink() {
+        return refuse("is a symbolic link");
+    }
+    if !meta.is_dir() {
+        return refuse("is a file");
+    }
+    let empty = std::fs::read_dir(dest).map(|mut d| d.next().is_none()).unwrap_or(false);
+    if empty || (kind.holds)(dest) {
+        Ok(())
+    } else {
+        refuse("exists and holds something else")
+    }
+}
+
+/// A [`ResultKind`] test: the folder's `manifest.json` was written by `stage`.
+pub fn manifest_of_stage(dir: &Path, stage: &str) -> bool {
+    Manifest::read(dir).is_ok_and(|m| m.stage == stage)
 }
 
 /// Writes a file and flushes it to the disk before returning.
@@ -420,23 +518,21 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.sync_all()
 }
 
-/// Cleans up after runs whose process no longer exists: removes their `.tmp-*` directories,
-/// and an `.old-<fingerprint>-<pid>` (an artifact a `--force` run had moved aside) is put back
-/// as `<fingerprint>` when that process died before its new artifact took the place, else
-/// removed.
+/// Cleans up after runs of this host whose process no longer exists ([`crate::owner`]):
+/// removes their `.tmp-*` directories, and an `.old-<fingerprint>-…` (an artifact a `--force`
+/// run had moved aside) is put back as `<fingerprint>` when that process died before its new
+/// artifact took the place, else removed. Another host's temporaries are never touched.
 fn remove_stale_temporaries(stage_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if !(name.starts_with(".tmp-") || name.starts_with(".old-")) {
+        let Some((is_old, rest)) = name.strip_prefix(".old-").map(|r| (true, r)).or_else(|| name.strip_prefix(".tmp-").map(|r| (false, r))) else { continue };
+        let owned = crate::owner::parse(rest);
+        if owned.as_ref().is_some_and(|o| !crate::owner::is_dead(o.owner, o.pid)) {
             continue;
         }
-        let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(process_alive) {
-            continue;
-        }
-        if let Some(rest) = name.strip_prefix(".old-") {
-            let fingerprint = rest.rsplit_once('-').map_or(rest, |(f, _)| f);
+        if is_old {
+            let fingerprint = owned.as_ref().map_or(rest, |o| o.base);
             let home = stage_dir.join(fingerprint);
             if !home.exists() && entry.path().join(MANIFEST_FILE).is_file() && std::fs::rename(entry.path(), &home).is_ok() {
                 tracing::warn!("{}: recovered the artifact a killed --force run had moved aside", home.display());
@@ -569,7 +665,8 @@ mod tests {
         // A sibling whose name a `with_extension` would have produced is not touched.
         let sibling = root.path().join("adapters/v1.partial");
         std::fs::create_dir_all(&sibling).unwrap();
-        replace_dir_with_copy(&src, &dest).unwrap();
+        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("sub").is_dir() || d.join("old.txt").is_file() };
+        replace_dir_with_copy(&src, &dest, &kind).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
         assert!(!dest.join("old.txt").exists() && sibling.exists());
         assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "no temporaries left");
@@ -579,9 +676,82 @@ mod tests {
         std::fs::write(src.join("sub/a.txt"), "newer").unwrap();
         std::fs::remove_dir_all(src.join("sub")).unwrap();
         // A copy that fails (its source is gone) leaves the recovered folder in place.
-        assert!(replace_dir_with_copy(&root.path().join("nope"), &dest).is_err());
+        assert!(replace_dir_with_copy(&root.path().join("nope"), &dest, &kind).is_err());
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
         assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "nothing left beside it");
+    }
+
+    #[test]
+    fn only_a_previous_result_of_the_same_kind_is_replaced() {
+        let root = tempfile::tempdir().unwrap();
+        let src = root.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("adapter_config.json"), "{}").unwrap();
+        let kind = ResultKind { what: "a LoRA adapter", holds: &|d: &Path| d.join("adapter_config.json").is_file() };
+        // A folder of other things (the parent of every adapter): refused, untouched.
+        let shelf = root.path().join("adapters");
+        std::fs::create_dir_all(shelf.join("other")).unwrap();
+        std::fs::write(shelf.join("other/adapter_config.json"), "{}").unwrap();
+        let e = replace_dir_with_copy(&src, &shelf, &kind).unwrap_err().to_string();
+        assert!(e.contains("holds something else") && e.contains("adapters") && !e.contains('\n'), "{e}");
+        assert!(shelf.join("other/adapter_config.json").is_file());
+        // A regular file: refused, still a file.
+        let file = root.path().join("notes.txt");
+        std::fs::write(&file, "keep").unwrap();
+        assert!(replace_dir_with_copy(&src, &file, &kind).unwrap_err().to_string().contains("is a file"));
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+        // `.` and `..` name no folder.
+        assert!(replace_dir_with_copy(&src, &shelf.join(".."), &kind).is_err());
+        assert!(replace_dir_with_copy(&src, &shelf.join("."), &kind).is_err());
+        // An empty folder and a previous adapter are replaced.
+        let empty = root.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        replace_dir_with_copy(&src, &empty, &kind).unwrap();
+        replace_dir_with_copy(&src, &shelf.join("other"), &kind).unwrap();
+        assert!(empty.join("adapter_config.json").is_file());
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with('.')).count(), 0, "no temporaries");
+    }
+
+    #[test]
+    fn a_commit_that_finds_the_artifact_in_place_is_a_cache_hit() {
+        let root = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({"size": 3});
+        let StageOutcome::Run(mut run) = store.begin(spec(&config), false).unwrap() else { panic!("expected a run") };
+        std::fs::write(run.path("out.txt"), "mine").unwrap();
+        run.add_output("out.txt", None).unwrap();
+        // Another process commits the same fingerprint while this run works.
+        let theirs = run.final_dir().to_path_buf();
+        std::fs::create_dir_all(&theirs).unwrap();
+        std::fs::write(theirs.join("out.txt"), "theirs").unwrap();
+        std::fs::write(theirs.join(MANIFEST_FILE), serde_json::to_string(run.manifest()).unwrap()).unwrap();
+        let tmp = run.dir().to_path_buf();
+        let dir = run.commit().unwrap();
+        assert_eq!(dir, theirs);
+        assert_eq!(std::fs::read_to_string(dir.join("out.txt")).unwrap(), "theirs", "the first commit stands");
+        assert!(!tmp.exists());
+        // A --force run does replace it.
+        let StageOutcome::Run(mut run) = store.begin(spec(&config), true).unwrap() else { panic!("expected a run") };
+        std::fs::write(run.path("out.txt"), "forced").unwrap();
+        run.add_output("out.txt", None).unwrap();
+        assert_eq!(std::fs::read_to_string(run.commit().unwrap().join("out.txt")).unwrap(), "forced");
+        assert_eq!(std::fs::read_dir(root.path().join("demo")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn another_hosts_temporaries_are_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let mine: Vec<&str> = crate::owner::token().split('.').collect();
+        let foreign_ns = format!("{}.{}.{}", mine[0], mine[1], if mine[2] == "00000000" { "11111111" } else { "00000000" });
+        let foreign = root.path().join(format!("demo/.tmp-0123456789abcdef-{foreign_ns}-1"));
+        let own_dead = root.path().join(format!("demo/.tmp-0123456789abcdef-{}-4000000000", crate::owner::token()));
+        std::fs::create_dir_all(&foreign).unwrap();
+        std::fs::create_dir_all(&own_dead).unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({});
+        let _ = store.begin(spec(&config), false).unwrap();
+        assert!(foreign.exists(), "another PID namespace's build was removed");
+        assert!(!own_dead.exists());
     }
 
     fn copy_dir(from: &Path, to: &Path) {

@@ -95,3 +95,18 @@ pub fn stage_main<S: StageCli>() {
         Ok(())
     });
 }
+
+/// A flag's number, refusing NaN and infinities: a config layer would drop them silently and
+/// leave the default in place (`--alpha nan` meaning 0.5).
+pub fn finite_f32(s: &str) -> Result<f32, String> {
+    finite_f64(s).map(|v| v as f32).and_then(|v| if v.is_finite() { Ok(v) } else { Err(format!("`{s}` is out of range for a 32-bit float")) })
+}
+
+/// [`finite_f32`] for 64-bit flags.
+pub fn finite_f64(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("`{s}` is not a finite number")),
+        Err(e) => Err(format!("`{s}`: {e}")),
+    }
+}

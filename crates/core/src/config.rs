@@ -124,12 +124,28 @@ pub fn set_layer(arg: &str) -> Result<Layer, ConfigError> {
     Ok(Layer::new(format!("--set {arg}"), patch))
 }
 
-/// Converts a TOML value to JSON (datetimes become strings).
+/// A TOML parse error in one line: `at line L, column C: <message>` (toml's own rendering
+/// draws the line and a caret over several lines).
+pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("at line {line}, column {column}: {}", e.message().trim())
+        }
+        None => format!(": {}", e.message().trim()),
+    }
+}
+
+/// Converts a TOML value to JSON (datetimes become strings). `nan` and `inf`, which JSON
+/// cannot hold, become the strings `"nan"`/`"inf"`, so a numeric field refuses them by name
+/// instead of reading an absent value (which an optional field would take silently).
 pub fn toml_to_json(v: toml::Value) -> Value {
     match v {
         toml::Value::String(s) => Value::String(s),
         toml::Value::Integer(i) => Value::from(i),
-        toml::Value::Float(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or_else(|| Value::String(f.to_string())),
         toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
         toml::Value::Array(a) => Value::Array(a.into_iter().map(toml_to_json).collect()),
@@ -142,7 +158,7 @@ pub fn read_file(path: &Path) -> Result<Layer, ConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::new(&origin, format!("cannot read config ({e})")))?;
     let patch = if path.extension().is_some_and(|e| e == "toml") {
-        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::new(&origin, format!("invalid TOML: {}", e.to_string().trim())))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::new(&origin, format!("invalid TOML {}", toml_error(&text, &e))))?;
         toml_to_json(toml::Value::Table(table))
     } else {
         serde_json::from_str(&text).map_err(|e| ConfigError::new(&origin, format!("invalid JSON: {e}")))?

@@ -64,6 +64,13 @@ pub enum GoldItem {
 }
 
 impl GoldItem {
+    /// The grade as written, when one was.
+    pub fn grade_given(&self) -> Option<f64> {
+        match self {
+            GoldItem::Span { grade, .. } | GoldItem::Page { grade, .. } => *grade,
+        }
+    }
+
     /// The pages it covers, when known.
     pub fn pages(&self) -> Option<(i32, i32)> {
         match self {
@@ -215,6 +222,23 @@ pub fn unknown_sources<'a>(questions: &[GoldenQuestion], corpus_sources: impl In
         .collect()
 }
 
+/// Gold pages past the end of their document: `(qid, source, page, last page)` for every gold
+/// item whose pages reach beyond the last page `extract` found for its source (`last_pages`:
+/// source → last page). Sources the corpus does not hold are [`unknown_sources`]' business.
+pub fn pages_out_of_range(questions: &[GoldenQuestion], last_pages: &std::collections::BTreeMap<String, i32>) -> Vec<(String, String, i32, i32)> {
+    let mut out = Vec::new();
+    for q in questions {
+        for g in &q.gold {
+            let Some((_, end)) = g.pages() else { continue };
+            let last = last_pages.iter().filter(|(s, _)| g.matches_source(s)).map(|(_, p)| *p).max();
+            if let Some(last) = last.filter(|last| end > *last) {
+                out.push((q.qid.clone(), g.source().to_string(), end, last));
+            }
+        }
+    }
+    out
+}
+
 /// Writes golden rows (or any serialisable rows) as JSONL.
 pub fn write_jsonl<T: Serialize>(path: &Path, rows: impl IntoIterator<Item = T>) -> Result<(), crate::CoreError> {
     use std::io::Write;
@@ -227,8 +251,13 @@ pub fn write_jsonl<T: Serialize>(path: &Path, rows: impl IntoIterator<Item = T>)
     w.flush().map_err(|e| crate::CoreError::io(path, e))
 }
 
+/// The longest question gauge searches (bytes): a scenario question runs to a few thousand
+/// characters; anything longer is a pasted document, and its cost grows with its length.
+pub const MAX_QUESTION_BYTES: usize = 16 * 1024;
+
 /// Reads a golden set (`.jsonl`/`.json` lines, or `.parquet`) and checks it: at least one
-/// question, unique ids, a non-empty question, and gold or keywords on every row.
+/// question, unique ids, a non-empty question of at most [`MAX_QUESTION_BYTES`], gold or
+/// keywords on every row, 1-based page ranges in order, finite grades.
 pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     let p = path.display().to_string();
     let questions = match path.extension().and_then(|e| e.to_str()) {
@@ -247,6 +276,15 @@ pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
         }
         if q.question.trim().is_empty() {
             return Err(row(format!("question `{}` is empty", q.qid)));
+        }
+        if q.question.len() > MAX_QUESTION_BYTES {
+            return Err(row(format!("question `{}` is {} bytes long; at most {MAX_QUESTION_BYTES} (shorten it)", q.qid, q.question.len())));
+        }
+        if let Some((a, b)) = q.gold.iter().filter_map(GoldItem::pages).find(|(a, b)| *a < 1 || b < a) {
+            return Err(row(format!("question `{}` has gold pages {a}..{b}; pages are 1-based and the first comes before the last", q.qid)));
+        }
+        if let Some(g) = q.gold.iter().filter_map(GoldItem::grade_given).find(|g| !g.is_finite() || *g < 0.0) {
+            return Err(row(format!("question `{}` has a gold grade of {g}; grades are finite and ≥ 0", q.qid)));
         }
         if q.gold.is_empty() && q.keywords.is_empty() {
             return Err(row(format!("question `{}` has neither `gold` nor `keywords`; add one so it can be judged", q.qid)));
@@ -643,6 +681,41 @@ mod tests {
             assert!(e.contains(want), "{e}");
         }
         assert!(load_golden(&dir.path().join("missing.jsonl")).unwrap_err().to_string().contains("missing.jsonl"));
+    }
+
+    #[test]
+    fn gold_pages_past_the_document_end_are_found() {
+        let q = |qid: &str, src: &str, page: i32| GoldenQuestion {
+            qid: qid.into(),
+            question: "q".into(),
+            gold: vec![GoldItem::Page { source: src.into(), page, grade: None }],
+            keywords: Vec::new(),
+            reference_answer: None,
+            category: None,
+        };
+        let last: std::collections::BTreeMap<String, i32> = [("one.md".to_string(), 1), ("book.pdf".to_string(), 40)].into();
+        let golden = [q("ok", "book.pdf", 40), q("past", "one.md", 99), q("far", "book.pdf", 41), q("elsewhere", "missing.pdf", 3)];
+        let bad = pages_out_of_range(&golden, &last);
+        assert_eq!(bad, vec![("past".to_string(), "one.md".to_string(), 99, 1), ("far".to_string(), "book.pdf".to_string(), 41, 40)]);
+    }
+
+    #[test]
+    fn pages_below_one_grades_and_long_questions_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (r#"{"qid":"q0","question":"x","gold":[{"source":"a.md","page":0}]}"#, "gold pages 0..0"),
+            (r#"{"qid":"q1","question":"x","gold":[{"source":"a.md","char_start":0,"char_end":5,"page_start":4,"page_end":2}]}"#, "gold pages 4..2"),
+            (r#"{"qid":"q2","question":"x","gold":[{"source":"a.md","page":1,"grade":-1.0}]}"#, "grade of -1"),
+        ];
+        for (line, want) in cases {
+            let p = dir.path().join("g.jsonl");
+            std::fs::write(&p, format!("{line}\n")).unwrap();
+            let e = load_golden(&p).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("g.jsonl:1"), "{want}: {e}");
+        }
+        let p = dir.path().join("long.jsonl");
+        std::fs::write(&p, format!("{}\n", serde_json::json!({"qid": "huge", "question": "word ".repeat(10_000), "gold": [{"source": "a.md", "page": 1}]}))).unwrap();
+        assert!(load_golden(&p).unwrap_err().to_string().contains("question `huge` is 50000 bytes long"));
     }
 
     #[test]

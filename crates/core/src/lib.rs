@@ -10,6 +10,8 @@
 //! - [`golden`]: the golden-set format (written by `synth-data`, read by `evaluate`).
 //! - [`models`]: where model folders are found (models directory, Hugging Face cache).
 //! - [`hash`]: content hashes used for ids and fingerprints.
+//! - [`names`]: names that become paths (plain names, paths confined to a root).
+//! - [`owner`]: which host, boot and process made a temporary folder.
 //! - [`text`]: text utilities shared by stages.
 //! - [`rng`]: the seeded generator behind every sampled or resampled result.
 //! - [`progress`]: progress bars on stderr.
@@ -23,6 +25,8 @@ pub mod golden;
 pub mod hash;
 pub mod machine;
 pub mod models;
+pub mod names;
+pub mod owner;
 pub mod progress;
 pub mod rng;
 pub mod schema;

@@ -130,6 +130,13 @@ impl GenerateOptions {
                 return bad(field, v.to_string(), "-1 for the whole sequence, 0 for none, or a token count");
             }
         }
+        // Lengths that allocate: a context is at most a few hundred thousand tokens.
+        if self.max_new_tokens > 1 << 20 {
+            return bad("max_new_tokens", self.max_new_tokens.to_string(), "at most 1048576");
+        }
+        if !(1..=4096).contains(&self.batch_size) {
+            return bad("batch_size", self.batch_size.to_string(), "1 to 4096");
+        }
         Ok(())
     }
 

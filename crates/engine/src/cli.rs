@@ -72,11 +72,11 @@ pub struct RetrievalFlags {
     #[serde(rename = "fusion.kind")]
     pub fusion: Option<String>,
     /// RRF constant k (`fusion.k`; default 60).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "fusion.k")]
     pub rrf_k: Option<f32>,
     /// Weight of dense scores in weighted fusion (`fusion.alpha`; default 0.5).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     #[serde(rename = "fusion.alpha")]
     pub alpha: Option<f32>,
     /// Weighted fusion normalisation: min_max or z_score (`fusion.normalization`).
@@ -105,7 +105,7 @@ pub struct RetrievalFlags {
     #[arg(long)]
     pub window: Option<usize>,
     /// Refuse when the best score is under this (`cutoff`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
     pub cutoff: Option<f32>,
     /// Do not move chunks holding the query's identifiers (e.g. `174.63`) to the front
     /// (`promote_exact = false`).

@@ -142,11 +142,34 @@ impl RetrievalConfig {
         self
     }
 
-    /// Checks what no search can run with.
+    /// Checks what no search can run with: some retriever on, `k` ≥ 1, fusion constants in
+    /// range, a finite cutoff. (A `k` or `candidates` above the passage count is not an error:
+    /// each search clamps it, see [`RetrievalConfig::clamped_to`].)
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.dense || self.bm25, "both retrievers are off; enable dense or BM25");
         anyhow::ensure!(self.k >= 1, "k must be at least 1");
+        self.fusion.validate().map_err(anyhow::Error::msg)?;
+        if let Some(c) = self.cutoff {
+            anyhow::ensure!(c.is_finite(), "cutoff = {c}: a score cutoff must be a finite number");
+        }
+        if let Some(r) = &self.rewrite {
+            anyhow::ensure!(r.temperature.is_finite() && r.temperature >= 0.0, "rewrite.temperature = {}: must be a finite number ≥ 0", r.temperature);
+        }
         Ok(())
+    }
+
+    /// The same config with every list length at most `passages` (the number of passages the
+    /// index holds): a larger `k` means "all of them", and no retriever allocates for more.
+    pub fn clamped_to(mut self, passages: usize) -> RetrievalConfig {
+        let n = passages.max(1);
+        self.k = self.k.min(n);
+        self.candidates = self.candidates.min(n);
+        if let Some(r) = &mut self.rerank {
+            r.n_initial = r.n_initial.min(n);
+            r.top_n = r.top_n.min(n);
+        }
+        self.window = self.window.min(n);
+        self
     }
 }
 

@@ -354,8 +354,9 @@ impl Engine {
     fn search_inner(&self, query: &str, cfg: &RetrievalConfig, reranker: Option<&dyn Reranker>, rewriter: Option<&rewrite::LlmRewriter>, mut trace: Option<&mut SearchTrace>) -> anyhow::Result<SearchResult> {
         let ids = |c: &[Candidate]| c.iter().map(|c| c.chunk_id.clone()).collect::<Vec<_>>();
         anyhow::ensure!(!query.trim().is_empty(), "the question is empty; ask something");
+        anyhow::ensure!(query.len() <= gauge_core::golden::MAX_QUESTION_BYTES, "the question is {} bytes long; at most {} are searched (ask a shorter question)", query.len(), gauge_core::golden::MAX_QUESTION_BYTES);
         cfg.validate()?;
-        let cfg = &cfg.clone().normalize();
+        let cfg = &cfg.clone().normalize().clamped_to(self.table.chunks.len());
         anyhow::ensure!(!cfg.dense || self.dense.is_some(), "dense retrieval needs the query embedder; open the engine with dense on");
         let rewrite = match (&cfg.rewrite, rewriter) {
             (Some(rc), Some(r)) => Some(r.rewrite(query, rc)?),

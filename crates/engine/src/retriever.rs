@@ -283,7 +283,13 @@ impl Bm25Retriever {
         let mut lists = Vec::with_capacity(self.shards.len());
         for (reader, offset) in &self.shards {
             let searcher = reader.searcher();
-            let top = searcher.search(&query, &tantivy::collector::TopDocs::with_limit(n).order_by_score())?;
+            // tantivy allocates for the limit and refuses 0: at most the shard's passages.
+            let limit = n.min(usize::try_from(searcher.num_docs()).unwrap_or(usize::MAX));
+            if limit == 0 {
+                lists.push(Vec::new());
+                continue;
+            }
+            let top = searcher.search(&query, &tantivy::collector::TopDocs::with_limit(limit).order_by_score())?;
             let mut hits = Vec::with_capacity(top.len());
             for (score, addr) in top {
                 let doc: tantivy::TantivyDocument = searcher.doc(addr)?;

@@ -441,11 +441,25 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
     let pages = gauge_core::schema::read_pages(&up.pages.join("pages.parquet"))?;
     let sources: BTreeSet<&str> = pages.iter().map(|p| p.source.as_str()).collect();
     let unknown = gauge_core::golden::unknown_sources(golden, sources.iter().copied());
-    if unknown.is_empty() {
-        return Ok(());
+    if !unknown.is_empty() {
+        let list: Vec<String> = unknown.iter().map(|(s, near)| format!("`{s}` (closest: {})", near.join(", "))).collect();
+        anyhow::bail!("{}: gold sources not in the corpus {}: {}; fix the golden set or the pipeline's corpus", pipeline.golden.display(), pipeline.corpus.display(), list.join("; "));
     }
-    let list: Vec<String> = unknown.iter().map(|(s, near)| format!("`{s}` (closest: {})", near.join(", "))).collect();
-    anyhow::bail!("{}: gold sources not in the corpus {}: {}; fix the golden set or the pipeline's corpus", pipeline.golden.display(), pipeline.corpus.display(), list.join("; "))
+    // A page past its document's end would score 0 silently.
+    let mut last_pages: std::collections::BTreeMap<String, i32> = std::collections::BTreeMap::new();
+    for p in &pages {
+        let last = last_pages.entry(p.source.clone()).or_insert(p.page);
+        *last = (*last).max(p.page);
+    }
+    let past = gauge_core::golden::pages_out_of_range(golden, &last_pages);
+    if let Some((qid, source, page, last)) = past.first() {
+        anyhow::bail!(
+            "{}: question `{qid}` names page {page} of `{source}`, which has {last} page(s){}; fix the golden set (pages are 1-based, as `extract` numbers them)",
+            pipeline.golden.display(),
+            if past.len() > 1 { format!(" ({} gold pages in all lie past their document's end)", past.len()) } else { String::new() }
+        );
+    }
+    Ok(())
 }
 
 /// Evaluates every config and writes the tables into the run.
@@ -896,7 +910,10 @@ pub fn config_for(v: &crate::pipeline::Variant, q: &GoldenQuestion) -> gauge_eng
 }
 
 /// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder; the old
-/// copy stays until the new one is in place).
+/// copy stays until the new one is in place). Only a previous evaluation folder (its
+/// manifest's stage is `evaluate`) is replaced; another run that put the same evaluation in
+/// place first makes this a no-op.
 pub fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
-    gauge_core::artifact::replace_dir_with_copy(dir, dest).with_context(|| format!("{}: cannot move the results into place", dest.display()))
+    let kind = gauge_core::artifact::ResultKind { what: "an evaluation folder (manifest.json of stage `evaluate`)", holds: &|d: &Path| gauge_core::artifact::manifest_of_stage(d, "evaluate") };
+    gauge_core::artifact::replace_dir_with_copy(dir, dest, &kind).with_context(|| format!("{}: cannot move the results into place", dest.display()))
 }

@@ -60,6 +60,7 @@ impl StageCli for Evaluate {
     fn after(built: &Built<EvaluateSummary>, options: &EvaluateOptions) -> anyhow::Result<()> {
         let manifest = gauge_core::Manifest::read(&built.dir)?;
         let name = manifest.config["pipeline"].as_str().unwrap_or("pipeline").to_string();
+        gauge_core::names::plain_name(&name).map_err(|why| anyhow::anyhow!("{}: the pipeline name {why}", built.dir.join("manifest.json").display()))?;
         let dest = options.eval_dir.join(name);
         copy_to_eval(&built.dir, &dest)?;
         eprintln!("evaluate: tables in {}", dest.display());

@@ -188,6 +188,12 @@ fn default_resamples() -> usize {
     2000
 }
 
+/// The most bootstrap resamples a pipeline may ask for (each costs a pass over the questions).
+pub const MAX_RESAMPLES: usize = 1_000_000;
+
+/// The most embedding shards a config may ask for.
+pub const MAX_EMBED_SHARDS: usize = 4096;
+
 const STAGE_KEYS: [&str; 7] = ["extract", "chunk", "embed", "embed_shards", "raptor", "index", "retrieval"];
 
 const ROW_KEYS: [&str; 5] = ["name", "base", "description", "oracle_source_filter", "compare_to"];
@@ -198,10 +204,11 @@ impl Pipeline {
     pub fn load(path: &Path) -> Result<Pipeline, PipelineError> {
         let err = |message: String| PipelineError { path: path.to_path_buf(), message };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read pipeline ({e})")))?;
-        let file: PipelineFile = toml::from_str(&text).map_err(|e| err(format!("invalid pipeline: {}", e.to_string().trim())))?;
+        let file: PipelineFile = toml::from_str(&text).map_err(|e| err(format!("invalid pipeline {}", gauge_core::config::toml_error(&text, &e))))?;
         let here = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { normalize(&here.join(p)) };
         ensure_or(file.resamples >= 1000, || err(format!("resamples = {} is too few for a 95 % interval; use at least 1000", file.resamples)))?;
+        ensure_or(file.resamples <= MAX_RESAMPLES, || err(format!("resamples = {} is more than {MAX_RESAMPLES}; an interval's Monte Carlo error is already below 0.001 at 10 000", file.resamples)))?;
         ensure_or(file.k.is_none_or(|k| k >= 1), || err("k must be at least 1".into()))?;
         let mut resolved: Vec<(String, serde_json::Value)> = Vec::new();
         let mut variants = Vec::new();
@@ -258,6 +265,8 @@ impl Pipeline {
             return Err(err(format!("`{v}` is compared to `{other}`, which is not defined")));
         }
         let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "pipeline".into()));
+        // The name is the folder under the eval dir that evaluate replaces: one plain component.
+        gauge_core::names::plain_name(&name).map_err(|why| err(format!("`name` {why} (it names the folder eval/<name>/)")))?;
         let k = variants[0].stages.retrieval.k;
         let answer = match file.answer {
             None => None,
@@ -267,6 +276,7 @@ impl Pipeline {
                 if section.configs.is_empty() {
                     section.configs.push(variants[0].name.clone());
                 }
+                section.generation.validate().map_err(|e| err(format!("[answer] {e}")))?;
                 if let Some(unknown) = section.configs.iter().find(|c| !variants.iter().any(|v: &Variant| &v.name == *c)) {
                     return Err(err(format!("[answer] names config `{unknown}`, which is not defined")));
                 }
@@ -317,6 +327,19 @@ fn resolve_stages(name: &str, mut table: serde_json::Value, first: Option<&Varia
     let mut stages: StageConfigs = gauge_core::config::resolve(&[gauge_core::config::Layer::new(format!("config `{name}`"), table)]).map_err(|e| e.to_string())?;
     if !stages.retrieval.dense && !stages.retrieval.bm25 {
         return Err(format!("config `{name}` turns off both dense and BM25 retrieval"));
+    }
+    // Every stage's own checks, here where the file is read, before anything is built.
+    stages.retrieval.validate().map_err(|e| format!("config `{name}`: retrieval: {e}"))?;
+    stages.chunk.validate().map_err(|e| format!("config `{name}`: chunk: {e}"))?;
+    if let Some(r) = &stages.raptor {
+        r.validate().map_err(|e| format!("config `{name}`: {e}"))?;
+    }
+    if stages.embed_shards > MAX_EMBED_SHARDS {
+        return Err(format!("config `{name}`: embed_shards = {} is more than {MAX_EMBED_SHARDS}", stages.embed_shards));
+    }
+    let share = stages.extract.cleaning.header_min_share;
+    if !(0.0..=1.0).contains(&share) {
+        return Err(format!("config `{name}`: extract.cleaning.header_min_share = {share} must lie in [0, 1]"));
     }
     stages.retrieval = stages.retrieval.normalize();
     if let Some(first) = first {
@@ -413,6 +436,11 @@ chunk = {{ size = 500 }}
             ("[baseline]\n[judge]\n", "add an [answer] section"),
             ("[baseline]\n[answer]\n[judge]\nfaithful_at = 9\n", "faithful_at = 9"),
             ("[baseline]\n[answer]\n[judge]\nrubric = \"x.md\"\n", "rubric"),
+            // A name is one folder under eval/, never a path.
+            ("name = \"\"\n[baseline]\n", "`name` is empty"),
+            ("name = \".\"\n[baseline]\n", "`name` `.` is not a name"),
+            ("name = \"../../somewhere/keep\"\n[baseline]\n", "a name is one folder"),
+            ("name = \"/tmp/keep\"\n[baseline]\n", "a name is one folder"),
         ];
         for (text, want) in cases {
             let e = load(&format!("{HEAD}{text}")).unwrap_err().to_string();

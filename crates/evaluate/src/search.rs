@@ -158,7 +158,11 @@ fn choices(path: &str, spec: &Value) -> Result<Param, String> {
                 (None, Some(r), None) => {
                     let (lo, hi, ints) = num_pair(r, "range")?;
                     let step = o.get("step").and_then(Value::as_f64).filter(|s| *s > 0.0).ok_or_else(|| format!("[search.space] `{path}`: a `range` needs a positive `step`"))?;
-                    let n = ((hi - lo) / step + 1e-9).floor() as usize + 1;
+                    let n = ((hi - lo) / step + 1e-9).floor() + 1.0;
+                    if !(n.is_finite() && n >= 1.0 && n <= MAX_SPACE as f64) {
+                        return Err(format!("[search.space] `{path}`: range [{lo}, {hi}] in steps of {step} gives {n} values; at most {MAX_SPACE}, and `range` goes low to high"));
+                    }
+                    let n = n as usize;
                     (0..n).map(|i| as_value(lo + step * i as f64, ints && step.fract() == 0.0)).collect()
                 }
                 (None, None, Some(r)) => {
@@ -166,7 +170,7 @@ fn choices(path: &str, spec: &Value) -> Result<Param, String> {
                     if lo <= 0.0 {
                         return Err(format!("[search.space] `{path}`: a `log_range` must be positive"));
                     }
-                    let n = o.get("steps").and_then(Value::as_u64).filter(|n| *n >= 2).ok_or_else(|| format!("[search.space] `{path}`: a `log_range` needs `steps` ≥ 2"))? as usize;
+                    let n = o.get("steps").and_then(Value::as_u64).filter(|n| (2..=MAX_SPACE as u64).contains(n)).ok_or_else(|| format!("[search.space] `{path}`: a `log_range` needs `steps` from 2 to {MAX_SPACE}"))? as usize;
                     let mut v: Vec<Value> = (0..n).map(|i| as_value(lo * (hi / lo).powf(i as f64 / (n - 1) as f64), ints)).collect();
                     v.dedup();
                     v

@@ -81,10 +81,58 @@ pub fn verify(dir: &Path, opts: &VerifyOptions) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// Where `--verify` reads an input a manifest names: its path is relative to the directory
+/// `evaluate` ran in (this one) and must stay, once `.` and `..` are resolved and links
+/// followed, inside this directory's parent (the checkout and the data beside it, such as
+/// `../shared`); it must be a regular file or a folder. A manifest is data that may come from
+/// anyone: an absolute path, an escape or a device (`/dev/zero`) is never opened.
+fn readable(recorded: &str) -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("no current directory ({e})"))?;
+    let root = cwd.parent().unwrap_or(&cwd).to_path_buf();
+    let here = cwd.file_name().map(PathBuf::from).unwrap_or_default();
+    let rel = Path::new(recorded);
+    if rel.is_absolute() {
+        return Err(format!("an absolute path; --verify reads only paths relative to where evaluate ran, inside {}", root.display()));
+    }
+    gauge_core::names::confined(&root, &here.join(rel)).map_err(|why| format!("{why}; --verify reads nothing outside it"))?;
+    if let Ok(real) = rel.canonicalize() {
+        let real_root = root.canonicalize().unwrap_or(root.clone());
+        if !real.starts_with(&real_root) {
+            return Err(format!("a link to {}, outside {}", real.display(), root.display()));
+        }
+        let meta = std::fs::metadata(&real).map_err(|e| e.to_string())?;
+        if !(meta.is_file() || meta.is_dir()) {
+            return Err("neither a file nor a folder".into());
+        }
+    }
+    Ok(rel.to_path_buf())
+}
+
+/// An output's path inside its artifact folder (a plain relative path that stays inside, a
+/// regular file or a folder — never a link or a device).
+fn inside(dir: &Path, recorded: &str) -> Result<PathBuf, String> {
+    let path = gauge_core::names::confined(dir, Path::new(recorded))?;
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if meta.file_type().is_symlink() {
+            return Err("a symbolic link; an artifact's outputs are its own files".into());
+        }
+        if !(meta.is_file() || meta.is_dir()) {
+            return Err("neither a file nor a folder".into());
+        }
+    }
+    Ok(path)
+}
+
 fn check_outputs(dir: &Path, manifest: &Manifest, report: &mut Report) {
     let mut held = 0;
     for o in &manifest.outputs {
-        let path = dir.join(&o.path);
+        let path = match inside(dir, &o.path) {
+            Ok(p) => p,
+            Err(why) => {
+                report.findings.push(Finding::Changed(format!("{}: output `{}` not read: {why}", dir.display(), o.path)));
+                continue;
+            }
+        };
         match gauge_core::hash::file_hash(&path) {
             Ok(h) if h == o.hash => held += 1,
             Ok(h) => report.findings.push(Finding::Changed(format!("{}: changed since the evaluation wrote it (hash {} , recorded {})", path.display(), short(&h), short(&o.hash)))),
@@ -105,11 +153,18 @@ fn check_input(entry: &FileEntry, parent: &Manifest, seen: &mut BTreeSet<String>
     if !seen.insert(format!("{}#{}", entry.path, entry.hash)) {
         return;
     }
-    let path = Path::new(&entry.path);
     if entry.name.starts_with("reranker:") {
         check_reranker(entry, parent, report);
         return;
     }
+    let path = match readable(&entry.path) {
+        Ok(p) => p,
+        Err(why) => {
+            report.findings.push(Finding::Absent(format!("{} ({}): not read: {why}", entry.path, entry.name)));
+            return;
+        }
+    };
+    let path = path.as_path();
     if entry.name == "golden" && path.is_dir() {
         match gauge_core::golden::golden_hash(path) {
             Ok(h) if h == entry.hash => report.findings.push(Finding::Holds(format!("{} (golden, a BEIR folder) hashes as recorded", entry.path))),
@@ -168,7 +223,14 @@ fn check_artifact(dir: &Path, fingerprint: &str, seen: &mut BTreeSet<String>, re
     }
     let mut bad = false;
     for o in &m.outputs {
-        let path = dir.join(&o.path);
+        let path = match inside(dir, &o.path) {
+            Ok(p) => p,
+            Err(why) => {
+                bad = true;
+                report.findings.push(Finding::Changed(format!("{}: output `{}` not read: {why}", dir.display(), o.path)));
+                continue;
+            }
+        };
         if path.is_dir() {
             continue;
         }
@@ -242,7 +304,14 @@ type RankedPassage = (i32, PassageSpan, bool);
 /// Re-scores `runs.parquet` and compares `per_query.parquet` and `metrics.parquet`.
 fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Result<()> {
     let golden_entry = manifest.inputs.iter().find(|e| e.name == "golden").ok_or_else(|| anyhow::anyhow!("{}: no golden input in the manifest", dir.display()))?;
-    let golden_path = Path::new(&golden_entry.path);
+    let golden_path = match readable(&golden_entry.path) {
+        Ok(p) => p,
+        Err(why) => {
+            report.findings.push(Finding::Absent(format!("{}: golden set not read ({why}); runs not re-scored", golden_entry.path)));
+            return Ok(());
+        }
+    };
+    let golden_path = golden_path.as_path();
     if !golden_path.exists() {
         report.findings.push(Finding::Absent(format!("{}: golden set not here; runs not re-scored", golden_entry.path)));
         return Ok(());
@@ -252,6 +321,7 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     let mode: RelevanceMode = serde_json::from_value(cfg["relevance"].clone()).unwrap_or(RelevanceMode::Page);
     let k = cfg["k"].as_u64().unwrap_or(10) as usize;
     let resamples = cfg["resamples"].as_u64().unwrap_or(2000) as usize;
+    anyhow::ensure!((1..=crate::pipeline::MAX_RESAMPLES).contains(&resamples), "{}: the manifest asks for {resamples} resamples; a pipeline allows 1000 to {}", dir.display(), crate::pipeline::MAX_RESAMPLES);
     let seed = manifest.seed.unwrap_or(42);
     let correction: crate::stats::Correction = serde_json::from_value(cfg["stats"]["correction"].clone()).unwrap_or_default();
 

@@ -18,6 +18,11 @@ pub struct ExtractArgs {
     #[arg(long)]
     #[serde(skip)]
     pub strict: bool,
+    /// Follow symbolic links that lead outside the input folder (by default they are skipped
+    /// and counted; links inside it are followed, each folder read once).
+    #[arg(long)]
+    #[serde(skip)]
+    pub follow_symlinks: bool,
     /// Skip Unicode NFKC normalisation (`cleaning.nfkc = false`).
     #[arg(long)]
     #[serde(rename = "cleaning.nfkc", serialize_with = "switch_off")]
@@ -58,7 +63,7 @@ impl StageCli for Extract {
 
     fn invocation(args: ExtractArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: args.inputs, options: ExtractOptions { strict: args.strict }, flags })
+        Ok(Invocation { inputs: args.inputs, options: ExtractOptions { strict: args.strict, follow_symlinks: args.follow_symlinks }, flags })
     }
 }
 

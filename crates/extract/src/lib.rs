@@ -89,13 +89,37 @@ pub struct InputFile {
     pub doc_type: String,
 }
 
+/// What a walk of the input folders left out, and why.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WalkSkips {
+    /// Folder links that lead back into a folder already walked (`loop -> .`).
+    pub loops: usize,
+    /// Links whose target lies outside the input folder (not followed unless asked).
+    pub outside: usize,
+    /// Links whose target does not exist.
+    pub broken: usize,
+}
+
+impl WalkSkips {
+    /// All links skipped.
+    pub fn total(&self) -> usize {
+        self.loops + self.outside + self.broken
+    }
+}
+
 /// Finds the input files: folders are walked recursively (hidden entries skipped, sorted);
-/// a file's root is its parent folder.
-pub fn discover(inputs: &[PathBuf]) -> Result<Vec<InputFile>, ExtractError> {
+/// a file's root is its parent folder. Symbolic links are followed only when their target
+/// lies inside the input folder (`follow_outside` follows any), and every folder is walked
+/// once (by device and inode), so a link back up the tree is skipped instead of looping.
+pub fn discover(inputs: &[PathBuf], follow_outside: bool) -> Result<(Vec<InputFile>, WalkSkips), ExtractError> {
     let mut files = Vec::new();
+    let mut skips = WalkSkips::default();
     for input in inputs {
         if input.is_dir() {
-            walk(input, input, &mut files)?;
+            let canonical = input.canonicalize().map_err(|e| gauge_core::CoreError::io(input, e))?;
+            let mut walker = Walker { root: input, canonical_root: &canonical, follow_outside, visited: std::collections::HashSet::new(), skips: &mut skips };
+            walker.visited.insert(folder_id(input).map_err(|e| gauge_core::CoreError::io(input, e))?);
+            walker.walk(input, &mut files)?;
         } else if input.is_file() {
             let name = input.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
             files.push(InputFile { path: input.clone(), source: name, doc_type: String::new() });
@@ -104,27 +128,79 @@ pub fn discover(inputs: &[PathBuf]) -> Result<Vec<InputFile>, ExtractError> {
         }
     }
     files.sort_by(|a, b| a.source.cmp(&b.source).then(a.path.cmp(&b.path)));
-    Ok(files)
+    if skips.total() > 0 {
+        tracing::warn!(
+            "skipped {} symbolic link(s): {} looping back into a folder already read, {} leading outside the input folder (--follow-symlinks follows those), {} broken",
+            skips.total(),
+            skips.loops,
+            skips.outside,
+            skips.broken
+        );
+    }
+    Ok((files, skips))
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<InputFile>) -> Result<(), ExtractError> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| gauge_core::CoreError::io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            walk(root, &path, out)?;
-        } else if path.is_file() {
-            let rel = path.strip_prefix(root).unwrap_or(&path);
-            let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().to_string()).collect();
-            let doc_type = if parts.len() > 1 { parts[0].clone() } else { String::new() };
-            out.push(InputFile { path: path.clone(), source: parts.join("/"), doc_type });
+/// A folder's identity: (device, inode) on Unix, the canonical path elsewhere.
+#[cfg(unix)]
+fn folder_id(path: &Path) -> std::io::Result<(u64, u64, PathBuf)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino(), PathBuf::new()))
+}
+
+#[cfg(not(unix))]
+fn folder_id(path: &Path) -> std::io::Result<(u64, u64, PathBuf)> {
+    Ok((0, 0, path.canonicalize()?))
+}
+
+struct Walker<'a> {
+    root: &'a Path,
+    canonical_root: &'a Path,
+    follow_outside: bool,
+    visited: std::collections::HashSet<(u64, u64, PathBuf)>,
+    skips: &'a mut WalkSkips,
+}
+
+impl Walker<'_> {
+    fn walk(&mut self, dir: &Path, out: &mut Vec<InputFile>) -> Result<(), ExtractError> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| gauge_core::CoreError::io(dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .collect();
+        entries.sort();
+        // Real entries before links, so a folder reached both ways is read under its own name.
+        let (links, real): (Vec<PathBuf>, Vec<PathBuf>) = entries.into_iter().partition(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()));
+        for (is_link, path) in real.into_iter().map(|p| (false, p)).chain(links.into_iter().map(|p| (true, p))) {
+            if is_link {
+                match path.canonicalize() {
+                    Err(_) => {
+                        self.skips.broken += 1;
+                        continue;
+                    }
+                    Ok(target) if !self.follow_outside && !target.starts_with(self.canonical_root) => {
+                        self.skips.outside += 1;
+                        continue;
+                    }
+                    Ok(_) => {}
+                }
+            }
+            if path.is_dir() {
+                let id = folder_id(&path).map_err(|e| gauge_core::CoreError::io(&path, e))?;
+                if !self.visited.insert(id) {
+                    self.skips.loops += 1;
+                    continue;
+                }
+                self.walk(&path, out)?;
+            } else if path.is_file() {
+                let rel = path.strip_prefix(self.root).unwrap_or(&path);
+                let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().to_string()).collect();
+                let doc_type = if parts.len() > 1 { parts[0].clone() } else { String::new() };
+                out.push(InputFile { path: path.clone(), source: parts.join("/"), doc_type });
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// What kind of document a file is, from its extension.
@@ -199,6 +275,8 @@ pub struct ExtractSummary {
 pub struct ExtractOptions {
     /// Fail when any input fails.
     pub strict: bool,
+    /// Follow symbolic links whose target lies outside the input folder.
+    pub follow_symlinks: bool,
 }
 
 /// The `extract` stage: input folders or files → `pages.parquet` (+ `errors.parquet`).
@@ -210,19 +288,22 @@ impl Stage for Extract {
     type Config = ExtractConfig;
     type Inputs = Vec<PathBuf>;
     type Options = ExtractOptions;
-    type State = Vec<InputFile>;
+    type State = (Vec<InputFile>, WalkSkips);
     type Summary = ExtractSummary;
 
-    fn plan(_config: &ExtractConfig, inputs: &Vec<PathBuf>, _options: &ExtractOptions) -> anyhow::Result<Plan<Vec<InputFile>>> {
-        let files = discover(inputs)?;
+    fn plan(_config: &ExtractConfig, inputs: &Vec<PathBuf>, options: &ExtractOptions) -> anyhow::Result<Plan<(Vec<InputFile>, WalkSkips)>> {
+        let (files, skips) = discover(inputs, options.follow_symlinks)?;
         let entries: Vec<FileEntry> = files
             .par_iter()
             .map(|f| FileEntry::file(f.source.clone(), &f.path))
             .collect::<Result<_, gauge_core::CoreError>>()?;
-        Ok(Plan::new(entries, files))
+        Ok(Plan::new(entries, (files, skips)))
     }
 
-    fn build(files: Vec<InputFile>, run: &mut StageRun, config: &ExtractConfig, _inputs: &Vec<PathBuf>, options: &ExtractOptions) -> anyhow::Result<ExtractSummary> {
+    fn build((files, skips): (Vec<InputFile>, WalkSkips), run: &mut StageRun, config: &ExtractConfig, _inputs: &Vec<PathBuf>, options: &ExtractOptions) -> anyhow::Result<ExtractSummary> {
+        if skips.total() > 0 {
+            run.set_stat("symlinks_skipped", skips.total());
+        }
         Ok(extract_files(&files, run, config, options)?)
     }
 
@@ -601,4 +682,36 @@ fn clean_documents(docs: Vec<RawDoc>, cfg: &CleaningConfig, n_files: usize, n_fa
     stats.pages = rows.len();
     stats.empty_pages = rows.iter().filter(|r| r.empty).count();
     (rows, stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn links_are_followed_once_and_only_inside_the_input_folder() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let corpus = tmp.path().join("corpus");
+        std::fs::create_dir_all(corpus.join("manuals")).unwrap();
+        std::fs::write(corpus.join("a.md"), "# A\ntext").unwrap();
+        std::fs::write(corpus.join("manuals/b.md"), "# B\ntext").unwrap();
+        let outside = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.md"), "# S\ntext").unwrap();
+        symlink(".", corpus.join("loop")).unwrap();
+        symlink("..", corpus.join("manuals/up")).unwrap();
+        symlink(&outside, corpus.join("out")).unwrap();
+        symlink(corpus.join("nowhere"), corpus.join("broken")).unwrap();
+        symlink("manuals", corpus.join("alias")).unwrap();
+        let (files, skips) = discover(std::slice::from_ref(&corpus), false).unwrap();
+        let sources: Vec<&str> = files.iter().map(|f| f.source.as_str()).collect();
+        // `alias -> manuals` is the same folder as manuals: read once, under its own name.
+        assert_eq!(sources, ["a.md", "manuals/b.md"]);
+        assert_eq!(skips, WalkSkips { loops: 3, outside: 1, broken: 1 });
+        let (files, skips) = discover(&[corpus], true).unwrap();
+        assert!(files.iter().any(|f| f.source == "out/secret.md"), "asked to follow links outside");
+        assert_eq!(skips.outside, 0);
+    }
 }

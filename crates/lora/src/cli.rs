@@ -37,13 +37,13 @@ pub struct TrainArgs {
     #[arg(long)]
     pub r: Option<usize>,
     /// LoRA alpha (`lora_alpha`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f64)]
     pub lora_alpha: Option<f64>,
     /// Dropout on the adapters' input (`lora_dropout`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f64)]
     pub lora_dropout: Option<f64>,
     /// Peak learning rate (`learning_rate`).
-    #[arg(long)]
+    #[arg(long, value_parser = gauge_core::cli::finite_f64)]
     pub learning_rate: Option<f64>,
     /// Passes over the data (`epochs`).
     #[arg(long)]
@@ -87,7 +87,16 @@ impl StageCli for TrainLora {
         let Some(dest) = &options.copy_to else { return Ok(()) };
         // The run's deliverable: adapter/ (generator, embedder with LoRA) or model/ (reranker, full tuning).
         let from = ["adapter", "model"].iter().map(|d| built.dir.join(d)).find(|d| d.is_dir()).ok_or_else(|| anyhow::anyhow!("{}: no adapter/ or model/ to copy", built.dir.display()))?;
-        gauge_core::artifact::replace_dir_with_copy(&from, dest)?;
+        // Only a previous adapter (or fully tuned model) folder is replaced: never a folder of
+        // other things (the shelf every adapter sits on) or a file.
+        let kind = gauge_core::artifact::ResultKind {
+            what: "a previous adapter or model folder (adapter_config.json, or config.json with *.safetensors)",
+            holds: &|d: &std::path::Path| {
+                d.join("adapter_config.json").is_file()
+                    || (d.join("config.json").is_file() && std::fs::read_dir(d).is_ok_and(|r| r.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))))
+            },
+        };
+        gauge_core::artifact::replace_dir_with_copy(&from, dest, &kind).map_err(|e| anyhow::anyhow!("--copy-to {e}"))?;
         Ok(())
     }
 

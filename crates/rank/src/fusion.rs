@@ -93,6 +93,18 @@ impl Default for Fusion {
     }
 }
 
+impl Fusion {
+    /// Checks the constants: RRF `k` finite and ≥ 0 (a negative one inverts the ranking),
+    /// `alpha` in [0, 1]; NaN is never a value.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Fusion::Rrf { k } if !(k.is_finite() && *k >= 0.0) => Err(format!("fusion.k = {k}: the RRF constant must be a finite number ≥ 0 (60 is the usual value; a negative one inverts the ranking)")),
+            Fusion::Weighted { alpha, .. } if !(0.0..=1.0).contains(alpha) => Err(format!("fusion.alpha = {alpha}: the weight of the dense list must lie in [0, 1]")),
+            _ => Ok(()),
+        }
+    }
+}
+
 fn collect(lists: &[RankedList]) -> (Vec<String>, HashMap<String, Vec<StageHit>>) {
     let mut order = Vec::new();
     let mut stages: HashMap<String, Vec<StageHit>> = HashMap::new();

@@ -174,6 +174,10 @@ impl RemoteRoot {
     /// copy already there is kept. Refuses an artifact without its manifest.
     pub fn pull(&self, name: &str, mirror: &Path) -> Result<PathBuf, StoreError> {
         let (stage, fingerprint) = name.trim_matches('/').split_once('/').ok_or_else(|| StoreError::Url { url: self.object_url(name), message: "name an artifact as <stage>/<fingerprint>".into() })?;
+        // Both parts become folders under the mirror: one plain name each, never a path.
+        for (what, part) in [("stage", stage), ("fingerprint", fingerprint)] {
+            gauge_core::names::plain_name(part).map_err(|why| StoreError::Url { url: self.object_url(name), message: format!("the {what} {why}; name an artifact as <stage>/<fingerprint>") })?;
+        }
         let dest = mirror.join(stage).join(fingerprint);
         if dest.join("manifest.json").is_file() {
             return Ok(dest);

@@ -84,7 +84,7 @@ pub struct SynthArgs {
     #[serde(skip)]
     pub rpm: u32,
     /// Seconds before a request counts as timed out.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = gauge_core::cli::finite_f64)]
     #[serde(skip)]
     pub timeout_s: f64,
     /// Retries on 429/5xx/timeouts.
@@ -136,16 +136,40 @@ impl StageCli for Synth {
     }
 
     /// `--copy-to`: the golden set copied (through a temporary file) where pipelines read it.
+    /// Only a previous golden set (a JSON Lines file) is replaced; a folder, a link or another
+    /// kind of file is refused, naming it.
     fn after(built: &Built<SynthSummary>, options: &SynthOptions) -> anyhow::Result<()> {
         let Some(dest) = &options.copy_to else { return Ok(()) };
-        if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let tmp = dest.with_extension("jsonl.partial");
-        std::fs::copy(built.dir.join("golden.jsonl"), &tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, dest)?;
-        Ok(())
+        copy_golden(&built.dir.join("golden.jsonl"), dest)
     }
+}
+
+/// Copies a golden set to `dest` through a temporary file beside it (removed on failure).
+fn copy_golden(from: &std::path::Path, dest: &std::path::Path) -> anyhow::Result<()> {
+    let refuse = |what: &str| anyhow::anyhow!("--copy-to {}: {what}, not a golden set (JSON Lines); gauge replaces only a previous golden set: name a .jsonl file", dest.display());
+    if let Ok(meta) = std::fs::symlink_metadata(dest) {
+        if meta.file_type().is_symlink() {
+            return Err(refuse("is a symbolic link"));
+        }
+        if meta.is_dir() {
+            return Err(refuse("is a folder"));
+        }
+        use std::io::BufRead as _;
+        let head = std::fs::File::open(dest).ok().and_then(|f| std::io::BufReader::new(f).lines().next()).and_then(Result::ok).unwrap_or_default();
+        if !head.trim().is_empty() && !serde_json::from_str::<serde_json::Value>(head.trim()).is_ok_and(|v| v.is_object()) {
+            return Err(refuse("holds something else"));
+        }
+    }
+    let (Some(file_name), parent) = (dest.file_name(), dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."))) else {
+        return Err(refuse("names no file"));
+    };
+    std::fs::create_dir_all(parent).map_err(|e| anyhow::anyhow!("--copy-to {}: {e}", parent.display()))?;
+    let tmp = parent.join(format!(".{}.partial-{}", file_name.to_string_lossy(), gauge_core::owner::suffix()));
+    let done = std::fs::copy(from, &tmp).map_err(|e| anyhow::anyhow!("--copy-to {}: {e}", tmp.display())).and_then(|_| std::fs::rename(&tmp, dest).map_err(|e| anyhow::anyhow!("--copy-to {}: {e}", dest.display())));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 #[cfg(test)]
@@ -154,5 +178,31 @@ mod tests {
     fn flags_have_distinct_names() {
         use gauge_core::cli::StageCli;
         gauge_core::cli::command::<super::SynthArgs>(super::Synth::BIN, super::Synth::ABOUT, true).debug_assert();
+    }
+
+    #[test]
+    fn copy_to_replaces_only_a_golden_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("golden.jsonl");
+        std::fs::write(&from, "{\"id\":\"q1\"}\n").unwrap();
+        // A folder: refused by name, nothing left beside it.
+        let folder = dir.path().join("data");
+        std::fs::create_dir_all(&folder).unwrap();
+        let e = super::copy_golden(&from, &folder).unwrap_err().to_string();
+        assert!(e.contains("is a folder") && e.contains("data"), "{e}");
+        // Another kind of file: refused, kept.
+        let notes = dir.path().join("notes.txt");
+        std::fs::write(&notes, "my notes\n").unwrap();
+        assert!(super::copy_golden(&from, &notes).unwrap_err().to_string().contains("holds something else"));
+        assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
+        // A new file, then a previous golden set: written.
+        let dest = dir.path().join("out/fra.jsonl");
+        super::copy_golden(&from, &dest).unwrap();
+        std::fs::write(&from, "{\"id\":\"q2\"}\n").unwrap();
+        super::copy_golden(&from, &dest).unwrap();
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "{\"id\":\"q2\"}\n");
+        let stray: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().contains("partial")).collect();
+        assert!(stray.is_empty(), "{stray:?}");
+        assert_eq!(std::fs::read_dir(dir.path().join("out")).unwrap().count(), 1);
     }
 }

@@ -424,6 +424,7 @@ impl Stage for Synth {
                 let p = rt.prompts.join(&name);
                 std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); pass --prompts DIR holding answer_system.md and answer_<template>.md", p.display()))
             };
+            gauge_core::names::plain_name(&cfg.sft.template).map_err(|why| anyhow::anyhow!("sft.template {why} (it names prompts/answer_<template>.md)"))?;
             Ok(sft::SftPrompts { system: read("answer_system.md".into())?, template: read(format!("answer_{}.md", cfg.sft.template))? })
         };
         let (styles, prompts) = match cfg.mode {
