@@ -398,8 +398,8 @@ pub struct ResultKind<'a> {
 ///
 /// `dest` is replaced only when it is absent, an empty folder, or what `kind` accepts (a
 /// previous result of the same kind); anything else — another kind of folder, a file — is
-/// refused, naming it. When two processes race, each retries; one whose copy finds an equal
-/// manifest (same fingerprint) already in place stops there. (`dest` may hold dots: nothing is
+/// refused, naming it. When two processes race, each retries; one whose copy finds the same
+/// manifest (byte for byte: the same commit of the same artifact) already in place stops there. (`dest` may hold dots: nothing is
 /// derived from its extension.)
 pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) -> Result<(), CoreError> {
     let name = match dest.components().next_back() {
@@ -439,13 +439,15 @@ pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) ->
     }
     fsync_dir(&tmp);
     let old = parent.join(format!(".old-{name}-{suffix}"));
-    let fingerprint = |dir: &Path| Manifest::read(dir).ok().map(|m| m.fingerprint);
+    // The same commit of the same artifact (its manifest byte for byte, times included: a
+    // `--force` rerun of one fingerprint is a new result and does replace the old copy).
+    let fingerprint = |dir: &Path| std::fs::read(dir.join(MANIFEST_FILE)).ok();
     let ours = fingerprint(&tmp);
     // A concurrent writer can move `dest` between any two steps: retry a few times.
     let mut last_error = None;
     for _ in 0..16 {
         if ours.is_some() && fingerprint(dest) == ours {
-            // Another process put the same result in place: done.
+            // Another process put this very result in place: done.
             let _ = std::fs::remove_dir_all(&tmp);
             return Ok(());
         }

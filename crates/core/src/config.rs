@@ -121,7 +121,10 @@ pub fn set_layer(arg: &str) -> Result<Layer, ConfigError> {
     }
     let mut patch = Value::Object(Map::new());
     set_path(&mut patch, key, parse_value(raw.trim()));
-    Ok(Layer::new(format!("--set {arg}"), patch))
+    // Messages name the origin; a value set for a key's field is never repeated in them.
+    let secret = ["key", "token", "secret", "password"].iter().any(|w| key.to_ascii_lowercase().contains(w));
+    let origin = if secret { format!("--set {key}=…") } else { format!("--set {arg}") };
+    Ok(Layer::new(origin, patch))
 }
 
 /// A TOML parse error in one line: `at line L, column C: <message>` (toml's own rendering

@@ -22,7 +22,13 @@ use gauge_embed::{load_embedder, EmbedConfig, EmbedOptions};
 use gauge_index::dense::{self, DenseIndex, FaissDevice};
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    main_with(std::env::args().collect())
+}
+
+/// The example's body on an argument list (program name first): also the `embed` and `faiss`
+/// subcommands of `gauge-gpu-check`, the GPU bundle's one binary.
+pub fn main_with(args: Vec<String>) -> Result<()> {
+    let args: Vec<String> = args.into_iter().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("embed") if args.len() >= 5 => embed(&args[1..]),
         Some("faiss") if args.len() == 6 => faiss_bench(&args[1..]),

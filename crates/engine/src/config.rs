@@ -154,6 +154,8 @@ impl RetrievalConfig {
         }
         if let Some(r) = &self.rewrite {
             anyhow::ensure!(r.temperature.is_finite() && r.temperature >= 0.0, "rewrite.temperature = {}: must be a finite number ≥ 0", r.temperature);
+            anyhow::ensure!((1..=100).contains(&r.n), "rewrite.n = {}: ask for 1 to 100 queries", r.n);
+            anyhow::ensure!((1..=1 << 20).contains(&r.max_new_tokens), "rewrite.max_new_tokens = {}: must be 1 to 1048576", r.max_new_tokens);
         }
         Ok(())
     }

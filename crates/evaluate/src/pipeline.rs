@@ -277,6 +277,11 @@ impl Pipeline {
                     section.configs.push(variants[0].name.clone());
                 }
                 section.generation.validate().map_err(|e| err(format!("[answer] {e}")))?;
+                for g in &section.generators {
+                    if let Some(gen) = &g.generation {
+                        gen.validate().map_err(|e| err(format!("[[answer.generators]] `{}`: {e}", g.name)))?;
+                    }
+                }
                 if let Some(unknown) = section.configs.iter().find(|c| !variants.iter().any(|v: &Variant| &v.name == *c)) {
                     return Err(err(format!("[answer] names config `{unknown}`, which is not defined")));
                 }

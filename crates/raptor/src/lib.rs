@@ -87,7 +87,9 @@ impl RaptorConfig {
         anyhow::ensure!(self.cluster_size >= 2, "raptor: cluster_size must be at least 2");
         anyhow::ensure!((1..=2).contains(&self.levels), "raptor: levels must be 1 or 2");
         anyhow::ensure!(self.max_leaf_chars >= 50 && self.max_input_chars >= self.max_leaf_chars, "raptor: need max_leaf_chars ≥ 50 and max_input_chars ≥ max_leaf_chars");
-        anyhow::ensure!(self.max_new_tokens >= 8, "raptor: max_new_tokens must be at least 8");
+        anyhow::ensure!((8..=1 << 20).contains(&self.max_new_tokens), "raptor: max_new_tokens must be 8 to 1048576");
+        anyhow::ensure!((1..=10_000).contains(&self.iterations), "raptor: iterations (of k-means) must be 1 to 10000");
+        anyhow::ensure!(self.temperature.is_finite() && self.temperature >= 0.0, "raptor: temperature = {} must be a finite number ≥ 0", self.temperature);
         Ok(())
     }
 
