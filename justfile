@@ -293,11 +293,19 @@ bench-venv:
 cuda-toolkit:
     scripts/cuda-toolkit.sh
 
-# GPU binaries (Burn CUDA + faiss GPU) → dist/gpu/bin, and the GPU check bundle → dist/gpu-check.tar.xz. Uses CUDA_PATH if set, else `just cuda-toolkit`.
-build-gpu: setup models
+# GPU binaries (Burn CUDA + faiss GPU) → dist/gpu/bin, and the GPU check bundle (one binary, gauge-gpu-check) → dist/gpu-check.tar.xz, its size printed and refused over the carry limit; then the CPU rehearsal of the check. Uses CUDA_PATH if set, else `just cuda-toolkit`.
+gpu-bundle: setup models torch-venv
     scripts/build-gpu.sh
+    {{just}} gpu-rehearse
 
-# The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
+# The old name of gpu-bundle.
+build-gpu: gpu-bundle
+
+# The GPU check's rehearsal on this CPU (~3 min): a CPU build of gauge-gpu-check packed with the bundle's layout, every section of scripts/gpu-check.sh at tiny sizes (device cpu) → OUT/gpu-check.json, then one section broken on purpose to show the others' results survive.
+gpu-rehearse out=(env_var("HOME") / ".cache/gauge-gpu-rehearse"): setup models torch-venv
+    GAUGE_VENV={{torch_venv}} scripts/gpu-rehearse.sh {{bin}}/gauge-gpu-check {{out}}
+
+# The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU, training, generation) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
 gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
     scripts/gpu-check.sh {{flags}} {{out}}
 

@@ -284,19 +284,30 @@ def compare(a_path, b_path, dim):
                       "min_centred_cosine": float(centred.min()), "max_abs_diff": float(np.abs(a - b).max())}))
 
 
-def st_throughput(model_dir, texts_path, dtype):
+def st_throughput(model_dir, texts_path, dtype, device="cuda"):
+    """sentence-transformers' encode (tokenisation included) on DEVICE. dtype: fp32 (strict:
+    TF32 off), tf32 (f32 storage, TF32 matmuls allowed), fp16, bf16."""
     import torch
     t = read_texts(texts_path)
-    model = st_model(model_dir, "cuda", dtype)
+    if dev_is_cuda(device):
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        torch.backends.cudnn.allow_tf32 = dtype == "tf32"
+    model = st_model(model_dir, device, "fp32" if dtype == "tf32" else dtype)
+    sync = torch.cuda.synchronize if dev_is_cuda(device) else (lambda: None)
     model.encode(t[:512], batch_size=128)
-    torch.cuda.synchronize()
+    sync()
     tokens = sum(len(e) for e in model.tokenizer(t, truncation=True, max_length=256)["input_ids"])
     start = time.perf_counter()
     model.encode(t, batch_size=128, convert_to_numpy=True)
-    torch.cuda.synchronize()
+    sync()
     s = time.perf_counter() - start
+    name = torch.cuda.get_device_name(0) if dev_is_cuda(device) else "cpu"
     print(json.dumps({"dtype": dtype, "texts": len(t), "tokens": tokens, "seconds": s, "tokens_per_second": tokens / s,
-                      "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}))
+                      "timed": "tokenisation + embedding (encode)", "torch": torch.__version__, "device": name}))
+
+
+def dev_is_cuda(device):
+    return str(device).startswith("cuda")
 
 
 SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,

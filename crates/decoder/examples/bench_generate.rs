@@ -37,7 +37,12 @@ fn memory_bandwidth() -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    main_with(std::env::args().collect())
+}
+
+/// The example's body on an argument list (program name first): also the `generate` subcommand of
+/// `gauge-gpu-check`, the GPU bundle's one binary.
+pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let usage = "usage: bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON";
     let (model, reference, n_decode, out) = (args.get(1).expect(usage), args.get(2).expect(usage), args.get(3).expect(usage).parse::<usize>()?, args.get(4).expect(usage));
     let t = Instant::now();

@@ -17,7 +17,12 @@ use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
 use gauge_lora::BaseStorage;
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    main_with(std::env::args().collect())
+}
+
+/// The example's body on an argument list (program name first): also the `train` subcommand of
+/// `gauge-gpu-check`, the GPU bundle's one binary.
+pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR] [--checkpointing auto|layers|none|every_n] [--checkpoint-layers N] [--max-memory-mib N]";
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let device_name = flag("--device").unwrap_or_else(|| "cpu".into());
