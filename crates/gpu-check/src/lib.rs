@@ -23,6 +23,19 @@ mod train;
 #[path = "../../decoder/examples/bench_generate.rs"]
 mod generate;
 
+/// What `--help` prints.
+pub const USAGE: &str = "The GPU check bundle's one binary (scripts/gpu-check.sh runs it).
+
+Usage:
+  gauge-gpu-check embed MODEL_DIR TEXTS_JSONL DEVICE OUT_F32 [MAX_LENGTH]
+      text in, vectors out on DEVICE (cpu, cuda[:N]), timed with tokenisation; one JSON line
+  gauge-gpu-check faiss N DIM QUERIES DEVICES OUT_JSON
+      Flat and IVF-PQ on N seeded clustered vectors, built and searched on each of DEVICES
+  gauge-gpu-check train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR]
+      train-lora's step (LoRA r 16 on all seven projections, NF4 base) on MODEL
+  gauge-gpu-check generate MODEL REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--device cpu|cuda]
+      prefill and greedy decoding on the reference prompts, end to end";
+
 /// Runs the subcommand `args[1]` names (`args`: the whole command line, program first).
 pub fn run(args: Vec<String>) -> anyhow::Result<()> {
     // The examples read their arguments after a program name: drop the subcommand for those
@@ -32,6 +45,10 @@ pub fn run(args: Vec<String>) -> anyhow::Result<()> {
         Some("embed" | "faiss") => embed_and_faiss::main_with(args.clone()),
         Some("train") => train::main_with(without_subcommand()),
         Some("generate") => generate::main_with(without_subcommand()),
-        _ => anyhow::bail!("usage: gauge-gpu-check embed|faiss|train|generate ARGS… (see the crate docs)"),
+        Some("--help" | "-h") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => anyhow::bail!("{USAGE}"),
     }
 }
