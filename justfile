@@ -55,9 +55,11 @@ docs:
     command -v mdbook >/dev/null 2>&1 || cargo install mdbook --locked --version 0.4.52
     out=$(mdbook build docs 2>&1) || { echo "$out"; exit 1; }; echo "$out"; ! echo "$out" | grep -E "WARN|ERROR"
 
-# Mutation fuzzing of every parser of user files (GGUF, chat templates, golden sets, pipelines, PEFT folders) for SECONDS each, from a fresh seed; a crash is saved under target/fuzz-failures/ (`just test` runs a short fixed-seed pass).
+# Mutation fuzzing of every parser of user files (GGUF, chat templates, golden sets, pipelines, PEFT folders) for SECONDS each, from a fresh seed; a crash is saved under target/fuzz-failures/ (`just test` runs a short fixed-seed pass); then tests/bounds.rs with every loaded extreme run through `evaluate` (`just test` runs 12).
 fuzz seconds="600": setup models
     GAUGE_FUZZ_SECONDS={{seconds}} cargo test --release --test fuzz -- --nocapture --test-threads 2
+    # Every numeric pipeline field through extremes, every loaded pipeline through `evaluate` (~6 min).
+    GAUGE_FUZZ_SECONDS={{seconds}} cargo test --release --test bounds -- --nocapture
 
 # The fault matrix over the real binaries (tests/faults.rs): SIGKILL at seeded points of every stage then a rerun equal to an uninterrupted run, a full disk (tmpfs, else `ulimit -f`), a read-only artifacts root, four concurrent runs of one stage, an endpoint that dies mid-run; one line per try and a total, non-zero on any loss. `just faults short` (one kill point per stage) is CI's variant; `full` kills each stage at three points.
 faults variant="full": setup models
