@@ -69,9 +69,9 @@ faults variant="full": setup models
 lint:
     cargo clippy --release --workspace --all-targets -- -D warnings
 
-# Type-check the CUDA build of every Burn model crate (no CUDA toolkit needed; CI runs it).
+# Type-check the CUDA build of every Burn model crate and of the GPU check binary (train and decode on CUDA too; no CUDA toolkit needed; CI runs it).
 check-cuda:
-    CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo check --release --workspace --all-targets --features gauge-encoder/cuda,gauge-embed/cuda,gauge-rerank/cuda,gauge-engine/cuda
+    CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000} cargo check --release --workspace --all-targets --features gauge-encoder/cuda,gauge-embed/cuda,gauge-rerank/cuda,gauge-engine/cuda,gauge-gpu-check/cuda
 
 # The stage recipes form the DAG: each calls the previous stage's recipe (a cache hit when its
 # artifact exists) and passes the printed directory on. Flags go to the last stage only.

@@ -61,6 +61,9 @@ fn numeric_paths() -> Vec<String> {
     out
 }
 
+/// A TOML table as dotted keys and value texts.
+type Table = BTreeMap<String, String>;
+
 /// A pipeline file with `path` set to `value` (TOML text), and what that field needs beside it.
 fn pipeline_text(path: &str, value: &str, url: &str) -> String {
     let api = |prefix: &str| -> Vec<(String, String)> {
@@ -82,7 +85,7 @@ fn pipeline_text(path: &str, value: &str, url: &str) -> String {
     };
     let mut baseline = row("Hybrid");
     let mut variant = row("Variant");
-    let (mut answer, mut judge, mut search, mut generator): (Option<BTreeMap<String, String>>, Option<BTreeMap<String, String>>, Option<BTreeMap<String, String>>, Option<BTreeMap<String, String>>) = (None, None, None, None);
+    let (mut answer, mut judge, mut search, mut generator): (Option<Table>, Option<Table>, Option<Table>, Option<Table>) = (None, None, None, None);
     let stage_context = |table: &mut BTreeMap<String, String>, field: &str| {
         if field.starts_with("retrieval.fusion.alpha") {
             table.insert("retrieval.fusion.kind".into(), "\"weighted\"".into());
