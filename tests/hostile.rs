@@ -89,6 +89,9 @@ fn a_pipeline_name_is_never_a_path_and_only_an_evaluation_folder_is_replaced() {
     // (before: exit 0 and every metric 0.000).
     std::fs::write(tmp.path().join("golden.jsonl"), "{\"qid\":\"q-past\",\"question\":\"When are gate arms lowered?\",\"gold\":[{\"source\":\"gates.md\",\"page\":99}]}\n").unwrap();
     refused(&evaluate(&p), "question `q-past` names page 99 of `gates.md`, which has 1 page(s)");
+    // Unless the pipeline says its golden set's pages are approximate: a warning with a count.
+    let out = ok(evaluate(&pipeline(tmp.path(), "name = \"mine\"\ngold_pages = \"approximate\"")));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 gold page(s) lie past their document's end"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

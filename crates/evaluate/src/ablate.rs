@@ -452,9 +452,15 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
         *last = (*last).max(p.page);
     }
     let past = gauge_core::golden::pages_out_of_range(golden, &last_pages);
+    if pipeline.gold_pages == crate::pipeline::GoldPages::Approximate {
+        if let Some((qid, source, page, last)) = past.first() {
+            tracing::warn!("{}: {} gold page(s) lie past their document's end (e.g. question `{qid}`: page {page} of `{source}`, which has {last}); judged as they are (gold_pages = \"approximate\")", pipeline.golden.display(), past.len());
+        }
+        return Ok(());
+    }
     if let Some((qid, source, page, last)) = past.first() {
         anyhow::bail!(
-            "{}: question `{qid}` names page {page} of `{source}`, which has {last} page(s){}; fix the golden set (pages are 1-based, as `extract` numbers them)",
+            "{}: question `{qid}` names page {page} of `{source}`, which has {last} page(s){}; fix the golden set (pages are 1-based, as `extract` numbers them), or set gold_pages = \"approximate\" in the pipeline",
             pipeline.golden.display(),
             if past.len() > 1 { format!(" ({} gold pages in all lie past their document's end)", past.len()) } else { String::new() }
         );

@@ -52,6 +52,23 @@ pub struct Pipeline {
     pub stats: StatsSection,
     /// The config search (`[search]`), when the pipeline has one.
     pub search: Option<crate::search::SearchPlan>,
+    /// Whether the golden set's page numbers are exact (a page past its document's end is an
+    /// error) or approximate (a warning with a count).
+    pub gold_pages: GoldPages,
+}
+
+/// `gold_pages`: how far the golden set's page numbers are trusted.
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GoldPages {
+    /// Every gold page lies inside its document (`extract`'s numbering): one that does not is an
+    /// error naming the question.
+    #[default]
+    Exact,
+    /// Page numbers are approximate (a golden set written against another edition or another
+    /// page numbering): pages past a document's end are counted in a warning and judged as they
+    /// are (they match nothing).
+    Approximate,
 }
 
 /// `stats = { correction = "holm" | "bh" | "none" }`: the multiple-comparison correction over
@@ -106,6 +123,10 @@ struct PipelineFileSchema {
     stats: StatsSection,
     /// A config search over a space of fields, confirmed on held-out questions.
     search: Option<crate::search::SearchSection>,
+    /// `exact` (default): a gold page past its document's end is an error naming the question;
+    /// `approximate`: a warning with a count.
+    #[serde(default)]
+    gold_pages: GoldPages,
 }
 
 /// One config of a pipeline (`[baseline]` or `[[variants]]`).
@@ -179,6 +200,8 @@ struct PipelineFile {
     #[serde(default)]
     stats: StatsSection,
     search: Option<toml::Table>,
+    #[serde(default)]
+    gold_pages: GoldPages,
 }
 
 fn default_seed() -> u64 {
@@ -317,7 +340,7 @@ impl Pipeline {
         };
         let prompts = here.join("prompts");
         Ok(Pipeline {
-            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats })
+            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages })
     }
 }
 
