@@ -492,7 +492,7 @@ fn shared_root(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
     let cwd = inp.corpus.parent().unwrap();
     let (b, args) = command(inp, &root, "extract");
     // This namespace's build, paused after writing everything.
-    let paused = Command::new(bin(&b)).args(&args).current_dir(cwd).env("GAUGE_NO_PROGRESS", "1").env("GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS", "3000").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let paused = Command::new(bin(&b)).args(&args).current_dir(cwd).env("GAUGE_NO_PROGRESS", "1").env("GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS", "5000").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
     while !std::fs::read_dir(root.join("extract")).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-")) && started.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(20));
