@@ -272,6 +272,11 @@ fn delta_cell(m: Option<&MetricRow>) -> String {
 
 fn family_text(cx: &ReportContext<'_>) -> String {
     let primary: Vec<&str> = cx.registry.iter().filter(|m| m.delta_column).map(|m| m.label.as_str()).collect();
+    if cx.family_size == 0 {
+        // One retrieval config: nothing to compare, so no family to adjust over (the answer
+        // rows' deltas, when there are any, are adjusted as a family of their own).
+        return "(one retrieval config: no retrieval comparisons to adjust; answer rows, if any, are adjusted as their own family below)".to_string();
+    }
     match cx.correction {
         crate::stats::Correction::None => format!("(not corrected for the {} comparisons: `stats.correction = \"none\"`)", cx.family_size),
         c => format!("after {} adjustment over the family of {} comparisons (every config's Δ {} and every `compare_to` comparison; `stats.correction`); raw and adjusted p are in metrics.parquet", c.label(), cx.family_size, primary.join(" and ")),
