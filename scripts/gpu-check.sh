@@ -20,13 +20,13 @@
 # and at the end gpu-check.json and gpu-check.md (always written, whatever failed).
 # Sizes and time limits (GPU mode; the estimate of each section on an H200 with 16 cores):
 #   env ~5 s; parity (fixture + 2,000 passages: gauge CUDA, gauge CPU, PyTorch strict fp32)
-#   ~60 s, at most 120; throughput (20,000 passages: gauge CUDA vs sentence-transformers fp32,
-#   TF32, fp16, bf16) ~70 s, at most 120; faiss (Flat and IVF-PQ on 200,000 × 384, GPU vs CPU)
-#   ~40 s, at most 75; train (a random Llama of SmolLM2-135M's shape, 2 × 512 tokens: gauge CUDA
+#   ~60 s, at most 100; throughput (20,000 passages: gauge CUDA vs sentence-transformers fp32,
+#   TF32, fp16, bf16) ~70 s, at most 100; faiss (Flat and IVF-PQ on 200,000 × 384, GPU vs CPU)
+#   ~40 s, at most 60; train (a random Llama of SmolLM2-135M's shape, 2 × 512 tokens: gauge CUDA
 #   QLoRA-style on an NF4 base vs PEFT LoRA on an fp32 and a bf16 base; PEFT loading gauge's
-#   adapter) ~90 s, at most 150; generate (the same model, fixture prompts, 32 greedy steps end
-#   to end: gauge CUDA vs transformers' generate loop) ~40 s, at most 75. About 5 minutes in
-#   all, 9 at the very most: one rerun fits in the 15 minutes a GPU machine is lent.
+#   adapter) ~90 s, at most 120; generate (the same model, fixture prompts, 32 greedy steps end
+#   to end: gauge CUDA vs transformers' generate loop) ~40 s, at most 60. About 5 minutes in
+#   all; the limits (with 10 s to kill each) add up to under 8 minutes, inside a 540 s command.
 # GAUGE_GPU_CHECK_ONLY="env faiss" runs only the sections named; GAUGE_GPU_CHECK_BREAK=NAME runs
 # that section with its gauge binary missing (scripts/gpu-rehearse.sh shows the rest survive).
 # Exit status: 0 when every section ran and every parity check passed; 1 otherwise; 2 when the
@@ -103,7 +103,7 @@ fi
 gauge_ld=$bundle_lib
 if [ "$mode" = gpu ]; then
   if [ -z "${CUDA_PATH:-}" ] && command -v nvcc >/dev/null 2>&1; then CUDA_PATH=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"); fi
-  for d in "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-13*; do
+  for d in "${CUDA_PATH:-}" /usr/local/cuda-13* /usr/local/cuda; do
     if [ -n "$d" ] && [ -d "$d/include" ]; then CUDA_PATH=$d; break; fi
   done
   export CUDA_PATH=${CUDA_PATH:-/usr/local/cuda}
@@ -114,14 +114,14 @@ if [ "$mode" = gpu ]; then
     [ -n "$found" ] && gauge_ld="$gauge_ld:$(dirname "$found")"
   done
 fi
-gauge() { LD_LIBRARY_PATH="$gauge_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin" "$@"; }
+gauge() { local p=${gauge_ld#:}; [ -n "${LD_LIBRARY_PATH:-}" ] && p=${p:+$p:}$LD_LIBRARY_PATH; LD_LIBRARY_PATH="$p" "$bin" "$@"; }
 { echo "binary: $bin ($(du -h "$bin" | cut -f1))"; LD_LIBRARY_PATH="$gauge_ld" ldd "$bin" 2>&1; } > "$out/ldd.txt"
 if grep -q "not found" "$out/ldd.txt"; then log "some libraries of $bin are not found (see ldd.txt); the sections that need them will fail"; fi
 
 # --- sizes -------------------------------------------------------------------------------------
 case $mode in
   gpu) dev=cuda; n_passages=20000; n_parity=2000; n_faiss=200000; n_queries=1000; t_seq=512; t_batch=2; t_steps=3; n_decode=32
-       limits=(120 120 75 150 75) ;;
+       limits=(100 100 60 120 60) ;;
   rehearse) dev=cpu; n_passages=200; n_parity=32; n_faiss=5000; n_queries=50; t_seq=64; t_batch=1; t_steps=1; n_decode=4
        limits=(300 300 120 400 200) ;;
   cpu-only) dev=cpu; n_passages=500; n_parity=64; n_faiss=20000; n_queries=200; t_seq=512; t_batch=2; t_steps=2; n_decode=32
@@ -145,6 +145,15 @@ compact() { "$py" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[
 embed() { gauge embed "$1" "$2" "$3" "$4" 256 2>> "$out/gauge.log"; }   # MODEL TEXTS DEVICE OUT_F32 → timing JSON
 compare() { pyc compare "$1" "$2" 384; }
 ref_backend=torch-$dev
+
+# The random Llama, made once into a temporary name and renamed (a section killed half-way
+# leaves no half-written model for the next one).
+make_llama() {
+  [ -d "$work/llama-random" ] && return 0
+  rm -rf "$work/llama-random.partial"
+  pyc make-llama "$work/llama-random.partial" "$assets" 2>> "$out/python.log"
+  mv "$work/llama-random.partial" "$work/llama-random"
+}
 
 sec_env() {
   if [ "$mode" = gpu ]; then nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true; fi
@@ -204,7 +213,7 @@ sec_train() {
     record "train/gauge-cpu-smollm2-q4_1" "$(compact "$work/train-cpu.json")"
   fi
   [ $has_peft -eq 1 ] || return 0
-  [ -d "$work/llama-random" ] || pyc make-llama "$work/llama-random" "$assets" 2>> "$out/python.log"
+  make_llama
   gauge train "$work/llama-random" "$t_seq" "$t_batch" "$t_steps" "$work/train-gauge.json" --device "$dev" --check-dir "$work/lora" 2>> "$out/gauge.log" > /dev/null
   record "train/gauge-$dev-qlora-nf4-base" "$(compact "$work/train-gauge.json")"
   local dtypes="fp32 bf16"; [ "$dev" = cpu ] && dtypes=fp32
@@ -216,7 +225,7 @@ sec_train() {
 
 sec_generate() {
   [ $has_torch -eq 1 ] && [ -f "$gen_ref" ] || return 0
-  [ -d "$work/llama-random" ] || pyc make-llama "$work/llama-random" "$assets" 2>> "$out/python.log"
+  make_llama
   gauge generate "$work/llama-random" "$gen_ref" "$n_decode" "$work/generate-gauge.json" --device "$dev" 2>> "$out/gauge.log" > /dev/null
   record "generate/gauge-$dev-end-to-end" "$(compact "$work/generate-gauge.json")"
   record "generate/transformers-$dev-end-to-end" "$(pyc hf-generate "$work/llama-random" "$gen_ref" "$n_decode" "$dev" 2>> "$out/python.log")"
@@ -251,7 +260,7 @@ elif [ -f "$fixture" ]; then pyc texts "$fixture" "$work/fixture.jsonl"
 else die "no fixture texts (../shared/fixtures or the bundle)"; fi
 gen_ref=../shared/fixtures/smollm2/reference.jsonl
 [ -f "$gen_ref" ] || gen_ref=$bundle/smollm2-reference.jsonl
-pyc passages "$n_passages" "$work/passages.jsonl"
+pyc passages "$n_passages" "$work/passages.jsonl" || die "cannot write the synthetic passages"
 head -n "$n_parity" "$work/passages.jsonl" > "$work/parity.jsonl"
 model=$work/bert-random
 maker=numpy; [ $has_torch -eq 1 ] && maker=transformers
@@ -260,9 +269,9 @@ pyc make-model "$model" "$assets" "$maker" 2>> "$out/python.log" || die "cannot 
 
 export out work results py bin gauge_ld mode dev model assets fixture gen_ref has_torch has_peft has_st ref_backend \
   n_passages n_faiss n_queries t_seq t_batch t_steps n_decode
-export -f log pyc json_str record compact embed compare gauge sec_env sec_parity sec_throughput sec_faiss sec_train sec_generate
+export -f log pyc json_str record compact embed compare gauge make_llama sec_env sec_parity sec_throughput sec_faiss sec_train sec_generate
 
-section env 30
+section env 20
 section parity "${limits[0]}"
 section throughput "${limits[1]}"
 section faiss "${limits[2]}"

@@ -47,7 +47,11 @@ pub fn check_api_key_env(name: &str) -> Result<(), String> {
         return Err(format!("api_key_env is not the name of an environment variable (letters, digits and `_`; {} characters given, not shown in case it is a key): {fix}", name.chars().count()));
     }
     // Variable names are words joined by `_`; keys are long runs of mixed letters and digits.
-    let key_like = name.len() >= 24 && !name.contains('_') && name.chars().any(|c| c.is_ascii_digit()) && name.chars().any(|c| c.is_ascii_lowercase());
+    // Providers' prefixes (OpenAI, Hugging Face, Groq, GitHub, Google), or a run of ≥ 16 mixed
+    // lower-case letters and digits between underscores.
+    let prefixed = ["sk-", "hf_", "gsk_", "ghp_", "github_pat_", "AIza", "xai-"].iter().any(|p| name.starts_with(p)) && name.len() >= 20;
+    let mixed_run = name.split('_').any(|part| part.len() >= 16 && part.chars().any(|c| c.is_ascii_digit()) && part.chars().any(|c| c.is_ascii_lowercase()));
+    let key_like = prefixed || mixed_run;
     if key_like {
         return Err(format!("api_key_env looks like an API key rather than a variable name ({} characters, not shown): {fix}", name.len()));
     }
@@ -849,7 +853,7 @@ mod tests {
             assert!(check_api_key_env(ok).is_ok(), "{ok}");
         }
         let key = "sk-proj-AbCdEf0123456789GhIjKl";
-        for bad in [key, "abcdef0123456789abcdef0123456789", "1ABC", "my key"] {
+        for bad in [key, "abcdef0123456789abcdef0123456789", "1ABC", "my key", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "gsk_aB3dE5gH7jK9mN1pQ3sT5vW7"] {
             let e = check_api_key_env(bad).unwrap_err();
             assert!(!e.contains(bad), "the error repeats the value: {e}");
         }

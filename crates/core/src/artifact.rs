@@ -299,40 +299,55 @@ impl StageRun {
             eprintln!("gauge: pausing {ms} ms before commit (GAUGE_TEST_PAUSE_BEFORE_COMMIT_MS)");
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-        if !self.force && self.final_dir.join(MANIFEST_FILE).is_file() {
-            return Ok(self.lost_race());
-        }
-        let mut trash = None;
-        if self.final_dir.exists() {
-            let old = self.final_dir.with_file_name(format!(".old-{}-{}", self.manifest.fingerprint, crate::owner::suffix()));
-            match std::fs::rename(&self.final_dir, &old) {
-                Ok(()) => trash = Some(old),
-                // Another --force run moved it aside a moment ago.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(CoreError::io(&self.final_dir, e)),
-            }
-            // A death here leaves the old artifact as `.old-<fingerprint>-<owner>-<pid>` and no
-            // `<fingerprint>`: the next run's cleanup puts it back (`remove_stale_temporaries`).
-            crate::failpoint("commit-between-renames");
-        }
-        if let Err(e) = std::fs::rename(&self.tmp_dir, &self.final_dir) {
-            // Another process renamed its complete copy into place between the check and the
-            // rename (rename(2) refuses a non-empty destination).
-            if self.final_dir.join(MANIFEST_FILE).is_file() {
-                if let Some(old) = trash {
-                    let _ = std::fs::remove_dir_all(old);
+        if !self.force {
+            // Never move an artifact aside without --force: rename(2) refuses a non-empty
+            // destination, so whoever renames first wins and the other run answers with it.
+            if let Err(e) = std::fs::rename(&self.tmp_dir, &self.final_dir) {
+                if self.final_dir.join(MANIFEST_FILE).is_file() {
+                    return Ok(self.lost_race());
                 }
-                return Ok(self.lost_race());
+                return Err(CoreError::io(&self.final_dir, e));
             }
-            return Err(CoreError::io(&self.final_dir, e));
+        } else {
+            let mut trash = Vec::new();
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                if self.final_dir.exists() {
+                    let old = self.final_dir.with_file_name(format!(".old-{}-{}", self.manifest.fingerprint, crate::owner::suffix()));
+                    let _ = std::fs::remove_dir_all(&old);
+                    match std::fs::rename(&self.final_dir, &old) {
+                        Ok(()) => trash.push(old),
+                        // Another run moved it aside a moment ago.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(CoreError::io(&self.final_dir, e)),
+                    }
+                    // A death here leaves the old artifact as `.old-<fingerprint>-<owner>-<pid>`
+                    // and no `<fingerprint>`: the next run's cleanup puts it back.
+                    crate::failpoint("commit-between-renames");
+                }
+                match std::fs::rename(&self.tmp_dir, &self.final_dir) {
+                    Ok(()) => break,
+                    // Another run renamed its copy in between: --force replaces it, again.
+                    Err(_) if attempt < 8 && self.final_dir.exists() => continue,
+                    Err(e) => {
+                        if !self.final_dir.exists() {
+                            if let Some(old) = trash.pop() {
+                                let _ = std::fs::rename(old, &self.final_dir);
+                            }
+                        }
+                        return Err(CoreError::io(&self.final_dir, e));
+                    }
+                }
+            }
+            for old in trash {
+                let _ = std::fs::remove_dir_all(old);
+            }
         }
         if let Some(parent) = self.final_dir.parent() {
             fsync_dir(parent);
         }
         self.committed = true;
-        if let Some(old) = trash {
-            let _ = std::fs::remove_dir_all(old);
-        }
         let _ = std::fs::remove_dir_all(&self.checkpoint_dir);
         Ok(self.final_dir.clone())
     }
@@ -469,10 +484,21 @@ pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) ->
                 return Ok(());
             }
             Err(e) => {
-                // Someone else's copy took the place between the two renames: ours goes back
-                // round (theirs, now in place, is a result of the same kind).
+                let raced = matches!(e.kind(), std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists) && dest.exists();
                 if had_old {
-                    let _ = std::fs::remove_dir_all(&old);
+                    if raced {
+                        // Someone else's copy took the place between the two renames: ours goes
+                        // back round (theirs, now in place, is a result of the same kind).
+                        let _ = std::fs::remove_dir_all(&old);
+                    } else {
+                        // Any other failure (a full disk, a stale NFS handle): the previous
+                        // result goes back in place, and the error is reported.
+                        let _ = std::fs::rename(&old, dest);
+                    }
+                }
+                if !raced {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                    return Err(CoreError::io(dest, e));
                 }
                 last_error = Some(e);
                 std::thread::sleep(std::time::Duration::from_millis(5));

@@ -15,12 +15,18 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+/// Whether this host has a machine id: without one the host hash is its name alone, too weak to
+/// declare another boot's temporaries dead (two machines may share a name).
+static HAS_MACHINE_ID: OnceLock<bool> = OnceLock::new();
+
 /// The owner token of this process: `<host>.<boot>.<pid namespace>`, 8 hex characters each.
 pub fn token() -> &'static str {
     static TOKEN: OnceLock<String> = OnceLock::new();
     TOKEN.get_or_init(|| {
         let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
-        let host = format!("{}|{}", read("/etc/machine-id"), read("/proc/sys/kernel/hostname"));
+        let machine_id = read("/etc/machine-id");
+        let _ = HAS_MACHINE_ID.set(!machine_id.is_empty());
+        let host = format!("{machine_id}|{}", read("/proc/sys/kernel/hostname"));
         let boot = read("/proc/sys/kernel/random/boot_id");
         let pidns = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string()).unwrap_or_default();
         let short = |s: &str| crate::hash::bytes_hash(s.as_bytes())[..8].to_string();
@@ -71,8 +77,9 @@ pub fn is_dead(owner: Option<&str>, pid: u32) -> bool {
         Some(o) => {
             let mine: Vec<&str> = token().split('.').collect();
             let theirs: Vec<&str> = o.split('.').collect();
-            // Same host, another boot: nothing of that boot runs any more.
-            theirs.len() == 3 && theirs[0] == mine[0] && theirs[1] != mine[1]
+            // Same host, another boot: nothing of that boot runs any more (only where the host
+            // has a machine id to be told apart by).
+            HAS_MACHINE_ID.get().copied().unwrap_or(false) && theirs.len() == 3 && theirs[0] == mine[0] && theirs[1] != mine[1]
         }
     }
 }
@@ -105,9 +112,9 @@ mod tests {
         assert!(!is_dead(Some(&other_ns), 4_000_000_000));
         let other_host = format!("{}.{}.{}", if mine[0] == "00000000" { "11111111" } else { "00000000" }, mine[1], mine[2]);
         assert!(!is_dead(Some(&other_host), 4_000_000_000));
-        // This host after a reboot: dead.
+        // This host after a reboot: dead, where the host has a machine id to be known by.
         let old_boot = format!("{}.{}.{}", mine[0], if mine[1] == "00000000" { "11111111" } else { "00000000" }, mine[2]);
-        assert!(is_dead(Some(&old_boot), 1));
+        assert_eq!(is_dead(Some(&old_boot), 1), !std::fs::read_to_string("/etc/machine-id").unwrap_or_default().trim().is_empty());
         assert!(parse("no-pid-here").is_none());
     }
 }
