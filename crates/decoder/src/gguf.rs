@@ -1,5 +1,5 @@
 //! GGUF files (llama.cpp's format): header, metadata, tensor table, and dequantisation of the
-//! tensor types Llama-family files use (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), exactly as
+//! tensor types Llama-family files use (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K), exactly as
 //! ggml computes them (in f32).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,6 +75,11 @@ pub enum GgmlType {
     Q4_0,
     /// 32 weights: f16 scale, f16 minimum, 16 bytes of nibbles.
     Q4_1,
+    /// 32 weights: f16 scale, 32 high bits, 16 bytes of nibbles, offset 16 (K-quant files'
+    /// fallback for rows whose length is no multiple of 256; dequantised on load).
+    Q5_0,
+    /// 32 weights: f16 scale, f16 minimum, 32 high bits, 16 bytes of nibbles (dequantised on load).
+    Q5_1,
     /// 256 weights in 8 sub-blocks with 6-bit scales and minimums.
     Q4K,
     /// 256 weights, 6 bits each, 16 sub-blocks with i8 scales.
@@ -88,6 +93,8 @@ impl GgmlType {
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
             12 => GgmlType::Q4K,
             14 => GgmlType::Q6K,
@@ -104,6 +111,8 @@ impl GgmlType {
             GgmlType::Q8_0 => (32, 34),
             GgmlType::Q4_0 => (32, 18),
             GgmlType::Q4_1 => (32, 20),
+            GgmlType::Q5_0 => (32, 22),
+            GgmlType::Q5_1 => (32, 24),
             GgmlType::Q4K => (256, 144),
             GgmlType::Q6K => (256, 210),
         }
@@ -253,7 +262,7 @@ impl Gguf {
                 return Err(DecoderError::file(path, format!("tensor `{name}` has dimensions {dims:?}, more elements than the file could hold (corrupt file?)")));
             }
             let ty_id = c.u32()?;
-            let ty = GgmlType::from_id(ty_id).ok_or_else(|| DecoderError::file(path, format!("tensor `{name}` has ggml type {ty_id}, which gauge does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)")))?;
+            let ty = GgmlType::from_id(ty_id).ok_or_else(|| DecoderError::file(path, format!("tensor `{name}` has ggml type {ty_id}, which gauge does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)")))?;
             let offset = c.u64()? as usize;
             tensors.insert(name, TensorInfo { dims, ty, offset });
         }
@@ -317,6 +326,19 @@ pub fn dequantize(ty: GgmlType, raw: &[u8], n: usize) -> Vec<f32> {
                 let qs = &b[4..20];
                 out.extend(qs.iter().map(|&q| d * (q & 0x0f) as f32 + m));
                 out.extend(qs.iter().map(|&q| d * (q >> 4) as f32 + m));
+            }
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            // ggml's dequantize_row_q5_0/q5_1: the low nibble of byte j and bit j of qh make
+            // weight j; the high nibble and bit j + 16 make weight j + 16.
+            let (bs, at) = if ty == GgmlType::Q5_0 { (22, 2) } else { (24, 4) };
+            for b in raw.chunks_exact(bs) {
+                let d = f16(&b[0..2]);
+                let m = if ty == GgmlType::Q5_0 { -16.0 * d } else { f16(&b[2..4]) };
+                let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+                let qs = &b[at + 4..at + 20];
+                out.extend(qs.iter().enumerate().map(|(j, &q)| d * ((q & 0x0f) as u32 | (((qh >> j) << 4) & 0x10)) as f32 + m));
+                out.extend(qs.iter().enumerate().map(|(j, &q)| d * ((q >> 4) as u32 | ((qh >> (j + 12)) & 0x10)) as f32 + m));
             }
         }
         GgmlType::Q4K => {
@@ -471,6 +493,22 @@ pub(crate) mod tests {
         b.extend(std::iter::repeat_n(0x8f_u8, 16));
         let y = dequantize(GgmlType::Q4_0, &b, 32);
         assert_eq!((y[0], y[16]), (14.0, 0.0));
+        // Q5_0: d = 0.5, nibbles j / 15 - j, high bits set for weights 1 and 17 only.
+        let mut b = Vec::new();
+        b.extend_from_slice(&f16_bytes(0.5));
+        b.extend_from_slice(&((1u32 << 1) | (1u32 << 17)).to_le_bytes());
+        b.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let y = dequantize(GgmlType::Q5_0, &b, 32);
+        assert_eq!((y[0], y[1], y[2]), (0.5 * (0.0 - 16.0), 0.5 * (17.0 - 16.0), 0.5 * (2.0 - 16.0)));
+        assert_eq!((y[16], y[17], y[18]), (0.5 * (15.0 - 16.0), 0.5 * (30.0 - 16.0), 0.5 * (13.0 - 16.0)));
+        // Q5_1: the same bits with a minimum instead of the offset.
+        let mut b = Vec::new();
+        b.extend_from_slice(&f16_bytes(0.5));
+        b.extend_from_slice(&f16_bytes(-1.0));
+        b.extend_from_slice(&((1u32 << 1) | (1u32 << 17)).to_le_bytes());
+        b.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let y = dequantize(GgmlType::Q5_1, &b, 32);
+        assert_eq!((y[1], y[17], y[31]), (0.5 * 17.0 - 1.0, 0.5 * 30.0 - 1.0, 0.5 * 0.0 - 1.0));
     }
 
     #[test]

@@ -1,0 +1,219 @@
+//! The sources a bench measures, stamped into its file so staleness cannot hide.
+//!
+//! A bench names the workspace crates it measures and any other paths (its example, its
+//! script); the stamp holds the closure of those crates over their workspace `[dependencies]`,
+//! the commit, and one BLAKE3 hash of every file under those paths (relative path and bytes,
+//! in path order; `target/` and hidden entries skipped). [`stale`] recomputes the hash of each
+//! bench file's paths: a file whose measured sources changed since it was written is stale.
+//! Dependency versions (Cargo.lock) are not in the hash: a registry bump does not stale a file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{BenchError, Result};
+
+/// What a bench measured, as of its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stamp {
+    /// `git rev-parse HEAD` at the run (`None` outside a git checkout).
+    pub commit: Option<String>,
+    /// Whether any measured path had uncommitted changes (`git status --porcelain`).
+    pub dirty: bool,
+    /// The workspace crates named by the bench and every workspace crate they depend on.
+    pub crates: Vec<String>,
+    /// Every path hashed, relative to the repository root.
+    pub paths: Vec<String>,
+    /// BLAKE3 of the files under `paths`.
+    pub hash: String,
+}
+
+/// Workspace crates under `root/crates`: package name → (folder, workspace dependencies).
+fn workspace_crates(root: &Path) -> Result<BTreeMap<String, (String, Vec<String>)>> {
+    let dir = root.join("crates");
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(&dir).map_err(|e| BenchError::io(&dir, e))?.flatten() {
+        let manifest = e.path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+        let t: toml::Table = text.parse().map_err(|e| BenchError::Invalid(format!("{}: {e}", manifest.display())))?;
+        let Some(name) = t.get("package").and_then(|p| p.get("name")).and_then(|n| n.as_str()) else { continue };
+        let deps = t.get("dependencies").and_then(|d| d.as_table()).map(|d| d.keys().filter(|k| k.starts_with("gauge-")).cloned().collect()).unwrap_or_default();
+        out.insert(name.to_string(), (format!("crates/{}", e.file_name().to_string_lossy()), deps));
+    }
+    Ok(out)
+}
+
+/// The crates named and every workspace crate they depend on, sorted.
+pub fn closure(root: &Path, crates: &[String]) -> Result<Vec<String>> {
+    let all = workspace_crates(root)?;
+    let mut seen = BTreeSet::new();
+    let mut todo: Vec<String> = crates.to_vec();
+    while let Some(c) = todo.pop() {
+        let (_, deps) = all.get(&c).ok_or_else(|| BenchError::Invalid(format!("`{c}` is no crate under {}/crates", root.display())))?;
+        if seen.insert(c.clone()) {
+            todo.extend(deps.iter().cloned());
+        }
+    }
+    Ok(seen.into_iter().collect())
+}
+
+fn walk(root: &Path, rel: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
+    let full = root.join(rel);
+    let meta = std::fs::metadata(&full).map_err(|e| BenchError::io(&full, e))?;
+    if meta.is_file() {
+        files.push(rel.to_path_buf());
+        return Ok(());
+    }
+    for e in std::fs::read_dir(&full).map_err(|e| BenchError::io(&full, e))?.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') || name == "target" {
+            continue;
+        }
+        walk(root, &rel.join(&name), files)?;
+    }
+    Ok(())
+}
+
+/// BLAKE3 of every file under `paths` (relative to `root`), in path order.
+pub fn hash(root: &Path, paths: &[String]) -> Result<String> {
+    let mut files = Vec::new();
+    for p in paths {
+        walk(root, Path::new(p), &mut files)?;
+    }
+    files.sort();
+    files.dedup();
+    let mut h = blake3::Hasher::new();
+    for f in &files {
+        let bytes = std::fs::read(root.join(f)).map_err(|e| BenchError::io(root.join(f), e))?;
+        h.update(f.to_string_lossy().as_bytes());
+        h.update(&[0]);
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+fn git(root: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git").arg("-C").arg(root).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl Stamp {
+    /// Stamps the crates named (and their closure) and the extra paths, now.
+    pub fn take(root: &Path, crates: &[String], extra: &[String]) -> Result<Stamp> {
+        let all = workspace_crates(root)?;
+        let crates = closure(root, crates)?;
+        let mut paths: Vec<String> = crates.iter().map(|c| all[c].0.clone()).chain(extra.iter().cloned()).collect();
+        paths.sort();
+        paths.dedup();
+        let hash = hash(root, &paths)?;
+        let commit = git(root, &["rev-parse", "HEAD"]);
+        let mut status = vec!["status", "--porcelain", "--"];
+        status.extend(paths.iter().map(String::as_str));
+        let dirty = git(root, &status).is_some_and(|s| !s.is_empty());
+        Ok(Stamp { commit, dirty, crates, paths, hash })
+    }
+}
+
+/// A bench file whose measured sources changed since it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaleFile {
+    /// The bench file, relative to the root.
+    pub file: String,
+    /// Why: the hash differs, or a path it measured is gone.
+    pub why: String,
+}
+
+/// Bench files under `root/bench` (`*.json` and `*/*.json`) with a `sources` stamp.
+pub fn stamped_files(root: &Path) -> Result<Vec<(String, Stamp)>> {
+    let mut out = Vec::new();
+    let dir = root.join("bench");
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&dir).map_err(|e| BenchError::io(&dir, e))?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).map_err(|e| BenchError::io(&p, e))?.flatten().map(|e| e.path()));
+        } else {
+            files.push(p);
+        }
+    }
+    files.sort();
+    for p in files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "json")) {
+        let text = std::fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+        if let Some(s) = v.get("sources").filter(|s| s.get("hash").is_some()) {
+            let stamp: Stamp = serde_json::from_value(s.clone()).map_err(|e| BenchError::Invalid(format!("{}: `sources`: {e}", p.display())))?;
+            out.push((p.strip_prefix(root).unwrap_or(&p).to_string_lossy().to_string(), stamp));
+        }
+    }
+    Ok(out)
+}
+
+/// Every stamped bench file whose measured sources changed since its run.
+pub fn stale(root: &Path) -> Result<Vec<StaleFile>> {
+    let mut out = Vec::new();
+    for (file, stamp) in stamped_files(root)? {
+        match hash(root, &stamp.paths) {
+            Ok(h) if h == stamp.hash => {}
+            Ok(_) => out.push(StaleFile { file, why: format!("the sources it measured changed since commit {} ({})", stamp.commit.as_deref().unwrap_or("?"), stamp.paths.join(", ")) }),
+            Err(e) => out.push(StaleFile { file, why: format!("a path it measured is gone: {e}") }),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A tiny workspace: crates a → b → c, and d alone.
+    pub(crate) fn toy_root() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (name, deps) in [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec![]), ("d", vec![])] {
+            let dir = d.path().join("crates").join(name);
+            std::fs::create_dir_all(dir.join("src")).unwrap();
+            let deps: String = deps.iter().map(|x| format!("gauge-{x}.workspace = true\n")).collect();
+            std::fs::write(dir.join("Cargo.toml"), format!("[package]\nname = \"gauge-{name}\"\n[dependencies]\nserde = \"1\"\n{deps}")).unwrap();
+            std::fs::write(dir.join("src/lib.rs"), format!("// {name}\n")).unwrap();
+            std::fs::create_dir_all(dir.join("target")).unwrap();
+            std::fs::write(dir.join("target/junk"), "x").unwrap();
+        }
+        std::fs::create_dir_all(d.path().join("bench")).unwrap();
+        d
+    }
+
+    #[test]
+    fn closure_follows_workspace_dependencies() {
+        let d = toy_root();
+        assert_eq!(closure(d.path(), &["gauge-a".into()]).unwrap(), vec!["gauge-a", "gauge-b", "gauge-c"]);
+        assert_eq!(closure(d.path(), &["gauge-d".into()]).unwrap(), vec!["gauge-d"]);
+        assert!(closure(d.path(), &["gauge-zz".into()]).unwrap_err().to_string().contains("gauge-zz"));
+    }
+
+    #[test]
+    fn a_changed_dependency_makes_the_file_stale_and_target_does_not() {
+        let d = toy_root();
+        let stamp = Stamp::take(d.path(), &["gauge-b".into()], &[]).unwrap();
+        assert_eq!(stamp.paths, vec!["crates/b", "crates/c"]);
+        std::fs::write(d.path().join("bench/x.json"), serde_json::to_string(&serde_json::json!({ "sources": stamp })).unwrap()).unwrap();
+        std::fs::write(d.path().join("bench/plain.json"), "{\"old\": 1}").unwrap();
+        assert!(stale(d.path()).unwrap().is_empty());
+        // Build output and an unrelated crate do not count.
+        std::fs::write(d.path().join("crates/c/target/junk"), "y").unwrap();
+        std::fs::write(d.path().join("crates/d/src/lib.rs"), "// changed\n").unwrap();
+        assert!(stale(d.path()).unwrap().is_empty());
+        // A dependency two floors down does.
+        std::fs::write(d.path().join("crates/c/src/lib.rs"), "// changed\n").unwrap();
+        let s = stale(d.path()).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].file, "bench/x.json");
+        // A new file counts too, and so does a removed path.
+        std::fs::write(d.path().join("crates/c/src/lib.rs"), "// c\n").unwrap();
+        assert!(stale(d.path()).unwrap().is_empty());
+        std::fs::write(d.path().join("crates/b/src/new.rs"), "").unwrap();
+        assert_eq!(stale(d.path()).unwrap().len(), 1);
+        std::fs::remove_dir_all(d.path().join("crates/b")).unwrap();
+        assert!(stale(d.path()).unwrap()[0].why.contains("gone"));
+    }
+}
