@@ -4,37 +4,20 @@
 //! Usage: `bench_generate MODEL REFERENCE_JSONL DECODE_TOKENS OUT_JSON [--dequantize] [--device D]`
 //! (MODEL: a GGUF or a Hugging Face folder; `--dequantize`: f32 weights instead of the GGUF's
 //! blocks; `--device cuda`: the Burn CUDA path, as the GPU check runs it).
+//!
+//! One side of the `bench-generate` harness (`gauge-bench`), one timed window per run, as
+//! `llama-bench` and `llama-batched-bench` time theirs (token ids are synthetic, as theirs are
+//! random: speed does not depend on them):
+//! - `bench_generate side decode MODEL N [DEPTH]`: N single-token steps from position DEPTH
+//!   (the cache prefilled with DEPTH tokens first, untimed) — llama-bench `-n N -d DEPTH`;
+//! - `bench_generate side prefill MODEL N`: one N-token forward pass — llama-bench `-p N`;
+//! - `bench_generate side batched MODEL PROMPT GEN B…`: B sequences of PROMPT tokens each
+//!   (prefilled, untimed), then GEN lock-step steps — llama-batched-bench `-npp PROMPT -ntg GEN
+//!   -npl B,…`, figure `tg_pl<B>` = B · GEN / seconds.
 use std::time::Instant;
 
 use gauge_decoder::generate::argmax;
 use gauge_decoder::LanguageModel;
-
-/// Read bandwidth of this machine: summing a buffer far larger than the caches, all cores.
-fn memory_bandwidth() -> f64 {
-    use rayon::prelude::*;
-    let n = 256 << 20; // 1 GiB of f32
-    let buf: Vec<f32> = (0..n).into_par_iter().map(|i| (i % 7) as f32).collect();
-    let mut best: f64 = 0.0;
-    for _ in 0..5 {
-        let t = Instant::now();
-        // Sixteen independent lanes, so the adds vectorise and memory, not the add chain, limits.
-        let s: f32 = buf
-            .par_chunks(1 << 16)
-            .map(|c| {
-                let mut acc = [0f32; 16];
-                for ch in c.chunks_exact(16) {
-                    for i in 0..16 {
-                        acc[i] += ch[i];
-                    }
-                }
-                acc.iter().sum::<f32>()
-            })
-            .sum();
-        std::hint::black_box(s);
-        best = best.max((n * 4) as f64 / t.elapsed().as_secs_f64());
-    }
-    best
-}
 
 fn main() -> anyhow::Result<()> {
     main_with(std::env::args().collect())
@@ -43,6 +26,9 @@ fn main() -> anyhow::Result<()> {
 /// The example's body on an argument list (program name first): also the `generate` subcommand of
 /// `gauge-gpu-check`, the GPU bundle's one binary.
 pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
+    if args.get(1).map(String::as_str) == Some("side") {
+        return side(&args[2..]);
+    }
     let usage = "usage: bench_generate MODEL.gguf REFERENCE_JSONL DECODE_TOKENS OUT_JSON";
     let (model, reference, n_decode, out) = (args.get(1).expect(usage), args.get(2).expect(usage), args.get(3).expect(usage).parse::<usize>()?, args.get(4).expect(usage));
     let t = Instant::now();
@@ -54,7 +40,7 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let load_s = t.elapsed().as_secs_f64();
     let bytes = lm.model.weight_bytes() as f64;
     let params = lm.model.matrix_parameters() as f64;
-    let bandwidth = memory_bandwidth();
+    let bandwidth = gauge_bench::machine::read_bandwidth();
     let (peak, peak_how) = gauge_core::machine::peak_f32_flops();
     let mut prompts = Vec::new();
     for line in std::fs::read_to_string(reference)?.lines().filter(|l| !l.trim().is_empty()) {
@@ -136,5 +122,70 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
         "depth": depth,
     });
     std::fs::write(out, serde_json::to_string_pretty(&result)? + "\n")?;
+    Ok(())
+}
+
+/// Synthetic token ids (deterministic, spread over the vocabulary).
+fn synthetic(n: usize, vocab: usize, salt: usize) -> Vec<u32> {
+    (0..n).map(|i| ((7 + 7919 * (i + 131 * salt)) % vocab) as u32).collect()
+}
+
+/// One harness run (see the module docs): prints `{"figures": …, "describe": …}`.
+fn side(args: &[String]) -> anyhow::Result<()> {
+    let usage = "usage: bench_generate side decode MODEL N [DEPTH] | prefill MODEL N | batched MODEL PROMPT GEN B…";
+    let (kind, model) = (args.first().ok_or_else(|| anyhow::anyhow!(usage))?, args.get(1).ok_or_else(|| anyhow::anyhow!(usage))?);
+    let num = |i: usize| -> anyhow::Result<usize> { Ok(args.get(i).ok_or_else(|| anyhow::anyhow!(usage))?.parse()?) };
+    let t = Instant::now();
+    let lm = LanguageModel::load_with(model, &gauge_encoder::device::parse("cpu").map_err(|e| anyhow::anyhow!("{e}"))?, &gauge_decoder::LoadOptions::default())?;
+    let load_seconds = t.elapsed().as_secs_f64();
+    let vocab = lm.model.config.vocab_size;
+    let mut figures = std::collections::BTreeMap::new();
+    match kind.as_str() {
+        "decode" => {
+            let (n, depth) = (num(2)?, if args.len() > 3 { num(3)? } else { 0 });
+            let mut cache = lm.model.new_cache_with_capacity(depth + n);
+            if depth > 0 {
+                lm.model.forward(&synthetic(depth, vocab, 1), &mut cache)?;
+            }
+            let ids = synthetic(n, vocab, 2);
+            let t = Instant::now();
+            for id in &ids {
+                std::hint::black_box(lm.model.forward(&[*id], &mut cache)?);
+            }
+            figures.insert("decode_tokens_per_s".to_string(), n as f64 / t.elapsed().as_secs_f64());
+        }
+        "prefill" => {
+            let n = num(2)?;
+            let ids = synthetic(n, vocab, 3);
+            let mut cache = lm.model.new_cache_with_capacity(n);
+            let t = Instant::now();
+            std::hint::black_box(lm.model.forward(&ids, &mut cache)?);
+            figures.insert("prefill_tokens_per_s".to_string(), n as f64 / t.elapsed().as_secs_f64());
+        }
+        "batched" => {
+            let (pp, tg) = (num(2)?, num(3)?);
+            for i in 4..args.len() {
+                let b = num(i)?;
+                let mut caches: Vec<_> = (0..b).map(|_| lm.model.new_cache_with_capacity(pp + tg)).collect();
+                for (j, c) in caches.iter_mut().enumerate() {
+                    lm.model.forward(&synthetic(pp, vocab, 10 + j), c)?;
+                }
+                let steps: Vec<Vec<u32>> = (0..tg).map(|s| synthetic(b, vocab, 100 + s)).collect();
+                let t = Instant::now();
+                for tokens in &steps {
+                    let mut refs: Vec<_> = caches.iter_mut().collect();
+                    std::hint::black_box(lm.model.forward_batch(tokens, &mut refs)?);
+                }
+                figures.insert(format!("tg_pl{b}"), (b * tg) as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        other => anyhow::bail!("unknown side `{other}`; {usage}"),
+    }
+    figures.insert("weight_bytes_read_per_token".to_string(), lm.model.weight_bytes() as f64);
+    figures.insert("load_seconds".to_string(), load_seconds);
+    gauge_bench::side::emit(&figures, serde_json::json!({
+        "model": model, "kernel_path": lm.model.kernel_path().map(|p| p.name()), "threads": rayon::current_num_threads(),
+        "matrix_parameters": lm.model.matrix_parameters(),
+    }));
     Ok(())
 }

@@ -76,9 +76,9 @@ pub enum GgmlType {
     /// 32 weights: f16 scale, f16 minimum, 16 bytes of nibbles.
     Q4_1,
     /// 32 weights: f16 scale, 32 high bits, 16 bytes of nibbles, offset 16 (K-quant files'
-    /// fallback for rows whose length is no multiple of 256; dequantised on load).
+    /// fallback for rows whose length is no multiple of 256; the integer kernels' generic body).
     Q5_0,
-    /// 32 weights: f16 scale, f16 minimum, 32 high bits, 16 bytes of nibbles (dequantised on load).
+    /// 32 weights: f16 scale, f16 minimum, 32 high bits, 16 bytes of nibbles.
     Q5_1,
     /// 256 weights in 8 sub-blocks with 6-bit scales and minimums.
     Q4K,

@@ -189,7 +189,7 @@ unsafe fn quantize_blocks_avx2(x: &[f32], q: &mut [i8], r: &mut [i8], x16: &mut 
 
 /// Whether `ty` has an integer kernel.
 pub fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q6K)
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q6K)
 }
 
 /// One quantised activation row ([`Q8Rows::row`]).
@@ -223,7 +223,8 @@ pub fn dot_matrix(path: KernelPath, ty: GgmlType, w: &[u8], rb: usize, xs: &[Row
     assert!(w.len().is_multiple_of(rb) && out.len() == w.len() / rb * xs.len());
     let nb = rb / ty.block().1 * ty.block().0 / 32;
     xs.iter().for_each(|x| x.check(nb));
-    let k_quant = matches!(ty, GgmlType::Q4K | GgmlType::Q6K);
+    // K-quants and Q5_0/Q5_1 (not repacked): their integer body compiled for the path.
+    let k_quant = matches!(ty, GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q5_0 | GgmlType::Q5_1);
     match path {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the caller runs only supported paths (`KernelPath::supported`).
@@ -333,6 +334,15 @@ pub mod scalar {
 
     /// One weight row (ggml's blocks) against one quantised activation row.
     pub fn dot(ty: GgmlType, w: &[u8], x: &Row<'_>) -> f32 {
+        block_dot(ty, w, x)
+    }
+}
+
+/// One weight row against one activation row, every block type's integer body (inlined into
+/// each path's target features; [`scalar::dot`] is it without them).
+#[inline(always)]
+fn block_dot(ty: GgmlType, w: &[u8], x: &Row<'_>) -> f32 {
+    {
         if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
             return k_quant_dot(ty, w, x);
         }
@@ -347,6 +357,15 @@ pub mod scalar {
             let mut wv = [0i32; 32];
             match ty {
                 GgmlType::Q8_0 => (0..32).for_each(|j| wv[j] = (b[2 + j] as i8) as i32),
+                GgmlType::Q5_0 | GgmlType::Q5_1 => {
+                    // ggml's layout: nibble j | bit j of qh (weight j), nibble j >> 4 | bit j + 16.
+                    let at = if ty == GgmlType::Q5_0 { 2 } else { 4 };
+                    let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+                    for (j, &q) in b[at + 4..at + 20].iter().enumerate() {
+                        wv[j] = ((q & 0x0f) as u32 | (((qh >> j) << 4) & 0x10)) as i32;
+                        wv[j + 16] = ((q >> 4) as u32 | ((qh >> (j + 12)) & 0x10)) as i32;
+                    }
+                }
                 _ => {
                     let qs = if ty == GgmlType::Q4_1 { &b[4..20] } else { &b[2..18] };
                     for j in 0..16 {
@@ -364,7 +383,8 @@ pub mod scalar {
             acc += match ty {
                 GgmlType::Q8_0 => dw * d * s as f32,
                 GgmlType::Q4_0 => dw * d * (s - 8 * sum) as f32,
-                GgmlType::Q4_1 => dw * d * s as f32 + f16(&b[2..4]) * (d * sum as f32),
+                GgmlType::Q4_1 | GgmlType::Q5_1 => dw * d * s as f32 + f16(&b[2..4]) * (d * sum as f32),
+                GgmlType::Q5_0 => dw * d * (s - 16 * sum) as f32,
                 _ => unreachable!("checked by the caller"),
             };
         }
@@ -378,12 +398,12 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn k_quant_avx2(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
-        rows_with(w, rb, xs, out, |wr, x| k_quant_dot(ty, wr, x))
+        rows_with(w, rb, xs, out, |wr, x| block_dot(ty, wr, x))
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub unsafe fn k_quant_vnni(ty: GgmlType, w: &[u8], rb: usize, xs: &[Row<'_>], out: &mut [f32]) {
-        rows_with(w, rb, xs, out, |wr, x| k_quant_dot(ty, wr, x))
+        rows_with(w, rb, xs, out, |wr, x| block_dot(ty, wr, x))
     }
 }
 
@@ -518,7 +538,7 @@ pub(crate) mod tests {
                     b[2..4].copy_from_slice(&scale(next()));
                 }
                 GgmlType::Q6K => b[208..210].copy_from_slice(&scale(next())),
-                GgmlType::Q4_1 => {
+                GgmlType::Q4_1 | GgmlType::Q5_1 => {
                     b[0..2].copy_from_slice(&scale(next()));
                     b[2..4].copy_from_slice(&half::f16::from_f32(-0.04).to_le_bytes());
                 }
@@ -572,7 +592,7 @@ pub(crate) mod tests {
         assert!(x.iter().zip(&xq).all(|(a, b)| (a - b).abs() <= amax / 127.0 / 256.0 * 1.0001), "two levels: ~16 bits");
         let paths = KernelPath::available();
         assert!(paths.contains(&KernelPath::Scalar));
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4K, GgmlType::Q6K] {
             let n_blocks = d_in / ty.block().0;
             for seed in 0..4 {
                 let w = random_blocks(ty, n_blocks, 100 + seed);

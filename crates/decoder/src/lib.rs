@@ -4,8 +4,8 @@
 //! templates (the model's own Jinja template, rendered by minijinja) and generation.
 //!
 //! Families: Llama 2/3 (Llama 3 `rope_scaling`), SmolLM2, TinyLlama, Mistral-style, Qwen2
-//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (dequantised at
-//! load), Q4_K, Q6_K; on the host
+//! (q/k/v biases). GGUF tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K; on
+//! the host
 //! CPU the quantised ones stay in their blocks (memory = the file's size, as llama.cpp) and
 //! decoding runs integer kernels ([`kernels`]); [`LoadOptions::dequantize`] holds f32 instead.
 //! On Burn devices (CUDA) every tensor is dequantised to f32 at load.

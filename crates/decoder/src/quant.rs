@@ -193,7 +193,7 @@ impl QuantMatrix {
                 let mut buf = Vec::new();
                 for o in o0..o1 {
                     let w = self.row_blocks(o, &mut buf);
-                    if matches!(ty, GgmlType::Q4K | GgmlType::Q6K) {
+                    if matches!(ty, GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q5_0 | GgmlType::Q5_1) {
                         let wf = crate::gguf::dequantize(ty, w, self.d_in);
                         for r in 0..rows {
                             acc[(o - o0) * rows + r] = crate::kernels::dot_f32(&wf, &x[r * self.d_in..(r + 1) * self.d_in]);
@@ -384,7 +384,7 @@ mod tests {
     #[test]
     fn integer_kernels_on_every_path_match_the_scalar_reference_and_are_batch_invariant() {
         let (d_in, d_out) = (512, 150);
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4K, GgmlType::Q6K] {
             let n_blocks = d_out * d_in / ty.block().0;
             let m = QuantMatrix::new(ty, crate::kernels::tests::random_blocks(ty, n_blocks, 11), d_out, d_in);
             let rows = 3;
