@@ -188,6 +188,15 @@ check-xlmr: setup models
     cargo build --release --workspace --example xlmr_reference
     {{bin}}/examples/xlmr_reference {{xlmr_fixture}} bench/xlmr-reference.json
 
+# The README's speed table from the harness's bench files (gauge-bench readme); `just bench-stale` lists bench files whose measured sources changed since their run.
+bench-table:
+    cargo build --release --workspace --bins
+    {{bin}}/gauge-bench readme
+
+bench-stale:
+    cargo build --release --workspace --bins
+    {{bin}}/gauge-bench stale
+
 # Every benchmark; numbers go to bench/*.json.
 bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 
@@ -202,11 +211,11 @@ bench-embed: setup models bench-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
-# Decoder speed against llama.cpp on SmolLM2 Q4_1, same run: prefill/decode (llama-bench), decode at depth 40/600, batched decode at 1/4/8 sequences (llama-batched-bench) → bench/generate.json.
+# Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream → bench/generate.json. ~40 min on 2 cores.
 bench-generate: setup models
     scripts/bench-generate.sh
 
-# train-lora's training step (r 16 on all projections, 2 × 512 tokens, all cores) in one run against PEFT + PyTorch CPU fp32 on a random Llama of SmolLM2-135M's shape (default checkpointing, off, every layer, Burn's ops; tokens/s and peak memory as ratios) and on the Q4_1 GGUF against llama.cpp's prefill → bench/train.json. ~6 min on 2 cores.
+# train-lora's training step (r 16 on all projections, 2 × 512 tokens, all cores) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Llama of SmolLM2-135M's shape: base f32 on both sides (first-step loss equal to 1e-4) and gauge's NF4 default; tokens/s, peak memory and memory above the after-load baseline; and on the Q4_1 GGUF against llama.cpp's prefill → bench/train.json. ~20 min on 2 cores.
 bench-train: setup models torch-venv
     GAUGE_VENV={{torch_venv}} scripts/bench-train.sh
 

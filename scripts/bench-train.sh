@@ -1,68 +1,68 @@
 #!/usr/bin/env bash
 # bench-train: train-lora's training step (LoRA r 16 on all seven projections, 2 sequences of 512
-# tokens per step, every position a target, all cores) in one run, each against a reference run
-# on the same machine → bench/train.json:
-#   1. against PEFT + PyTorch (CPU, fp32, 2 threads' worth: torch's own default) on a random-weight
-#      Llama of SmolLM2-135M's shape with the same token ids (gauge holds the base NF4): gauge with
-#      its default checkpointing (`auto`, max_memory_mib 1024), with checkpointing off (`none`),
-#      recomputing every layer (`layers`), and Burn's ops (the kernels before the host ones);
-#      tokens/s and peak resident memory as ratios over PEFT's;
-#   2. on SmolLM2-135M-Instruct's Q4_1 GGUF (blocks kept 4-bit) against llama.cpp's prefill
-#      (`llama-bench -p 512`) on the same file.
-# Needs the torch venv (`just torch-venv`) and llama.cpp (`scripts/llama-cpp.sh`).
+# tokens, every position a target, AdamW with clipping, all cores) against its references in
+# interleaved A/B pairs (gauge-bench, crates/bench) → bench/train.json:
+#   1. like for like: gauge with the base in f32 against PEFT + PyTorch CPU fp32 on a random-weight
+#      Llama of SmolLM2-135M's shape (scripts/gpu_check.py make-llama), the same token ids; the
+#      first step's loss must agree to 1e-4 in every pair (LoRA B starts at zero: the base's loss);
+#   2. gauge's default storage (the base NF4, 4 bits) against the same PEFT fp32 run — a different
+#      base precision, labelled so;
+#   3. gauge's step on the SmolLM2-135M-Instruct Q4_1 GGUF (blocks kept) against llama.cpp's
+#      prefill of 512 tokens on the same file (a forward pass: the step does forward and backward).
+# Memory: the peak resident set and the peak above a baseline taken after imports and the model's
+# load, for both sides. Needs the torch venv (`just torch-venv`) and llama.cpp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench/train.json}"
+pairs="${GAUGE_BENCH_PAIRS:-5}"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 py="${GAUGE_VENV:-$HOME/.cache/gauge-torch-venv}/bin/python3"
 seq=512 batch=2 steps=3
 "$py" -c "import torch, transformers, peft" 2>/dev/null || { echo "bench-train: $py lacks torch/transformers/peft; run \`just torch-venv\`" >&2; exit 1; }
 llama_bin=$(scripts/llama-cpp.sh | tail -n1)
-cargo build --release -q --workspace --example bench_train
-bin="$CARGO_TARGET_DIR/release/examples/bench_train"
+cargo build --release -q --workspace --bins --examples
+target="${CARGO_TARGET_DIR:-target}"
+bin="$target/release/examples/bench_train"
+harness="$target/release/gauge-bench"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-assets=models/all-MiniLM-L6-v2  # a tokenizer file for the random model's folder (the ids are synthetic)
 echo "bench-train: a random-weight Llama of SmolLM2-135M's shape" >&2
-"$py" scripts/gpu_check.py make-llama "$tmp/llama" "$assets"
-for variant in auto none layers; do
-  echo "bench-train: gauge, checkpointing $variant" >&2
-  "$bin" "$tmp/llama" $seq $batch $steps "$tmp/gauge-$variant.json" --checkpointing $variant > /dev/null
-done
-echo "bench-train: gauge, Burn's ops" >&2
-GAUGE_TRAIN_KERNELS=burn "$bin" "$tmp/llama" $seq $batch $steps "$tmp/gauge-burn.json" > /dev/null
-echo "bench-train: PEFT + PyTorch, CPU fp32" >&2
-"$py" scripts/gpu_check.py peft-step "$tmp/llama" $seq $batch $steps fp32 cpu > "$tmp/peft.json"
-echo "bench-train: gauge on the Q4_1 GGUF, and llama.cpp's prefill" >&2
-"$bin" "$model" $seq $batch $steps "$tmp/gguf.json" > /dev/null
-"$llama_bin/llama-bench" -m "$model" -p "$seq" -n 0 -t "$(nproc)" -r 3 -o json > "$tmp/llama.json"
-python3 - "$tmp" "$out" "$(nproc)" <<'PY'
+"$py" scripts/gpu_check.py make-llama "$tmp/llama" models/all-MiniLM-L6-v2
+python3 - "$tmp/plan.json" "$bin" "$py" "$tmp/llama" "$model" "$llama_bin" "$(nproc)" "$pairs" "$seq" "$batch" "$steps" <<'PY'
 import json, sys
-tmp, out, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-load = lambda n: json.load(open(f"{tmp}/{n}.json"))
-peft = load("peft")
-peft_mib = peft["peak_memory_bytes"] / 2**20
-variants = {v: load(f"gauge-{v}") for v in ("auto", "none", "layers", "burn")}
-for g in variants.values():
-    g["model"] = "random-llama (scripts/gpu_check.py make-llama, in a temporary folder)"
-same = {"model": "random-weight Llama of SmolLM2-135M's shape (f32 folder; gauge holds the base NF4, PEFT fp32)",
-        "sequence_tokens": peft["sequence_tokens"], "sequences_per_step": peft["sequences_per_step"],
-        "peft_cpu_fp32": peft, "gauge": variants, "ratios_over_peft": {}}
-for v, g in variants.items():
-    same["ratios_over_peft"][v] = {"checkpointing": g["checkpointing"], "kernels": g["kernels"],
-                                   "tokens_per_s": g["tokens_per_s"] / peft["tokens_per_s"],
-                                   "peak_memory": g["memory"]["peak_rss_mib"] / peft_mib,
-                                   "share_of_peak_useful": g["share_of_peak_useful"]}
-g = load("gguf"); llama = load("llama")
-pp = [t["avg_ts"] for t in llama if t["n_gen"] == 0][0]
-fwd_flops = g["flops_per_token_useful"] / 2  # a forward pass is half the useful training FLOPs
-g["llama_cpp"] = {"prefill_tokens_per_s": pp, "threads": threads, "build": llama[0].get("build_commit"),
-                  "prefill_flops_per_s": pp * fwd_flops, "prefill_share_of_peak": pp * fwd_flops / g["machine"]["peak_f32_flops"]}
-g["ratio_train_over_llama_cpp_prefill_tokens"] = g["tokens_per_s"] / pp
-g["ratio_train_over_llama_cpp_prefill_flops"] = g["useful_flops_per_s"] / (pp * fwd_flops)
-g["same_shapes_as_peft"] = same
-json.dump(g, open(out, "w"), indent=2)
-print(json.dumps({"gguf_tokens_per_s": g["tokens_per_s"], "gguf_share_of_peak_useful": g["share_of_peak_useful"],
-                  "ratio_over_llama_cpp_prefill": g["ratio_train_over_llama_cpp_prefill_tokens"],
-                  "over_peft": same["ratios_over_peft"]}, indent=1))
+plan_path, bin_, py, llama_dir, gguf, llama, threads, pairs, seq, batch, steps = sys.argv[1:]
+peft = {"argv": [py, "scripts/gpu_check.py", "peft-side", llama_dir, seq, batch, steps]}
+gauge = lambda *a: {"argv": [bin_, "side", *a]}
+speed_and_memory = [
+    {"name": "speed", "gauge": "tokens_per_s", "reference": "tokens_per_s", "unit": "tok/s"},
+    {"name": "peak memory", "gauge": "peak_rss_mib", "reference": "peak_rss_mib", "unit": "MiB", "better": "lower"},
+    {"name": "memory above baseline", "gauge": "above_baseline_mib", "reference": "above_baseline_mib", "unit": "MiB", "better": "lower"},
+]
+plan = {
+  "bench": "train", "reference": "PEFT + PyTorch CPU fp32 (llama.cpp for the GGUF row)", "pairs": int(pairs),
+  "title": f"train-lora's step (LoRA r 16, all seven projections, {batch} × {seq} tokens) against PEFT + PyTorch on the CPU, and on a GGUF against llama.cpp's prefill",
+  "measures": {"crates": ["gauge-lora"], "paths": ["crates/lora/examples/bench_train.rs", "scripts/bench-train.sh", "scripts/gpu_check.py"]},
+  "describe": [{"name": "llama_cpp_version", "argv": [f"{llama}/llama-bench", "--version"]}],
+  "notes": [
+    "Model of the PEFT rows: a random-weight Llama of SmolLM2-135M's shape (scripts/gpu_check.py make-llama, fp32 safetensors); token ids synthetic, the same on both sides.",
+    "PEFT's peak includes its full fp32 logits (vocabulary 49,152 × 1,024 positions) and Python/torch; 'memory above baseline' subtracts the resident set after imports and the model's load on each side.",
+    "The GGUF row's reference is a forward pass only (llama-bench -p 512): the ratio says how much of llama.cpp's prefill speed the training step (forward, backward, AdamW) keeps.",
+  ],
+  "comparisons": [
+    {"name": "f32 base", "gauge": gauge(llama_dir, seq, batch, steps, "--base", "f32"), "reference": peft,
+     "ratios": speed_and_memory, "equal": [{"gauge": "first_step_loss", "reference": "first_step_loss", "tolerance": 1e-4}]},
+    {"name": "NF4 base", "gauge": gauge(llama_dir, seq, batch, steps), "reference": peft, "ratios": speed_and_memory},
+    {"name": "Q4_1 GGUF", "gauge": gauge(gguf, seq, batch, steps),
+     "reference": {"argv": [f"{llama}/llama-bench", "-m", gguf, "-p", seq, "-n", "0", "-t", threads, "-r", "1", "-o", "json"], "format": "llama-bench"},
+     "ratios": [{"name": "step over prefill", "gauge": "tokens_per_s", "reference": f"pp{seq}", "unit": "tok/s"}]},
+  ],
+  "readme": [
+    {"what": f"LoRA training step, r 16 on all projections, {batch} × {seq} tokens, base f32 on both sides (first-step loss equal to 1e-4)", "comparison": "f32 base", "ratio": "speed"},
+    {"what": "the same, memory above the baseline after imports and load", "comparison": "f32 base", "ratio": "memory above baseline"},
+    {"what": "the same with gauge's base in NF4 (its default; PEFT still fp32)", "comparison": "NF4 base", "ratio": "speed"},
+    {"what": "the same, NF4, peak memory (PEFT's includes Python/torch and full fp32 logits)", "comparison": "NF4 base", "ratio": "peak memory"},
+  ],
+}
+json.dump(plan, open(plan_path, "w"), indent=1)
 PY
+"$harness" run "$tmp/plan.json" "$out"

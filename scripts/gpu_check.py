@@ -23,6 +23,11 @@ Needs numpy and tokenizers; the GPU half also torch, transformers and sentence-t
   gpu_check.py peft-step MODEL_DIR SEQ BATCH STEPS DTYPE [DEVICE: cuda (default) | cpu]
         PEFT LoRA (r 16, alpha 16, all seven projections) training steps on DEVICE on the same
         synthetic sequences as gauge's bench_train (AdamW, clipping), tokens/s as JSON
+  gpu_check.py peft-side MODEL_DIR SEQ BATCH STEPS
+        the bench-train harness's reference side: peft-step on the CPU in fp32, printed as
+        {"figures": …, "describe": …} — tokens/s, the first step's loss, resident memory after
+        imports and model load (the baseline), its peak, and the peak above the baseline;
+        torch.__config__.show(), threads and versions as printed
   gpu_check.py st-step MODEL_DIR IDS_JSON STEPS TUNING [DEVICE: cpu (default) | cuda]
         sentence-transformers' training step (MultipleNegativesRankingLoss, AdamW) on the batch
         bench_encoder wrote (IDS_JSON: token ids, temperature); TUNING lora (PEFT r 16 on the six
@@ -350,6 +355,31 @@ def peft_step(model_dir, seq, batch, steps, dtype, device="cuda"):
                       "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else peak_rss_bytes()}))
 
 
+def current_rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peft_side(model_dir, seq, batch, steps):
+    import torch, transformers, peft as peft_lib
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    ids = torch.tensor(synthetic_ids(int(seq), int(batch), model.config.vocab_size))
+    baseline = current_rss_bytes()
+    params = [p for p in model.parameters() if p.requires_grad]
+    s, first = timed_steps(lambda: model(input_ids=ids, labels=ids).loss, params, 1e-3, steps, lambda: None)
+    peak = peak_rss_bytes()
+    mib = 2 ** 20
+    print(json.dumps({"figures": {"tokens_per_s": int(seq) * int(batch) / s, "seconds_per_step": s, "first_step_loss": first,
+                                  "baseline_rss_mib": baseline / mib, "peak_rss_mib": peak / mib, "above_baseline_mib": (peak - baseline) / mib},
+                      "describe": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft_lib.__version__,
+                                   "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+                                   "config": torch.__config__.show(), "parallel_info": torch.__config__.parallel_info()}}))
+
+
 def timed_steps(loss_of_batch, params, lr, steps, sync):
     """STEPS timed training steps after one untimed: loss, backward, clipping at 1.0, AdamW.
     Returns the mean seconds per timed step and the first step's loss."""
@@ -544,6 +574,8 @@ def main(argv):
         make_llama(*args)
     elif cmd == "peft-step":
         peft_step(*args)
+    elif cmd == "peft-side":
+        peft_side(*args)
     elif cmd == "st-step":
         st_step(*argv[2:])
     elif cmd == "peft-logits":

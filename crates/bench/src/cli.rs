@@ -28,7 +28,7 @@ pub enum Cmd {
     },
     /// Lists bench files whose measured sources changed since their run (exit 1 when any).
     Stale,
-    /// Rewrites the README's speed table from the bench files (`--check`: only compare).
+    /// Rewrites the README's speed table and the book's bench-file tables (docs/src/performance) from the bench files (`--check`: only compare).
     Readme {
         /// Compare instead of writing; exit 1 when the table differs or cites a stale file.
         #[arg(long)]
@@ -62,6 +62,10 @@ pub fn main() -> anyhow::Result<()> {
                 let text = std::fs::read_to_string(&path)?;
                 let new = crate::table::splice(&text, &crate::table::generate(&cli.root)?)?;
                 std::fs::write(&path, new)?;
+                for page in crate::table::pages_with_files(&cli.root)? {
+                    let text = std::fs::read_to_string(&page)?;
+                    std::fs::write(&page, crate::table::splice_files(&cli.root, &text)?)?;
+                }
             }
         }
     }

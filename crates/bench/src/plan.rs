@@ -137,6 +137,23 @@ pub struct Comparison {
     pub reference: Command,
     /// The ratios reported.
     pub ratios: Vec<RatioSpec>,
+    /// Figures both sides must agree on in every pair (the first step's loss of a like-for-like
+    /// training step): the run fails, writing nothing, when one differs by more than the
+    /// tolerance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub equal: Vec<EqualSpec>,
+}
+
+/// A figure both sides must agree on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EqualSpec {
+    /// gauge's figure.
+    pub gauge: String,
+    /// The reference's figure.
+    pub reference: String,
+    /// The largest absolute difference allowed.
+    pub tolerance: f64,
 }
 
 /// A README row: one ratio of one comparison.
@@ -296,8 +313,19 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
                 "gauge": s(&gv)?, "reference": s(&rv)?, "ratio": s(&per_pair)?,
             }));
         }
+        let mut equal = Vec::new();
+        for e in &c.equal {
+            let what = format!("{}, `{}` = `{}`", c.name, e.gauge, e.reference);
+            let (gv, rv) = (figure(&g, &e.gauge, &what)?, figure(&r, &e.reference, &what)?);
+            let worst = gv.iter().zip(&rv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            if !(worst <= e.tolerance) {
+                return Err(BenchError::Invalid(format!("{what}: gauge {gv:?} against {} {rv:?} differ by {worst:e}, more than {:e}", plan.reference, e.tolerance)));
+            }
+            equal.push(json!({ "gauge": e.gauge, "reference": e.reference, "tolerance": e.tolerance, "largest_difference": worst }));
+        }
         comparisons.push(json!({
             "name": c.name,
+            "equal": equal,
             "gauge": { "argv": c.gauge.argv, "env": c.gauge.env, "figures": summaries(&g), "printed": warm_g.printed },
             "reference": { "argv": c.reference.argv, "env": c.reference.env, "format": c.reference.format, "figures": summaries(&r), "printed": warm_r.printed },
             "ratios": ratios,
@@ -350,8 +378,8 @@ mod tests {
             describe: vec![Describe { name: "version".into(), argv: vec!["echo".into(), "{\"v\": 3}".into()] }],
             notes: vec![],
             comparisons: vec![
-                Comparison { name: "one".into(), gauge: side("g", "$((100 + n))"), reference: side("r", "50"), ratios: vec![RatioSpec { name: "speed".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: None, better: Better::Higher, unit: "tok/s".into() }] },
-                Comparison { name: "two".into(), gauge: side("g", "200"), reference: side("r", "80"), ratios: vec![RatioSpec { name: "vs one".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: Some("one".into()), better: Better::Higher, unit: "tok/s".into() }] },
+                Comparison { name: "one".into(), gauge: side("g", "$((100 + n))"), reference: side("r", "50"), ratios: vec![RatioSpec { name: "speed".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: None, better: Better::Higher, unit: "tok/s".into() }], equal: vec![] },
+                Comparison { name: "two".into(), gauge: side("g", "200"), reference: side("r", "80"), ratios: vec![RatioSpec { name: "vs one".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: Some("one".into()), better: Better::Higher, unit: "tok/s".into() }], equal: vec![EqualSpec { gauge: "run".into(), reference: "run".into(), tolerance: 1.5 }] },
             ],
             readme: vec![ReadmeRow { what: "toy speed".into(), comparison: "one".into(), ratio: "speed".into() }],
         }
@@ -395,6 +423,11 @@ mod tests {
         p.comparisons[0].reference = cmd("echo broken >&2; exit 3");
         let e = run(&p, root.path()).unwrap_err().to_string();
         assert!(e.contains("one (ref, warm-up)") && e.contains("broken"), "{e}");
+        // Sides that must agree and do not: the run fails naming both.
+        let mut p = plan(root.path(), 5);
+        p.comparisons[1].equal[0].tolerance = 0.5;
+        let e = run(&p, root.path()).unwrap_err().to_string();
+        assert!(e.contains("two, `run` = `run`") && e.contains("more than"), "{e}");
         let mut p = plan(root.path(), 5);
         p.comparisons[0].ratios[0].gauge = "missing".into();
         assert!(run(&p, root.path()).unwrap_err().to_string().contains("no figure `missing`"));

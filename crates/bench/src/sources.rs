@@ -127,6 +127,11 @@ pub struct StaleFile {
 
 /// Bench files under `root/bench` (`*.json` and `*/*.json`) with a `sources` stamp.
 pub fn stamped_files(root: &Path) -> Result<Vec<(String, Stamp)>> {
+    Ok(bench_files(root)?.into_iter().filter_map(|(f, s)| s.map(|s| (f, s))).collect())
+}
+
+/// Every bench file under `root/bench` (`*.json` and `*/*.json`), with its stamp when it has one.
+fn bench_files(root: &Path) -> Result<Vec<(String, Option<Stamp>)>> {
     let mut out = Vec::new();
     let dir = root.join("bench");
     let mut files = Vec::new();
@@ -142,18 +147,27 @@ pub fn stamped_files(root: &Path) -> Result<Vec<(String, Stamp)>> {
     for p in files.into_iter().filter(|p| p.extension().is_some_and(|x| x == "json")) {
         let text = std::fs::read_to_string(&p).map_err(|e| BenchError::io(&p, e))?;
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
-        if let Some(s) = v.get("sources").filter(|s| s.get("hash").is_some()) {
-            let stamp: Stamp = serde_json::from_value(s.clone()).map_err(|e| BenchError::Invalid(format!("{}: `sources`: {e}", p.display())))?;
-            out.push((p.strip_prefix(root).unwrap_or(&p).to_string_lossy().to_string(), stamp));
+        let name = p.strip_prefix(root).unwrap_or(&p).to_string_lossy().to_string();
+        match v.get("sources").filter(|s| s.get("hash").is_some()) {
+            Some(s) => {
+                let stamp: Stamp = serde_json::from_value(s.clone()).map_err(|e| BenchError::Invalid(format!("{}: `sources`: {e}", p.display())))?;
+                out.push((name, Some(stamp)));
+            }
+            None => out.push((name, None)),
         }
     }
     Ok(out)
 }
 
-/// Every stamped bench file whose measured sources changed since its run.
+/// Every bench file whose measured sources changed since its run, and every file written
+/// before the harness (no stamp: what it measured cannot be told).
 pub fn stale(root: &Path) -> Result<Vec<StaleFile>> {
     let mut out = Vec::new();
-    for (file, stamp) in stamped_files(root)? {
+    for (file, stamp) in bench_files(root)? {
+        let Some(stamp) = stamp else {
+            out.push(StaleFile { file, why: "no sources stamp: written before the harness (rerun its recipe)".into() });
+            continue;
+        };
         match hash(root, &stamp.paths) {
             Ok(h) if h == stamp.hash => {}
             Ok(_) => out.push(StaleFile { file, why: format!("the sources it measured changed since commit {} ({})", stamp.commit.as_deref().unwrap_or("?"), stamp.paths.join(", ")) }),
@@ -197,8 +211,13 @@ pub(crate) mod tests {
         let stamp = Stamp::take(d.path(), &["gauge-b".into()], &[]).unwrap();
         assert_eq!(stamp.paths, vec!["crates/b", "crates/c"]);
         std::fs::write(d.path().join("bench/x.json"), serde_json::to_string(&serde_json::json!({ "sources": stamp })).unwrap()).unwrap();
-        std::fs::write(d.path().join("bench/plain.json"), "{\"old\": 1}").unwrap();
         assert!(stale(d.path()).unwrap().is_empty());
+        // A file from before the harness is listed as such.
+        std::fs::write(d.path().join("bench/plain.json"), "{\"old\": 1}").unwrap();
+        let s = stale(d.path()).unwrap();
+        assert_eq!((s.len(), s[0].file.as_str()), (1, "bench/plain.json"));
+        assert!(s[0].why.contains("before the harness"));
+        std::fs::remove_file(d.path().join("bench/plain.json")).unwrap();
         // Build output and an unrelated crate do not count.
         std::fs::write(d.path().join("crates/c/target/junk"), "y").unwrap();
         std::fs::write(d.path().join("crates/d/src/lib.rs"), "// changed\n").unwrap();

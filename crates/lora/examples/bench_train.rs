@@ -9,6 +9,12 @@
 //! as DIR/adapter and the last-position logits of the first sequence's first 64 tokens with
 //! base + adapter and with the base alone — the decoder, f32 base, on the CPU — as DIR/logits.json, for
 //! `scripts/gpu-check.sh` to compare with PEFT).
+//!
+//! `bench_train side MODEL SEQ BATCH STEPS [--base auto|f32|nf4] [--checkpointing X]` is one run
+//! of the `bench-train` harness (`gauge-bench`): STEPS timed steps after an untimed first one,
+//! printed as `{"figures": …}` — tokens/s, the first step's loss (the base's: LoRA B starts at
+//! zero), resident memory after the model's load (the baseline), its peak, and the peak above
+//! the baseline — against `scripts/gpu_check.py peft-side` on the same folder and token ids.
 use std::time::Instant;
 
 use gauge_decoder::ModelFiles;
@@ -23,6 +29,9 @@ fn main() -> anyhow::Result<()> {
 /// The example's body on an argument list (program name first): also the `train` subcommand of
 /// `gauge-gpu-check`, the GPU bundle's one binary.
 pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
+    if args.get(1).map(String::as_str) == Some("side") {
+        return side(&args[2..]);
+    }
     let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR] [--checkpointing auto|layers|none|every_n] [--checkpoint-layers N] [--max-memory-mib N]";
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let device_name = flag("--device").unwrap_or_else(|| "cpu".into());
@@ -118,5 +127,75 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     });
     std::fs::write(out, serde_json::to_string_pretty(&result)? + "\n")?;
     println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(())
+}
+
+/// Resident memory now, MiB (/proc/self/statm).
+fn current_rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+    pages * 4096.0 / (1024.0 * 1024.0)
+}
+
+/// One harness run (see the module docs).
+fn side(args: &[String]) -> anyhow::Result<()> {
+    let usage = "usage: bench_train side MODEL SEQ BATCH STEPS [--base auto|f32|nf4] [--checkpointing X]";
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let arg = |i: usize| args.get(i).ok_or_else(|| anyhow::anyhow!(usage));
+    let (model_path, seq, batch, steps): (&String, usize, usize, usize) = (arg(0)?, arg(1)?.parse()?, arg(2)?.parse()?, arg(3)?.parse()?);
+    let storage = match flag("--base").as_deref() {
+        None | Some("auto") => BaseStorage::Auto,
+        Some("f32") => BaseStorage::F32,
+        Some("nf4") => BaseStorage::Nf4,
+        Some(other) => anyhow::bail!("--base {other}: auto, f32 or nf4"),
+    };
+    let device = gauge_encoder::device::cpu();
+    let files = ModelFiles::open(model_path, false)?;
+    let c = files.config.clone();
+    let mut model = TrainableLlama::load(c.clone(), &files.checkpoint, storage, &device)?;
+    drop(files);
+    let mut params = model.init_lora(LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() }, 0);
+    let seqs: Vec<Sequence> = (0..batch).map(|b| Sequence { ids: (0..seq).map(|i| ((i * 7919 + b * 104_729) % (c.vocab_size - 1)) as u32 + 1).collect(), target: vec![true; seq - 1] }).collect();
+    let mut tc = gauge_lora::TrainConfig { batch_size: batch, ..Default::default() };
+    if let Some(v) = flag("--checkpointing") {
+        tc.checkpointing = serde_json::from_value(serde_json::Value::String(v))?;
+    }
+    let plan = gauge_lora::train::plan_checkpointing(&mut model, &tc, &seqs, params.count())?;
+    let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
+    let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
+    let mut adam = AdamWState::new(&lens);
+    let cfg = AdamWConfig::default();
+    let baseline = current_rss_mib();
+    let (mut times, mut first) = (Vec::new(), f64::NAN);
+    for step in 0..steps + 1 {
+        let t = Instant::now();
+        let mut grads = params.zeros_like();
+        let loss = model.accumulate_gradients(&params, &seqs, 1.0 / n_targets as f64, None, &mut grads)?;
+        clip_global_norm(&mut grads, 1.0);
+        adam.step(&cfg, 1e-3, &mut params.tensors_mut(), &grads);
+        if step == 0 {
+            first = loss;
+        } else {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let secs = times.iter().sum::<f64>() / times.len().max(1) as f64;
+    let peak = gauge_lora::run::peak_rss_mib().unwrap_or(f64::NAN);
+    let figures: std::collections::BTreeMap<String, f64> = [
+        ("tokens_per_s", (seq * batch) as f64 / secs),
+        ("seconds_per_step", secs),
+        ("first_step_loss", first),
+        ("baseline_rss_mib", baseline),
+        ("peak_rss_mib", peak),
+        ("above_baseline_mib", peak - baseline),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let (base_bytes, kinds) = model.base_bytes();
+    gauge_bench::side::emit(&figures, serde_json::json!({
+        "kernels": format!("{:?}", model.kernels()).to_lowercase(), "checkpointing": plan.setting, "base_storage": kinds, "base_bytes_held": base_bytes,
+        "threads": rayon::current_num_threads(), "trainable_parameters": params.count(),
+    }));
     Ok(())
 }
