@@ -28,6 +28,12 @@ pub enum Cmd {
     },
     /// Lists bench files whose measured sources changed since their run (exit 1 when any).
     Stale,
+    /// Rewrites a bench file's stamp with the current rule, when its measured sources are
+    /// unchanged since its run.
+    Restamp {
+        /// The bench file, relative to the root.
+        file: String,
+    },
     /// Rewrites the README's speed table and the book's bench-file tables (docs/src/performance) from the bench files (`--check`: only compare).
     Readme {
         /// Compare instead of writing; exit 1 when the table differs or cites a stale file.
@@ -54,6 +60,7 @@ pub fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
+        Cmd::Restamp { file } => crate::sources::restamp(&cli.root, &file)?,
         Cmd::Readme { check } => {
             if check {
                 crate::table::check(&cli.root)?;

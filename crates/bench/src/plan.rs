@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(v["describe"]["version"]["v"], 3);
         assert_eq!(v["harness"]["pairs"], 5);
         assert!(v["machine"]["before"]["cores"].as_u64().unwrap() >= 1);
-        assert_eq!(v["sources"]["paths"], json!(["crates/a", "crates/b", "crates/c"]));
+        assert_eq!(v["sources"]["paths"], json!(["crates/a/Cargo.toml", "crates/a/src", "crates/b/Cargo.toml", "crates/b/src", "crates/c/Cargo.toml", "crates/c/src"]));
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! A bench names the workspace crates it measures and any other paths (its example, its
 //! script); the stamp holds the closure of those crates over their workspace `[dependencies]`,
-//! the commit, and one BLAKE3 hash of every file under those paths (relative path and bytes,
-//! in path order; `target/` and hidden entries skipped). [`stale`] recomputes the hash of each
+//! the commit, and one BLAKE3 hash of every file under those paths — each crate's `src/`,
+//! `Cargo.toml` and `build.rs`, and the extra paths (relative path and bytes, in path order;
+//! `target/` and hidden entries skipped). [`stale`] recomputes the hash of each
 //! bench file's paths: a file whose measured sources changed since it was written is stale.
 //! Dependency versions (Cargo.lock) are not in the hash: a registry bump does not stale a file.
 
@@ -104,7 +105,7 @@ impl Stamp {
     pub fn take(root: &Path, crates: &[String], extra: &[String]) -> Result<Stamp> {
         let all = workspace_crates(root)?;
         let crates = closure(root, crates)?;
-        let mut paths: Vec<String> = crates.iter().map(|c| all[c].0.clone()).chain(extra.iter().cloned()).collect();
+        let mut paths: Vec<String> = crates.iter().flat_map(|c| crate_sources(root, &all[c].0)).chain(extra.iter().cloned()).collect();
         paths.sort();
         paths.dedup();
         let hash = hash(root, &paths)?;
@@ -114,6 +115,33 @@ impl Stamp {
         let dirty = git(root, &status).is_some_and(|s| !s.is_empty());
         Ok(Stamp { commit, dirty, crates, paths, hash })
     }
+}
+
+/// What of a crate's folder is its code: `src/`, `Cargo.toml` and `build.rs` (not its tests,
+/// examples or benches: another bench's example does not stale this one; a bench names its own
+/// example among its paths).
+fn crate_sources(root: &Path, dir: &str) -> Vec<String> {
+    ["src", "Cargo.toml", "build.rs"].iter().map(|p| format!("{dir}/{p}")).filter(|p| root.join(p).exists()).collect()
+}
+
+/// Rewrites a bench file's stamp with the current rule ([`crate_sources`]) when its measured
+/// sources have not changed since its run (the old stamp still holds); the run's commit is kept.
+pub fn restamp(root: &Path, file: &str) -> Result<()> {
+    let path = root.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| BenchError::io(&path, e))?;
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
+    let old: Stamp = serde_json::from_value(v["sources"].clone()).map_err(|e| BenchError::Invalid(format!("{file}: `sources`: {e}")))?;
+    if hash(root, &old.paths)? != old.hash {
+        return Err(BenchError::Invalid(format!("{file}: its measured sources changed since its run; rerun its recipe instead")));
+    }
+    let crate_dirs: Vec<String> = workspace_crates(root)?.into_iter().filter(|(n, _)| old.crates.contains(n)).map(|(_, (d, _))| d).collect();
+    let extra: Vec<String> = old.paths.iter().filter(|p| !crate_dirs.iter().any(|d| *p == d || p.starts_with(&format!("{d}/")))).cloned().collect();
+    let mut new = Stamp::take(root, &old.crates, &extra)?;
+    (new.commit, new.dirty) = (old.commit, old.dirty);
+    v["sources"] = serde_json::to_value(&new).expect("a stamp");
+    let tmp = path.with_extension(format!("json.partial-{}", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_string_pretty(&v).expect("JSON") + "\n").map_err(|e| BenchError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| BenchError::io(&path, e))
 }
 
 /// A bench file whose measured sources changed since it was written.
@@ -198,6 +226,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn restamp_moves_a_current_file_to_the_rule_and_refuses_a_stale_one() {
+        let d = toy_root();
+        // A stamp of the old rule: whole crate folders.
+        let paths = vec!["crates/b".to_string(), "crates/c".to_string(), "crates/d/src/lib.rs".to_string()];
+        let old = Stamp { commit: Some("abc".into()), dirty: false, crates: vec!["gauge-b".into(), "gauge-c".into()], hash: hash(d.path(), &paths).unwrap(), paths };
+        std::fs::write(d.path().join("bench/x.json"), serde_json::to_string(&serde_json::json!({ "sources": old, "figures": 1 })).unwrap()).unwrap();
+        restamp(d.path(), "bench/x.json").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.path().join("bench/x.json")).unwrap()).unwrap();
+        assert_eq!(v["sources"]["paths"], serde_json::json!(["crates/b/Cargo.toml", "crates/b/src", "crates/c/Cargo.toml", "crates/c/src", "crates/d/src/lib.rs"]));
+        assert_eq!((v["sources"]["commit"].as_str(), v["figures"].as_i64()), (Some("abc"), Some(1)));
+        assert!(stale(d.path()).unwrap().is_empty());
+        std::fs::write(d.path().join("crates/d/src/lib.rs"), "// changed\n").unwrap();
+        assert!(restamp(d.path(), "bench/x.json").unwrap_err().to_string().contains("rerun"));
+    }
+
+    #[test]
     fn closure_follows_workspace_dependencies() {
         let d = toy_root();
         assert_eq!(closure(d.path(), &["gauge-a".into()]).unwrap(), vec!["gauge-a", "gauge-b", "gauge-c"]);
@@ -209,7 +253,7 @@ pub(crate) mod tests {
     fn a_changed_dependency_makes_the_file_stale_and_target_does_not() {
         let d = toy_root();
         let stamp = Stamp::take(d.path(), &["gauge-b".into()], &[]).unwrap();
-        assert_eq!(stamp.paths, vec!["crates/b", "crates/c"]);
+        assert_eq!(stamp.paths, vec!["crates/b/Cargo.toml", "crates/b/src", "crates/c/Cargo.toml", "crates/c/src"]);
         std::fs::write(d.path().join("bench/x.json"), serde_json::to_string(&serde_json::json!({ "sources": stamp })).unwrap()).unwrap();
         assert!(stale(d.path()).unwrap().is_empty());
         // A file from before the harness is listed as such.
@@ -221,6 +265,10 @@ pub(crate) mod tests {
         // Build output and an unrelated crate do not count.
         std::fs::write(d.path().join("crates/c/target/junk"), "y").unwrap();
         std::fs::write(d.path().join("crates/d/src/lib.rs"), "// changed\n").unwrap();
+        assert!(stale(d.path()).unwrap().is_empty());
+        // Nor does another bench's example in a measured crate.
+        std::fs::create_dir_all(d.path().join("crates/b/examples")).unwrap();
+        std::fs::write(d.path().join("crates/b/examples/other.rs"), "fn main() {}\n").unwrap();
         assert!(stale(d.path()).unwrap().is_empty());
         // A dependency two floors down does.
         std::fs::write(d.path().join("crates/c/src/lib.rs"), "// changed\n").unwrap();

@@ -174,7 +174,7 @@ fn side(args: &[String]) -> anyhow::Result<()> {
         clip_global_norm(&mut grads, 1.0);
         adam.step(&cfg, 1e-3, &mut params.tensors_mut(), &grads);
         if step == 0 {
-            first = loss;
+            first = loss / n_targets as f64;
         } else {
             times.push(t.elapsed().as_secs_f64());
         }
