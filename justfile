@@ -224,8 +224,8 @@ train *flags="": setup models
     {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
     {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
 
-# train-lora --target embedder's step on all-MiniLM-L6-v2 (InfoNCE: 16 queries, their positives and 2 hard negatives each = 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning; host kernels and Burn's autodiff) against sentence-transformers + PEFT's step on the same token ids (MultipleNegativesRankingLoss, CPU fp32) and gauge's inference encoder on the same texts, one run → bench/train-encoder.json (tokens/s and peak memory as ratios). ~6 min on 2 cores.
-bench-train-encoder steps="3": setup models torch-venv
+# train-lora --target embedder's step on all-MiniLM-L6-v2 (InfoNCE: 16 queries, their positives and 2 hard negatives each = 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against sentence-transformers + PEFT (CPU fp32) on the same token ids in interleaved A/B pairs (gauge-bench), the reference with its own padded collator and a length-bucketed one, first-step loss equal to 1e-4; a torch.profiler table of PEFT's LoRA and full steps → bench/train-encoder.json. ~25 min on 2 cores.
+bench-train-encoder steps="2": setup models torch-venv
     chunks=$({{just}} chunk | tail -n1); \
     GAUGE_VENV={{torch_venv}} scripts/bench-train-encoder.sh "$chunks/chunks.parquet" bench/train-encoder.json {{steps}}
 

@@ -41,6 +41,14 @@ impl MachineState {
     }
 }
 
+/// This process's resident memory now, MiB (/proc/self/statm; NaN where unreadable): the
+/// baseline that "memory above baseline" figures subtract from the peak.
+pub fn current_rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+    pages * 4096.0 / (1024.0 * 1024.0)
+}
+
 /// Read bandwidth in bytes/s: summing a 512 MiB buffer (far past the caches) on every core; the
 /// best of five passes.
 pub fn read_bandwidth() -> f64 {

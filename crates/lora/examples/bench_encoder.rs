@@ -11,7 +11,10 @@
 //! sentence-transformers reference (`scripts/gpu_check.py st-step`).
 //! With `VARIANT` (`lora_r16`, `full`, `lora_r16_burn` or `full_burn`) only that one runs, so
 //! the process's peak resident memory (`peak_rss_mib`) is that variant's.
-//! Usage: `bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS] [IDS_JSON|-] [VARIANT]`.
+//! Usage: `bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS] [IDS_JSON|-] [VARIANT]`;
+//! `bench_encoder side MODEL_DIR CHUNKS_PARQUET STEPS VARIANT` is one run of the
+//! `bench-train-encoder` harness (`gauge-bench`): that variant's figures as `{"figures": …}`
+//! (tokens/s, the first step's loss, resident memory after the model's load and its peak).
 use std::time::Instant;
 
 use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
@@ -21,8 +24,14 @@ use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
 use gauge_lora::retriever::{step_loss, RetrieverConfig, StepBatch};
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS] [IDS_JSON|-] [VARIANT]";
+    let mut args: Vec<String> = std::env::args().collect();
+    // `side MODEL_DIR CHUNKS_PARQUET STEPS VARIANT`: one harness run of one variant.
+    let side = args.get(1).map(String::as_str) == Some("side");
+    if side {
+        let a = |i: usize| args.get(i).cloned().unwrap_or_default();
+        args = vec![a(0), a(2), a(3), "-".into(), a(4), "-".into(), a(5)];
+    }
+    let usage = "usage: bench_encoder MODEL_DIR CHUNKS_PARQUET OUT_JSON [STEPS] [IDS_JSON|-] [VARIANT] | side MODEL_DIR CHUNKS_PARQUET STEPS VARIANT";
     let dir = std::path::PathBuf::from(args.get(1).expect(usage));
     let chunks = gauge_core::schema::read_chunks(std::path::Path::new(args.get(2).expect(usage)))?;
     let out = args.get(3).expect(usage);
@@ -83,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         model.set_kernels(kernels)?;
         let lens: Vec<usize> = params.trainable_values().iter().map(|t| t.len()).collect();
         let mut adam = AdamWState::new(&lens);
+        let baseline_rss_mib = gauge_bench::machine::current_rss_mib();
         let mut times = Vec::new();
         let mut first_loss = f64::NAN;
         for step in 0..=steps {
@@ -105,6 +115,7 @@ fn main() -> anyhow::Result<()> {
         report[name] = serde_json::json!({
             "kernels": format!("{kernels:?}").to_lowercase(),
             "first_step_loss": first_loss,
+            "baseline_rss_mib": baseline_rss_mib,
             "peak_rss_mib": gauge_lora::run::peak_rss_mib(),
             "trainable_parameters": params.trainable_count(),
             "seconds_per_step": secs,
@@ -114,6 +125,27 @@ fn main() -> anyhow::Result<()> {
             "ratio_tokens_vs_inference": (tokens as f64 / secs) / (tokens as f64 / inference_secs),
             "ratio_flops_vs_inference": (flops / secs) / (fwd_flops / inference_secs),
         });
+    }
+    if side {
+        let name = only.expect("a variant");
+        let r = &report[name.as_str()];
+        let num = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let figures: std::collections::BTreeMap<String, f64> = [
+            ("tokens_per_s", num("tokens_per_s")),
+            ("seconds_per_step", num("seconds_per_step")),
+            ("first_step_loss", num("first_step_loss")),
+            ("baseline_rss_mib", num("baseline_rss_mib")),
+            ("peak_rss_mib", num("peak_rss_mib")),
+            ("above_baseline_mib", num("peak_rss_mib") - num("baseline_rss_mib")),
+            ("tokens", tokens as f64),
+            ("share_of_peak", num("share_of_peak")),
+            ("inference_tokens_per_s", report["reference_inference"]["tokens_per_s"].as_f64().unwrap_or(f64::NAN)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        gauge_bench::side::emit(&figures, serde_json::json!({ "kernels": r["kernels"], "trainable_parameters": r["trainable_parameters"], "threads": rayon::current_num_threads() }));
+        return Ok(());
     }
     std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
     println!("{}", serde_json::to_string_pretty(&report)?);
