@@ -205,11 +205,10 @@ bench-extract: setup
     cargo build --release --workspace --example bench_vs_pdftotext
     {{bin}}/examples/bench_vs_pdftotext {{corpus}} bench/extract.json
 
-# Embedding throughput vs the sentence-transformers-equivalent ONNX reference → bench/embed.json. The only recipe that builds a second feature set (burn-ndarray, for the backend comparison): its first run compiles it.
+# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~15 min on 2 cores.
 bench-embed: setup models bench-venv
-    cargo build --release --workspace --example bench_embed --features gauge-embed/ndarray
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
-    PATH="{{venv}}/bin:$PATH" {{bin}}/examples/bench_embed "$chunks" bench/embed.json models/all-MiniLM-L6-v2
+    PYTHON={{venv}}/bin/python3 scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
 # Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream → bench/generate.json. ~40 min on 2 cores.
 bench-generate: setup models

@@ -18,6 +18,9 @@ pub fn emit(figures: &BTreeMap<String, f64>, describe: Value) {
 pub enum Format {
     /// [`emit`]'s object (the last line of stdout that starts with `{`).
     Figures,
+    /// One flat JSON object (the last line of stdout that starts with `{`): every number in it
+    /// is a figure, the object is what it printed (`../shared/reference/embed_throughput.py`).
+    Json,
     /// `llama-bench -o json`: an array of tests; figure `pp<n_prompt>`, `tg<n_gen>` (with
     /// `@d<n_depth>` when the depth is not 0) = `avg_ts`.
     LlamaBench,
@@ -44,6 +47,12 @@ pub fn read(format: Format, stdout: &str) -> Result<Run> {
             let v: Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
             let figures = v["figures"].as_object().ok_or_else(|| bad("no `figures` object"))?.iter().filter_map(|(k, x)| x.as_f64().map(|x| (k.clone(), x))).collect();
             Ok(Run { figures, printed: v["describe"].clone() })
+        }
+        Format::Json => {
+            let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or_else(|| bad("no JSON object line"))?;
+            let v: Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
+            let figures = v.as_object().ok_or_else(|| bad("not an object"))?.iter().filter_map(|(k, x)| x.as_f64().map(|x| (k.clone(), x))).collect();
+            Ok(Run { figures, printed: v })
         }
         Format::LlamaBench => {
             let v: Value = serde_json::from_str(stdout.trim()).map_err(|e| bad(&e.to_string()))?;
@@ -85,6 +94,9 @@ mod tests {
         assert_eq!(r.figures["decode"], 150.5);
         assert!(!r.figures.contains_key("note"));
         assert_eq!(r.printed["threads"], 2);
+        let r = read(Format::Json, "log line\n{\"texts\": 64, \"tokens_per_s\": 5046.5, \"model\": \"m\"}\n").unwrap();
+        assert_eq!((r.figures["texts"], r.figures["tokens_per_s"]), (64.0, 5046.5));
+        assert_eq!(r.printed["model"], "m");
         let lb = r#"[{"build_commit": "abc", "n_prompt": 512, "n_gen": 0, "n_depth": 0, "avg_ts": 400.0},
                      {"build_commit": "abc", "n_prompt": 0, "n_gen": 128, "n_depth": 600, "avg_ts": 90.0}]"#;
         let r = read(Format::LlamaBench, lb).unwrap();

@@ -1,6 +1,9 @@
 //! Embedding throughput of gauge against the sentence-transformers-equivalent reference
 //! (`../shared/reference/embed_throughput.py`, ONNX EmbedOptions, 2 threads) on the same chunk
 //! texts, in the same run. Usage: `bench_embed CHUNKS_DIR OUT_JSON [MODEL] [REFERENCE_SCRIPT]`.
+//! `bench_embed side CHUNKS_DIR MODEL` is one run of the `bench-embed` harness (`gauge-bench`):
+//! a warm-up on 64 chunks, then one timed pass over every chunk (tokenization included, as the
+//! reference times it), printed as `{"figures": …}`.
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -43,6 +46,9 @@ fn machine_peak() -> (f64, String) {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("side") {
+        return side(&args[2..]);
+    }
     let usage = "usage: bench_embed CHUNKS_DIR OUT_JSON [MODEL] [REFERENCE_SCRIPT]";
     let chunks_dir = PathBuf::from(args.get(1).expect(usage));
     let out_path = PathBuf::from(args.get(2).expect(usage));
@@ -113,5 +119,38 @@ fn main() -> anyhow::Result<()> {
     }
     std::fs::write(&out_path, text.clone() + "\n")?;
     println!("{text}");
+    Ok(())
+}
+
+/// One harness run (see the module docs).
+fn side(args: &[String]) -> anyhow::Result<()> {
+    let usage = "usage: bench_embed side CHUNKS_DIR MODEL";
+    let chunks = read_chunks(&PathBuf::from(args.first().ok_or_else(|| anyhow::anyhow!(usage))?).join("chunks.parquet"))?;
+    let model = args.get(1).cloned().ok_or_else(|| anyhow::anyhow!(usage))?;
+    let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+    let embedder = load_embedder(&EmbedConfig { model, ..Default::default() }, &EmbedOptions::default())?;
+    let warm = embedder.tokenize(&texts[..texts.len().min(64)])?;
+    embedder.embed_ids(&warm, |_| {});
+    let started = Instant::now();
+    let ids = embedder.tokenize(&texts)?;
+    let (_, stats) = embedder.embed_ids(&ids, |_| {});
+    let seconds = started.elapsed().as_secs_f64();
+    let cfg = &embedder.encoder().config;
+    let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size as f64, cfg.num_hidden_layers as f64);
+    let useful: f64 = ids.iter().map(|t| { let l = t.len() as f64; 2.0 * p * l + 4.0 * layers * l * l * h }).sum();
+    let (peak, _) = gauge_core::machine::peak_f32_flops();
+    let figures: std::collections::BTreeMap<String, f64> = [
+        ("tokens_per_s", stats.tokens as f64 / seconds),
+        ("texts_per_s", stats.texts as f64 / seconds),
+        ("tokens", stats.tokens as f64),
+        ("texts", stats.texts as f64),
+        ("padding_share", stats.padding_share()),
+        ("share_of_peak_flops", useful / seconds / peak),
+        ("peak_rss_mib", peak_rss_mib()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    gauge_bench::side::emit(&figures, serde_json::json!({ "backend": "burn-flex", "batches": stats.batches, "token_budget": EmbedOptions::default().token_budget, "threads": std::thread::available_parallelism().map_or(1, |n| n.get()) }));
     Ok(())
 }
