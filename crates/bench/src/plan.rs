@@ -318,7 +318,7 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
             let what = format!("{}, `{}` = `{}`", c.name, e.gauge, e.reference);
             let (gv, rv) = (figure(&g, &e.gauge, &what)?, figure(&r, &e.reference, &what)?);
             let worst = gv.iter().zip(&rv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            if !(worst <= e.tolerance) {
+            if worst.is_nan() || worst > e.tolerance {
                 return Err(BenchError::Invalid(format!("{what}: gauge {gv:?} against {} {rv:?} differ by {worst:e}, more than {:e}", plan.reference, e.tolerance)));
             }
             equal.push(json!({ "gauge": e.gauge, "reference": e.reference, "tolerance": e.tolerance, "largest_difference": worst }));

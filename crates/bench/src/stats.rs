@@ -24,7 +24,7 @@ impl Summary {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
-        let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        let median = if !n.is_multiple_of(2) { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
         Some(Summary { median, min: sorted[0], max: sorted[n - 1], values: values.to_vec() })
     }
 }

@@ -23,12 +23,12 @@ const ORDER: [&str; 6] = ["generate", "train", "train-encoder", "embed", "query"
 /// A figure as the table prints it: three significant digits, thousands separated.
 pub fn number(x: f64) -> String {
     let a = x.abs();
-    let s = if a >= 100.0 {
+    if a >= 100.0 {
         let n = x.round() as i64;
         let digits = n.abs().to_string();
         let mut out = String::new();
         for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(c);
@@ -42,8 +42,7 @@ pub fn number(x: f64) -> String {
         format!("{x:.1}")
     } else {
         format!("{x:.2}")
-    };
-    s
+    }
 }
 
 fn range(s: &Value, unit: &str) -> String {
@@ -56,7 +55,7 @@ pub fn generate(root: &Path) -> Result<String> {
     let mut files: Vec<(usize, String, Value)> = Vec::new();
     for (file, _) in crate::sources::stamped_files(root)? {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(root.join(&file)).map_err(|e| BenchError::io(root.join(&file), e))?).map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
-        if v.get("harness").is_none() || v["readme"].as_array().is_none_or(|r| r.is_empty()) {
+        if v.get("harness").is_none() || !matches!(v["readme"].as_array(), Some(r) if !r.is_empty()) {
             continue;
         }
         let bench = v["bench"].as_str().unwrap_or("").to_string();
