@@ -210,11 +210,11 @@ bench-embed: setup models bench-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PYTHON={{venv}}/bin/python3 scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
-# Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream → bench/generate.json. ~40 min on 2 cores.
+# Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream → bench/generate.json. ~20 min on 2 cores.
 bench-generate: setup models
     scripts/bench-generate.sh
 
-# train-lora's training step (r 16 on all projections, 2 × 512 tokens, all cores) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Llama of SmolLM2-135M's shape: base f32 on both sides (first-step loss equal to 1e-4) and gauge's NF4 default; tokens/s, peak memory and memory above the after-load baseline; and on the Q4_1 GGUF against llama.cpp's prefill → bench/train.json. ~20 min on 2 cores.
+# train-lora's training step (r 16 on all projections, 2 × 512 tokens, all cores) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Llama of SmolLM2-135M's shape: base f32 on both sides (first-step loss equal to 1e-4) and gauge's NF4 default; tokens/s, peak memory and memory above the after-load baseline; and on the Q4_1 GGUF against llama.cpp's prefill → bench/train.json. ~13 min on 2 cores.
 bench-train: setup models torch-venv
     GAUGE_VENV={{torch_venv}} scripts/bench-train.sh
 
@@ -223,7 +223,7 @@ train *flags="": setup models
     {{bin}}/train-lora "$({{just}} synth --mode sft --n 400 --split 80:10:10 | tail -n1)" --artifacts {{artifacts}} --max-seq-len 1280 --max-train-examples 120 --learning-rate 1e-3 --grad-accum 2 --set warmup_steps=3 --set eval_examples=16 --set eval_every=10 --copy-to data/adapters/fra-sft-offline {{flags}}
     {{bin}}/evaluate pipelines/fra-adapter.toml --artifacts {{artifacts}}
 
-# train-lora --target embedder's step on all-MiniLM-L6-v2 (InfoNCE: 16 queries, their positives and 2 hard negatives each = 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against sentence-transformers + PEFT (CPU fp32) on the same token ids in interleaved A/B pairs (gauge-bench), the reference with its own padded collator and a length-bucketed one, first-step loss equal to 1e-4; a torch.profiler table of PEFT's LoRA and full steps → bench/train-encoder.json. ~25 min on 2 cores.
+# train-lora --target embedder's step on all-MiniLM-L6-v2 (InfoNCE: 16 queries, their positives and 2 hard negatives each = 48 FRA passages ≤ 256 tokens; LoRA r 16 and full fine-tuning) against sentence-transformers + PEFT (CPU fp32) on the same token ids in interleaved A/B pairs (gauge-bench), the reference with its own padded collator and a length-bucketed one, first-step loss equal to 1e-4; a torch.profiler table of PEFT's LoRA and full steps → bench/train-encoder.json. ~16 min on 2 cores.
 bench-train-encoder steps="2": setup models torch-venv
     chunks=$({{just}} chunk | tail -n1); \
     GAUGE_VENV={{torch_venv}} scripts/bench-train-encoder.sh "$chunks/chunks.parquet" bench/train-encoder.json {{steps}}
