@@ -29,7 +29,7 @@ pub enum Cmd {
     /// Lists bench files whose measured sources changed since their run (exit 1 when any).
     Stale,
     /// Rewrites a bench file's stamp with the current rule, when its measured sources are
-    /// unchanged since its run.
+    /// unchanged since its run; its machine paths made portable, as a run writes them.
     Restamp {
         /// The bench file, relative to the root.
         file: String,

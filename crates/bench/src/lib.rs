@@ -18,6 +18,7 @@
 
 pub mod cli;
 pub mod machine;
+pub mod paths;
 pub mod plan;
 pub mod side;
 pub mod sources;

@@ -349,12 +349,17 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
     }))
 }
 
-/// Runs the plan and writes the bench file atomically (a temporary beside it, renamed).
-pub fn run_to(plan: &Plan, root: &Path, out: &Path) -> Result<()> {
-    let v = run(plan, root)?;
+/// Writes a bench file atomically (a temporary beside it, renamed), its paths made portable.
+pub fn write(mut v: Value, root: &Path, out: &Path) -> Result<()> {
+    crate::paths::make_portable(&mut v, root);
     let tmp = out.with_extension(format!("json.partial-{}", std::process::id()));
     std::fs::write(&tmp, serde_json::to_string_pretty(&v).expect("JSON") + "\n").map_err(|e| BenchError::io(&tmp, e))?;
     std::fs::rename(&tmp, out).map_err(|e| BenchError::io(out, e))
+}
+
+/// Runs the plan and writes the bench file ([`write`]).
+pub fn run_to(plan: &Plan, root: &Path, out: &Path) -> Result<()> {
+    write(run(plan, root)?, root, out)
 }
 
 #[cfg(test)]

@@ -125,22 +125,31 @@ fn crate_sources(root: &Path, dir: &str) -> Vec<String> {
 }
 
 /// Rewrites a bench file's stamp with the current rule ([`crate_sources`]) when its measured
-/// sources have not changed since its run (the old stamp still holds); the run's commit is kept.
+/// sources have not changed since its run (the old stamp still holds); the run's commit is kept,
+/// and the file's paths are made portable as a run writes them ([`crate::paths::portable`]).
 pub fn restamp(root: &Path, file: &str) -> Result<()> {
     let path = root.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| BenchError::io(&path, e))?;
-    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
     let old: Stamp = serde_json::from_value(v["sources"].clone()).map_err(|e| BenchError::Invalid(format!("{file}: `sources`: {e}")))?;
     if hash(root, &old.paths)? != old.hash {
         return Err(BenchError::Invalid(format!("{file}: its measured sources changed since its run; rerun its recipe instead")));
     }
     let crate_dirs: Vec<String> = workspace_crates(root)?.into_iter().filter(|(n, _)| old.crates.contains(n)).map(|(_, (d, _))| d).collect();
-    let extra: Vec<String> = old.paths.iter().filter(|p| !crate_dirs.iter().any(|d| *p == d || p.starts_with(&format!("{d}/")))).cloned().collect();
+    // Extra paths are what the stamp lists besides the crates' own folders or code (an example
+    // inside a crate folder stays: the bench named it).
+    let extra: Vec<String> = old.paths.iter().filter(|p| !crate_dirs.iter().any(|d| *p == d || ["src", "Cargo.toml", "build.rs"].iter().any(|c| **p == format!("{d}/{c}")))).cloned().collect();
     let mut new = Stamp::take(root, &old.crates, &extra)?;
     (new.commit, new.dirty) = (old.commit, old.dirty);
-    v["sources"] = serde_json::to_value(&new).expect("a stamp");
+    // The file's text is edited, not re-serialised: parsing and printing its floats again could
+    // move their last digit, and its figures are the run's as written.
+    let begin = "\n  \"sources\": {";
+    let at = text.find(begin).ok_or_else(|| BenchError::Invalid(format!("{file}: no top-level `sources` object as the harness writes it")))? + begin.len() - 1;
+    let end = text[at..].find("\n  }").ok_or_else(|| BenchError::Invalid(format!("{file}: `sources` is not closed as the harness writes it")))? + at + "\n  }".len();
+    let block = serde_json::to_string_pretty(&new).expect("a stamp").replace('\n', "\n  ");
+    let edited = format!("{}{block}{}", &text[..at], &text[end..]);
     let tmp = path.with_extension(format!("json.partial-{}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_string_pretty(&v).expect("JSON") + "\n").map_err(|e| BenchError::io(&tmp, e))?;
+    std::fs::write(&tmp, crate::paths::portable(&edited, root)).map_err(|e| BenchError::io(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| BenchError::io(&path, e))
 }
 
@@ -229,12 +238,21 @@ pub(crate) mod tests {
     fn restamp_moves_a_current_file_to_the_rule_and_refuses_a_stale_one() {
         let d = toy_root();
         // A stamp of the old rule: whole crate folders.
-        let paths = vec!["crates/b".to_string(), "crates/c".to_string(), "crates/d/src/lib.rs".to_string()];
+        std::fs::create_dir_all(d.path().join("crates/b/examples")).unwrap();
+        std::fs::write(d.path().join("crates/b/examples/bench.rs"), "fn main() {}\n").unwrap();
+        let paths = vec!["crates/b".to_string(), "crates/b/examples/bench.rs".to_string(), "crates/c".to_string(), "crates/d/src/lib.rs".to_string()];
         let old = Stamp { commit: Some("abc".into()), dirty: false, crates: vec!["gauge-b".into(), "gauge-c".into()], hash: hash(d.path(), &paths).unwrap(), paths };
-        std::fs::write(d.path().join("bench/x.json"), serde_json::to_string(&serde_json::json!({ "sources": old, "figures": 1 })).unwrap()).unwrap();
+        let figure = 0.1963872395609531_f64;
+        std::fs::write(d.path().join("bench/x.json"), serde_json::to_string_pretty(&serde_json::json!({ "harness": 1, "sources": old, "figures": 1, "ratio": figure })).unwrap() + "\n").unwrap();
         restamp(d.path(), "bench/x.json").unwrap();
+        // The figures' text is untouched (no float printed again).
+        assert!(std::fs::read_to_string(d.path().join("bench/x.json")).unwrap().contains(&format!("\"ratio\": {figure}")));
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.path().join("bench/x.json")).unwrap()).unwrap();
-        assert_eq!(v["sources"]["paths"], serde_json::json!(["crates/b/Cargo.toml", "crates/b/src", "crates/c/Cargo.toml", "crates/c/src", "crates/d/src/lib.rs"]));
+        assert_eq!(v["sources"]["paths"], serde_json::json!(["crates/b/Cargo.toml", "crates/b/examples/bench.rs", "crates/b/src", "crates/c/Cargo.toml", "crates/c/src", "crates/d/src/lib.rs"]));
+        // Restamping a current file changes nothing.
+        restamp(d.path(), "bench/x.json").unwrap();
+        let again: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.path().join("bench/x.json")).unwrap()).unwrap();
+        assert_eq!(again, v);
         assert_eq!((v["sources"]["commit"].as_str(), v["figures"].as_i64()), (Some("abc"), Some(1)));
         assert!(stale(d.path()).unwrap().is_empty());
         std::fs::write(d.path().join("crates/d/src/lib.rs"), "// changed\n").unwrap();
