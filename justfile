@@ -168,17 +168,15 @@ ablate-sampling: setup models
 ablate-ict: synth
     {{bin}}/evaluate pipelines/fra-ict.toml --artifacts {{artifacts}}
 
-# Query latency per stage / end to end, faiss build time per type, rank_bm25 comparison → bench/query.json.
+# Query latency per retriever and end to end, and the BM25 index build, against rank_bm25 (Python) on the FRA index and the 41 dev questions, in interleaved A/B pairs (gauge-bench) → bench/query.json. ~3 min on 2 cores.
 bench-query: setup models bench-venv
-    cargo build --release --workspace --example bench_query
-    emb=$({{just}} embed | tail -n1); idx=$({{just}} index | tail -n1); \
-    {{bin}}/examples/bench_query "$idx" "$emb" ../shared/golden/fra-dev.jsonl bench/query.json {{venv}}/bin/python3
-
-# Rerank latency (25/50 candidates): tiny cross-encoder fixture, MiniLM-L-6-shaped cross-encoder, MaxSim → bench/rerank.json.
-bench-rerank: setup models
-    cargo build --release --workspace --example bench_rerank
     idx=$({{just}} index | tail -n1); \
-    {{bin}}/examples/bench_rerank "$idx" ../shared/golden/fra-dev.jsonl ../shared/fixtures/tiny-bert-cross-encoder models/all-MiniLM-L6-v2 bench/rerank.json
+    PYTHON={{venv}}/bin/python3 scripts/bench-query.sh "$idx" bench/query.json
+
+# Rerank speed against sentence-transformers (PyTorch CPU) on the hybrid top 25/50 of 10 FRA dev questions: a MiniLM-L-6-shaped cross-encoder and MaxSim over all-MiniLM-L6-v2, scores checked equal, in interleaved A/B pairs (gauge-bench) → bench/rerank.json. ~11 min on 2 cores.
+bench-rerank: setup models torch-venv
+    idx=$({{just}} index | tail -n1); \
+    GAUGE_VENV={{torch_venv}} scripts/bench-rerank.sh "$idx" bench/rerank.json
 
 # XLM-RoBERTa cross-encoder check: a tiny random reference from transformers (Flax; PyTorch wheels are out of reach) → bench/xlmr-reference.json.
 check-xlmr: setup models
@@ -200,10 +198,9 @@ bench-stale:
 # Every benchmark; numbers go to bench/*.json.
 bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 
-# Extraction speed and word-level quality against pdftotext → bench/extract.json.
+# Extraction speed and word-level quality against pdftotext on the FRA corpus, in interleaved A/B pairs (gauge-bench) → bench/extract.json. ~2 min on 2 cores.
 bench-extract: setup
-    cargo build --release --workspace --example bench_vs_pdftotext
-    {{bin}}/examples/bench_vs_pdftotext {{corpus}} bench/extract.json
+    scripts/bench-extract.sh {{corpus}} bench/extract.json
 
 # Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~15 min on 2 cores.
 bench-embed: setup models bench-venv

@@ -1,90 +1,92 @@
-//! Query latency per stage and end to end, index build time per faiss type, and rank_bm25
-//! (Python) on the same chunks and questions. Usage:
-//! `bench_query INDEX_DIR EMBEDDINGS_DIR GOLDEN_JSONL OUT_JSON [PYTHON]`.
+//! One run of the `bench-query` harness (`scripts/bench-query.sh`, `gauge-bench`): query latency
+//! per retriever and end to end over the golden questions against an index, `ROUNDS` passes
+//! over every question after a warm-up pass, and the BM25 index build (tantivy, on disk) timed
+//! `BUILDS` times. The reference (`scripts/bench_rank_bm25.py`) runs rank_bm25 over the same
+//! chunks and questions. Usage: `bench_query side INDEX_DIR GOLDEN_JSONL [ROUNDS] [BUILDS]`;
+//! prints `{"figures": {...}, "describe": {...}}` (per-query medians in ms, queries per
+//! second, build seconds).
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
 use gauge_rank::{fuse, Fusion};
 
-fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {
+fn median(mut ms: Vec<f64>) -> f64 {
     ms.sort_by(f64::total_cmp);
-    let pick = |p: f64| ms[((p * (ms.len() - 1) as f64).round() as usize).min(ms.len() - 1)];
-    serde_json::json!({ "p50_ms": pick(0.5), "p95_ms": pick(0.95), "n": ms.len() })
+    let n = ms.len();
+    if n % 2 == 1 {
+        ms[n / 2]
+    } else {
+        (ms[n / 2 - 1] + ms[n / 2]) / 2.0
+    }
+}
+
+/// The `question` of every line of a golden JSONL file.
+fn questions(golden: &PathBuf) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(golden).map_err(|e| anyhow::anyhow!("{}: {e}", golden.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| Ok(serde_json::from_str::<serde_json::Value>(l)?["question"].as_str().unwrap_or_default().to_string()))
+        .collect()
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: bench_query INDEX_DIR EMBEDDINGS_DIR GOLDEN_JSONL OUT_JSON [PYTHON]";
-    let index_dir = PathBuf::from(args.get(1).expect(usage));
-    let emb_dir = PathBuf::from(args.get(2).expect(usage));
-    let golden = PathBuf::from(args.get(3).expect(usage));
-    let out_path = PathBuf::from(args.get(4).expect(usage));
-    let python = args.get(5).cloned().unwrap_or_else(|| "python3".into());
-    let questions: Vec<String> = std::fs::read_to_string(&golden)?
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["question"].as_str().unwrap_or_default().to_string()))
-        .collect::<Result<_, _>>()?;
+    let usage = "usage: bench_query side INDEX_DIR GOLDEN_JSONL [ROUNDS] [BUILDS]";
+    anyhow::ensure!(args.get(1).map(String::as_str) == Some("side") && args.len() >= 4, "{usage}");
+    let index_dir = PathBuf::from(&args[2]);
+    let questions = questions(&PathBuf::from(&args[3]))?;
+    let rounds: usize = args.get(4).map_or(Ok(10), |s| s.parse())?;
+    let builds: usize = args.get(5).map_or(Ok(5), |s| s.parse())?;
+    anyhow::ensure!(!questions.is_empty() && rounds > 0 && builds > 0, "no questions, rounds or builds: {usage}");
     let engine = Engine::open(&index_dir, &EngineOptions::default())?;
-    let n = 50;
-    let per_retriever = RetrievalConfig { candidates: n, ..Default::default() };
-    // Warm-up.
-    engine.search(&questions[0], &RetrievalConfig::default())?;
-    let (mut dense_ms, mut bm25_ms, mut fusion_ms) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut e2e_dense, mut e2e_bm25, mut e2e_hybrid) = (Vec::new(), Vec::new(), Vec::new());
-    for q in &questions {
-        let t = Instant::now();
-        let d = engine.retrieve("dense", q, &per_retriever)?;
-        dense_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
-        let b = engine.retrieve("bm25", q, &per_retriever)?;
-        bm25_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
-        let _ = fuse(&[d, b], &Fusion::default());
-        fusion_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        for (cfg, out) in [
-            (RetrievalConfig { bm25: false, fusion: Fusion::None, ..Default::default() }, &mut e2e_dense),
-            (RetrievalConfig { dense: false, fusion: Fusion::None, ..Default::default() }, &mut e2e_bm25),
-            (RetrievalConfig::default(), &mut e2e_hybrid),
-        ] {
+    let per_retriever = RetrievalConfig { candidates: 50, ..Default::default() };
+    let dense_only = RetrievalConfig { bm25: false, fusion: Fusion::None, ..Default::default() };
+    let bm25_only = RetrievalConfig { dense: false, fusion: Fusion::None, ..Default::default() };
+    let hybrid = RetrievalConfig::default();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for round in 0..=rounds {
+        for q in &questions {
             let t = Instant::now();
-            engine.search(q, &cfg)?;
-            out.push(t.elapsed().as_secs_f64() * 1e3);
+            let d = engine.retrieve("dense", q, &per_retriever)?;
+            let dense = ms(t);
+            let t = Instant::now();
+            let b = engine.retrieve("bm25", q, &per_retriever)?;
+            let bm25 = ms(t);
+            let t = Instant::now();
+            let _ = fuse(&[d, b], &Fusion::default());
+            let fusion = ms(t);
+            let mut e2e = Vec::new();
+            for cfg in [&dense_only, &bm25_only, &hybrid] {
+                let t = Instant::now();
+                engine.search(q, cfg)?;
+                e2e.push(ms(t));
+            }
+            if round == 0 {
+                continue; // the warm-up pass
+            }
+            for (name, v) in [("dense_ms", dense), ("bm25_ms", bm25), ("rrf_fusion_ms", fusion), ("end_to_end_dense_ms", e2e[0]), ("end_to_end_bm25_ms", e2e[1]), ("end_to_end_hybrid_ms", e2e[2])] {
+                times.entry(name).or_default().push(v);
+            }
         }
     }
-    // Index build time per faiss type on the same embeddings.
-    let emb = gauge_core::schema::read_embeddings(&emb_dir.join("embeddings.parquet"))?;
-    let mut builds = serde_json::Map::new();
-    for desc in ["Flat", "HNSW32", "IVF64,Flat", "IVF64,PQ16"] {
+    let mut figures: BTreeMap<String, f64> = times.iter().map(|(k, v)| (format!("p50_{k}"), median(v.clone()))).collect();
+    let bm25_total: f64 = times["bm25_ms"].iter().sum();
+    figures.insert("bm25_queries_per_s".into(), times["bm25_ms"].len() as f64 / (bm25_total / 1e3));
+    let mut build_s = Vec::new();
+    for i in 0..builds {
+        let dir = std::env::temp_dir().join(format!("gauge-bench-bm25-{}-{i}", std::process::id()));
         let t = Instant::now();
-        gauge_index::build_faiss(&emb.vectors, emb.dim, desc)?;
-        builds.insert(desc.to_string(), serde_json::json!(t.elapsed().as_secs_f64()));
+        gauge_index::write_bm25(&dir, &engine.chunks().chunks, false)?;
+        build_s.push(t.elapsed().as_secs_f64());
+        std::fs::remove_dir_all(&dir)?;
     }
-    let t = Instant::now();
-    let tmp = std::env::temp_dir().join(format!("gauge-bench-bm25-{}", std::process::id()));
-    gauge_index::write_bm25(&tmp, &engine.chunks().chunks, false)?;
-    let tantivy_build = t.elapsed().as_secs_f64();
-    let _ = std::fs::remove_dir_all(&tmp);
-    // rank_bm25 on the same chunks and questions.
-    let script = PathBuf::from("scripts/bench_rank_bm25.py");
-    let out = std::process::Command::new(&python).arg(&script).arg(index_dir.join("chunks.parquet")).arg(&golden).output()?;
-    anyhow::ensure!(out.status.success(), "rank_bm25 reference failed: {}", String::from_utf8_lossy(&out.stderr));
-    let rank_bm25: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("{}"))?;
-    let gauge_bm25 = percentiles(bm25_ms.clone());
-    let result = serde_json::json!({
-        "chunks": engine.chunks().chunks.len(),
-        "questions": questions.len(),
-        "candidates_per_retriever": n,
-        "stages": { "dense_embed_and_search": percentiles(dense_ms), "bm25": gauge_bm25, "rrf_fusion": percentiles(fusion_ms) },
-        "end_to_end": { "dense": percentiles(e2e_dense), "bm25": percentiles(e2e_bm25), "hybrid_rrf": percentiles(e2e_hybrid) },
-        "build_seconds": { "faiss": builds, "tantivy_bm25": tantivy_build },
-        "rank_bm25_python": rank_bm25,
-        "ratio_rank_bm25_over_gauge_bm25_p50": rank_bm25["p50_ms"].as_f64().unwrap_or(f64::NAN) / gauge_bm25["p50_ms"].as_f64().unwrap_or(f64::NAN),
-        "ratio_rank_bm25_over_gauge_bm25_build": rank_bm25["build_seconds"].as_f64().unwrap_or(f64::NAN) / tantivy_build,
-    });
-    let text = serde_json::to_string_pretty(&result)?;
-    std::fs::write(&out_path, text.clone() + "\n")?;
-    println!("{text}");
+    figures.insert("bm25_build_s".into(), median(build_s));
+    figures.insert("chunks".into(), engine.chunks().chunks.len() as f64);
+    figures.insert("queries".into(), questions.len() as f64);
+    let describe = serde_json::json!({ "candidates_per_retriever": 50, "rounds": rounds, "builds": builds, "threads": std::thread::available_parallelism().map_or(1, |n| n.get()) });
+    println!("{}", serde_json::json!({ "figures": figures, "describe": describe }));
     Ok(())
 }

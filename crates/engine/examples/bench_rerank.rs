@@ -1,18 +1,29 @@
-//! Rerank latency for 25 and 50 candidates over the FRA dev questions: the tiny cross-encoder
-//! fixture, a cross-encoder of the ms-marco-MiniLM-L-6-v2 shape with random weights (timing
-//! only), and MaxSim over all-MiniLM-L6-v2; hybrid retrieval of the same questions in the
-//! same run is the reference. Usage:
-//! `bench_rerank INDEX_DIR GOLDEN_JSONL TINY_FIXTURE_DIR MINILM_DIR OUT_JSON`.
+//! Rerank latency, the `bench-rerank` harness's gauge side (`scripts/bench-rerank.sh`,
+//! `gauge-bench`): the reference (`scripts/bench_rerank_reference.py`) scores the same
+//! candidates with sentence-transformers' `CrossEncoder` and with a PyTorch MaxSim.
+//! - `bench_rerank prepare INDEX_DIR GOLDEN_JSONL MINILM_DIR OUT_DIR [QUESTIONS]` writes
+//!   `OUT_DIR/candidates.jsonl` (the first QUESTIONS golden questions, default 10, each with its
+//!   hybrid top 50 passages, FRA chunks) and `OUT_DIR/ms-marco-shape/`, a cross-encoder of the
+//!   ms-marco-MiniLM-L-6-v2 shape with seeded random weights (timing only).
+//! - `bench_rerank side cross|maxsim MODEL_DIR CANDIDATES_JSONL` is one run: a warm-up on the
+//!   first question, then every question's top 25 and top 50 scored, one call per question;
+//!   prints `{"figures": {...}}`: pairs per second and median ms per question at each depth,
+//!   and the sum of the top-50 scores (both sides must agree).
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gauge_engine::{Engine, EngineOptions, RetrievalConfig};
 use gauge_rank::{RerankConfig, RerankKind, Reranker};
 
-fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {
-    ms.sort_by(f64::total_cmp);
-    let pick = |p: f64| ms[((p * (ms.len() - 1) as f64).round() as usize).min(ms.len() - 1)];
-    serde_json::json!({ "p50_ms": pick(0.5), "p95_ms": pick(0.95), "n": ms.len() })
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// A `BertForSequenceClassification` folder of the cross-encoder/ms-marco-MiniLM-L-6-v2 shape
@@ -82,65 +93,75 @@ fn random_minilm_cross_encoder(dir: &Path, minilm: &Path) -> anyhow::Result<()> 
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: bench_rerank INDEX_DIR GOLDEN_JSONL TINY_FIXTURE_DIR MINILM_DIR OUT_JSON";
-    let index_dir = PathBuf::from(args.get(1).expect(usage));
-    let golden = PathBuf::from(args.get(2).expect(usage));
-    let tiny = PathBuf::from(args.get(3).expect(usage));
-    let minilm = PathBuf::from(args.get(4).expect(usage));
-    let out_path = PathBuf::from(args.get(5).expect(usage));
-    let questions: Vec<String> = std::fs::read_to_string(&golden)?
+    let usage = "usage: bench_rerank prepare INDEX_DIR GOLDEN_JSONL MINILM_DIR OUT_DIR [QUESTIONS] | bench_rerank side cross|maxsim MODEL_DIR CANDIDATES_JSONL";
+    match (args.get(1).map(String::as_str), args.len()) {
+        (Some("prepare"), 6 | 7) => prepare(&args[2..]),
+        (Some("side"), 5) => side(&args[2], Path::new(&args[3]), Path::new(&args[4])),
+        _ => anyhow::bail!("{usage}"),
+    }
+}
+
+/// Writes the candidates and the random cross-encoder (see the module docs).
+fn prepare(args: &[String]) -> anyhow::Result<()> {
+    let (index_dir, golden, minilm, out) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]), PathBuf::from(&args[2]), PathBuf::from(&args[3]));
+    let n_questions: usize = args.get(4).map_or(Ok(10), |s| s.parse())?;
+    let questions: Vec<String> = std::fs::read_to_string(&golden)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", golden.display()))?
         .lines()
         .filter(|l| !l.trim().is_empty())
+        .take(n_questions)
         .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["question"].as_str().unwrap_or_default().to_string()))
         .collect::<Result<_, _>>()?;
     let engine = Engine::open(&index_dir, &EngineOptions { model: Some(minilm.display().to_string()), ..Default::default() })?;
-    let tmp = std::env::temp_dir().join(format!("gauge-bench-rerank-{}", std::process::id()));
-    random_minilm_cross_encoder(&tmp, &minilm)?;
-    let rerankers: Vec<(&str, Box<dyn Reranker>)> = vec![
-        ("tiny cross-encoder fixture (2 layers, 32 hidden)", gauge_rerank::load_reranker(&RerankConfig { model: tiny.display().to_string(), ..Default::default() }, "cpu")?),
-        ("cross-encoder, ms-marco-MiniLM-L-6-v2 shape (random weights)", gauge_rerank::load_reranker(&RerankConfig { model: tmp.display().to_string(), ..Default::default() }, "cpu")?),
-        ("MaxSim, all-MiniLM-L6-v2", gauge_rerank::load_reranker(&RerankConfig { kind: RerankKind::MaxSim, model: minilm.display().to_string(), ..Default::default() }, "cpu")?),
-    ];
-    let _ = std::fs::remove_dir_all(&tmp);
-    // Candidates: the hybrid top 50 of each question (its time is the reference).
+    std::fs::create_dir_all(&out)?;
+    random_minilm_cross_encoder(&out.join("ms-marco-shape"), &minilm)?;
     let cfg = RetrievalConfig { candidates: 50, k: 50, ..Default::default() };
-    engine.search(&questions[0], &cfg)?;
-    let mut hybrid_ms = Vec::new();
-    let mut candidates: Vec<Vec<String>> = Vec::new();
+    let mut lines = String::new();
     for q in &questions {
-        let t = Instant::now();
-        let r = engine.search(q, &cfg)?;
-        hybrid_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        candidates.push(r.passages.iter().map(|p| p.chunk.text.clone()).collect());
+        let passages: Vec<String> = engine.search(q, &cfg)?.passages.iter().map(|p| p.chunk.text.clone()).collect();
+        anyhow::ensure!(passages.len() == 50, "question {q:?}: {} candidates, not 50", passages.len());
+        lines += &(serde_json::json!({ "question": q, "passages": passages }).to_string() + "\n");
     }
-    let hybrid = percentiles(hybrid_ms);
-    let mut results = Vec::new();
-    for (name, r) in &rerankers {
-        r.score(&questions[0], &candidates[0].iter().take(5).map(String::as_str).collect::<Vec<_>>()).map_err(anyhow::Error::msg)?;
-        for n in [25usize, 50] {
-            let mut ms = Vec::new();
-            for (q, c) in questions.iter().zip(&candidates) {
-                let texts: Vec<&str> = c.iter().take(n).map(String::as_str).collect();
-                let t = Instant::now();
-                r.score(q, &texts).map_err(anyhow::Error::msg)?;
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
-            }
-            let p = percentiles(ms);
-            let ratio = p["p50_ms"].as_f64().unwrap() / hybrid["p50_ms"].as_f64().unwrap();
-            eprintln!("{name}, {n} candidates: p50 {:.1} ms, p95 {:.1} ms ({ratio:.1}× hybrid retrieval)", p["p50_ms"].as_f64().unwrap(), p["p95_ms"].as_f64().unwrap());
-            results.push(serde_json::json!({ "reranker": name, "candidates": n, "latency": p, "p50_vs_hybrid_retrieval": ratio }));
+    std::fs::write(out.join("candidates.jsonl"), lines)?;
+    Ok(())
+}
+
+/// One harness run (see the module docs).
+fn side(kind: &str, model: &Path, candidates: &Path) -> anyhow::Result<()> {
+    let kind = match kind {
+        "cross" => RerankKind::CrossEncoder,
+        "maxsim" => RerankKind::MaxSim,
+        other => anyhow::bail!("reranker kind {other:?}: expected cross or maxsim"),
+    };
+    let rows: Vec<(String, Vec<String>)> = std::fs::read_to_string(candidates)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", candidates.display()))?
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l)?;
+            Ok((v["question"].as_str().unwrap_or_default().to_string(), serde_json::from_value(v["passages"].clone())?))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    anyhow::ensure!(!rows.is_empty(), "{}: no questions", candidates.display());
+    let reranker: Box<dyn Reranker> = gauge_rerank::load_reranker(&RerankConfig { kind, model: model.display().to_string(), ..Default::default() }, "cpu")?;
+    let passages = |i: usize, n: usize| rows[i].1.iter().take(n).map(String::as_str).collect::<Vec<_>>();
+    reranker.score(&rows[0].0, &passages(0, 50)).map_err(anyhow::Error::msg)?;
+    let mut figures = BTreeMap::new();
+    for n in [25usize, 50] {
+        let (mut ms, mut sum) = (Vec::new(), 0.0f64);
+        for (i, (q, _)) in rows.iter().enumerate() {
+            let texts = passages(i, n);
+            let t = Instant::now();
+            let scores = reranker.score(q, &texts).map_err(anyhow::Error::msg)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            sum += scores.iter().map(|&s| s as f64).sum::<f64>();
         }
+        let total_s: f64 = ms.iter().sum::<f64>() / 1e3;
+        figures.insert(format!("pairs_per_s_{n}"), (rows.len() * n) as f64 / total_s);
+        figures.insert(format!("p50_ms_{n}"), median(ms));
+        figures.insert(format!("score_sum_{n}"), sum);
     }
-    let out = serde_json::json!({
-        "questions": questions.len(),
-        "index": index_dir.display().to_string(),
-        "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "reference_hybrid_retrieval_top50": hybrid,
-        "rerank": results,
-        "note": "per question: score the top-n hybrid candidates (FRA chunks, recursive 1000/150) against the question; passages truncated to 512 pair tokens",
-    });
-    let tmp_out = out_path.with_extension("json.partial");
-    std::fs::write(&tmp_out, serde_json::to_string_pretty(&out)? + "\n")?;
-    std::fs::rename(&tmp_out, &out_path)?;
+    figures.insert("questions".into(), rows.len() as f64);
+    let describe = serde_json::json!({ "reranker": reranker.name(), "threads": std::thread::available_parallelism().map_or(1, |n| n.get()) });
+    println!("{}", serde_json::json!({ "figures": figures, "describe": describe }));
     Ok(())
 }

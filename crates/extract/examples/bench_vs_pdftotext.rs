@@ -1,10 +1,12 @@
-//! Extraction speed and quality against poppler's `pdftotext`, on the same machine in the
-//! same run. Usage: `bench_vs_pdftotext CORPUS_DIR OUT_JSON`.
+//! Extraction speed and quality against poppler's `pdftotext`: the gauge side of the
+//! `bench-extract` harness (`scripts/bench-extract.sh`, `gauge-bench`; the reference side is
+//! `scripts/bench_pdftotext.py`). Usage: `bench_vs_pdftotext side CORPUS_DIR [PASSES]`.
 //!
-//! Speed: pages per second for gauge's whole extract pipeline (parse, lay out, clean; all
-//! cores) and for `pdftotext` (one process per file, as many at a time as there are cores).
-//! Quality: per page, the share of pdftotext's words (lower-cased alphanumeric runs, NFKC)
-//! that gauge also produced, counted with multiplicity; mean, median and worst pages.
+//! Speed: pages per second of gauge's whole extract stage (parse, lay out, clean; all cores,
+//! forced into a scratch artifact root), the median of PASSES timed passes (default 3) after a
+//! warm-up pass. Quality (untimed): per page, the share of pdftotext's words (lower-cased
+//! alphanumeric runs, NFKC) that gauge also produced, counted with multiplicity, with default
+//! cleaning and with header/footer removal off. Prints `{"figures": {...}, "describe": {...}}`.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,82 +38,76 @@ fn pdftotext_pages(path: &Path) -> Vec<String> {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let corpus = PathBuf::from(args.get(1).expect("usage: bench_vs_pdftotext CORPUS_DIR OUT_JSON"));
-    let out_path = PathBuf::from(args.get(2).expect("usage: bench_vs_pdftotext CORPUS_DIR OUT_JSON"));
-    let mut pdfs: Vec<PathBuf> = std::fs::read_dir(&corpus).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "pdf")).collect();
+    let usage = "usage: bench_vs_pdftotext side CORPUS_DIR [PASSES]";
+    anyhow::ensure!(args.get(1).map(String::as_str) == Some("side") && (3..=4).contains(&args.len()), "{usage}");
+    let corpus = PathBuf::from(&args[2]);
+    let passes: usize = args.get(3).map_or(Ok(3), |s| s.parse())?;
+    anyhow::ensure!(passes > 0, "PASSES must be at least 1: {usage}");
+    let mut pdfs: Vec<PathBuf> = std::fs::read_dir(&corpus)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", corpus.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pdf"))
+        .collect();
     pdfs.sort();
-    let reps = 3;
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-
-    // gauge: the whole stage (forced, into a scratch artifact root), best and median of reps.
-    let scratch = tempfile_dir();
-    let mut gauge_times = Vec::new();
+    let scratch = tempfile::tempdir()?;
+    let store = ArtifactStore::new(scratch.path());
+    let inputs = vec![corpus.clone()];
+    let mut seconds = Vec::new();
     let mut pages_dir = PathBuf::new();
-    for _ in 0..reps {
+    for pass in 0..=passes {
         let t = Instant::now();
-        let out = gauge_core::stage::run::<Extract>(&ArtifactStore::new(&scratch), &ExtractConfig::default(), &vec![corpus.clone()], &Default::default(), true).unwrap();
-        gauge_times.push(t.elapsed().as_secs_f64());
+        let out = gauge_core::stage::run::<Extract>(&store, &ExtractConfig::default(), &inputs, &Default::default(), true)?;
+        if pass > 0 {
+            seconds.push(t.elapsed().as_secs_f64());
+        }
         pages_dir = out.dir;
     }
-    let pages = gauge_core::schema::read_pages(&pages_dir.join("pages.parquet")).unwrap();
-    let n_pages = pages.len();
-
-    // pdftotext: one process per file, `cores` at a time.
-    let mut poppler_times = Vec::new();
-    let mut poppler: HashMap<String, Vec<String>> = HashMap::new();
-    for _ in 0..reps {
-        let t = Instant::now();
-        let results: Vec<(String, Vec<String>)> = std::thread::scope(|s| {
-            let chunks: Vec<Vec<PathBuf>> = (0..cores).map(|i| pdfs.iter().skip(i).step_by(cores).cloned().collect()).collect();
-            let handles: Vec<_> = chunks
-                .into_iter()
-                .map(|files| s.spawn(move || files.iter().map(|f| (f.file_name().unwrap().to_string_lossy().to_string(), pdftotext_pages(f))).collect::<Vec<_>>()))
-                .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
-        });
-        poppler_times.push(t.elapsed().as_secs_f64());
-        poppler = results.into_iter().collect();
-    }
-
-    // Quality per page, with default cleaning and with header/footer removal off.
-    let (mean, med, below, worst, compared) = quality(&pages, &poppler);
+    let pages = gauge_core::schema::read_pages(&pages_dir.join("pages.parquet"))?;
+    let poppler: HashMap<String, Vec<String>> = pdfs.iter().map(|f| (f.file_name().unwrap_or_default().to_string_lossy().to_string(), pdftotext_pages(f))).collect();
+    let cleaned = quality(&pages, &poppler);
     let mut raw_config = ExtractConfig::default();
     raw_config.cleaning.headers_footers = false;
-    let raw_dir = gauge_core::stage::run::<Extract>(&ArtifactStore::new(&scratch), &raw_config, &vec![corpus.clone()], &Default::default(), false).unwrap().dir;
-    let raw_pages = gauge_core::schema::read_pages(&raw_dir.join("pages.parquet")).unwrap();
-    let (raw_mean, raw_med, raw_below, raw_worst, _) = quality(&raw_pages, &poppler);
-    let g = median(gauge_times.clone());
-    let pt = median(poppler_times.clone());
-    let result = serde_json::json!({
-        "corpus": corpus.file_name().unwrap().to_string_lossy(),
-        "pages": n_pages,
-        "cores": cores,
-        "repetitions": reps,
-        "gauge_seconds_median": g,
-        "pdftotext_seconds_median": pt,
-        "gauge_pages_per_second": n_pages as f64 / g,
-        "pdftotext_pages_per_second": n_pages as f64 / pt,
-        "speed_ratio_gauge_over_pdftotext": pt / g,
-        "pages_compared": compared,
-        "default_cleaning": {"word_share_mean": mean, "word_share_median": med, "pages_below_0_95": below, "worst_pages": worst},
-        "headers_footers_kept": {"word_share_mean": raw_mean, "word_share_median": raw_med, "pages_below_0_95": raw_below, "worst_pages": raw_worst},
-        "note": "word share = share of pdftotext's words per page that gauge also produced; default cleaning removes running headers/footers and page labels that pdftotext keeps",
-    });
-    let text = serde_json::to_string_pretty(&result).unwrap();
-    if let Some(parent) = out_path.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    std::fs::write(&out_path, text.clone() + "\n").unwrap();
-    let _ = std::fs::remove_dir_all(&scratch);
-    println!("{text}");
+    let raw_dir = gauge_core::stage::run::<Extract>(&store, &raw_config, &inputs, &Default::default(), false)?.dir;
+    let raw = quality(&gauge_core::schema::read_pages(&raw_dir.join("pages.parquet"))?, &poppler);
+    let s = median(seconds);
+    let figures: std::collections::BTreeMap<&str, f64> = [
+        ("pages", pages.len() as f64),
+        ("seconds", s),
+        ("pages_per_s", pages.len() as f64 / s),
+        ("pages_compared", cleaned.compared as f64),
+        ("word_share_mean", cleaned.mean),
+        ("word_share_median", cleaned.median),
+        ("pages_below_0_95", cleaned.below as f64),
+        ("headers_footers_kept_word_share_mean", raw.mean),
+        ("headers_footers_kept_word_share_median", raw.median),
+        ("headers_footers_kept_pages_below_0_95", raw.below as f64),
+    ]
+    .into_iter()
+    .collect();
+    let describe = serde_json::json!({ "passes": passes, "threads": std::thread::available_parallelism().map_or(1, |n| n.get()), "worst_pages": cleaned.worst, "headers_footers_kept_worst_pages": raw.worst });
+    println!("{}", serde_json::json!({ "figures": figures, "describe": describe }));
+    Ok(())
 }
 
-type Quality = (f64, f64, usize, Vec<serde_json::Value>, usize);
+/// Word-level agreement with pdftotext over the pages with at least 5 of its words.
+struct Quality {
+    mean: f64,
+    median: f64,
+    below: usize,
+    worst: Vec<serde_json::Value>,
+    compared: usize,
+}
 
 fn quality(pages: &[gauge_core::schema::PageRecord], poppler: &HashMap<String, Vec<String>>) -> Quality {
     let mut shares: Vec<(f64, String, i32, usize)> = Vec::new();
@@ -135,11 +131,5 @@ fn quality(pages: &[gauge_core::schema::PageRecord], poppler: &HashMap<String, V
         .take(5)
         .map(|(s, src, page, n)| serde_json::json!({"source": src, "page": page, "share": (s * 1e4).round() / 1e4, "pdftotext_words": n}))
         .collect();
-    (mean, med, shares.iter().filter(|s| s.0 < 0.95).count(), worst, shares.len())
-}
-
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gauge-bench-extract-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Quality { mean, median: med, below: shares.iter().filter(|s| s.0 < 0.95).count(), worst, compared: shares.len() }
 }
