@@ -62,6 +62,41 @@ pub fn markdown(rows: &[GateRow]) -> String {
     s
 }
 
+/// The gate's rows of an evaluation: each trained retriever config (not skipped) against its
+/// `compare_to` config on MRR (or its first compared metric), and each answer row whose
+/// generator has an adapter against the first generator's row on token F1 against the
+/// reference answers (or verified citations).
+pub fn rows(pipeline: &crate::pipeline::Pipeline, evaluated: &[String], named: &[crate::tables::NamedComparison], answers: &[crate::answers::AnswerRun], deltas: &[crate::answers::AnswerDelta], questions: usize) -> anyhow::Result<Vec<GateRow>> {
+    let mut out = Vec::new();
+    for v in pipeline.variants.iter().filter(|v| evaluated.contains(&v.name)) {
+        let Some(other) = &v.compare_to else { continue };
+        if !is_trained(&serde_json::to_value(&v.stages)?) {
+            continue;
+        }
+        let mine: Vec<_> = named.iter().filter(|(c, o, _, _)| c == &v.name && o == other).collect();
+        if let Some((c, o, m, d)) = mine.iter().find(|(_, _, m, _)| m.starts_with("MRR")).or(mine.first()) {
+            out.push(GateRow { row: c.clone(), base: o.clone(), metric: m.clone(), n: questions, comparison: *d });
+        }
+    }
+    let Some(section) = &pipeline.answer else { return Ok(out) };
+    for a in answers {
+        let adapted = section.generators.iter().any(|g| Some(&g.name) == a.generator.as_ref() && matches!(g.generator, Some(gauge_answer::GeneratorConfig::Local { adapter: Some(_), .. })));
+        if !adapted {
+            continue;
+        }
+        let mine: Vec<&crate::answers::AnswerDelta> = deltas.iter().filter(|d| d.run == a.name()).collect();
+        if let Some(d) = mine.iter().find(|d| d.metric == "reference_token_f1").or_else(|| mine.iter().find(|d| d.metric == "answer_verified_citation")) {
+            out.push(GateRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), n: d.n, comparison: d.comparison });
+        }
+    }
+    Ok(out)
+}
+
+/// The gate's verdicts as the manifest's `gate` stat.
+pub fn stat(rows: &[GateRow]) -> serde_json::Value {
+    rows.iter().map(|g| serde_json::json!({"row": g.row, "base": g.base, "metric": g.metric, "delta": g.comparison.delta, "p": g.comparison.p_value, "p_adjusted": g.comparison.p_adjusted, "verdict": verdict(&g.comparison)})).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -286,7 +286,7 @@ fn check_reranker(entry: &FileEntry, parent: &Manifest, report: &mut Report) {
 /// Runs the pipeline's upstream stages (cached ones reused) and compares each config's index
 /// fingerprint with the recorded one.
 fn rebuild(pipeline: &Path, manifest: &Manifest, opts: &VerifyOptions, report: &mut Report) -> anyhow::Result<()> {
-    let built = crate::ablate::upstream_indexes(pipeline, &opts.artifacts, &opts.device)?;
+    let built = crate::planning::upstream_indexes(pipeline, &opts.artifacts, &opts.device)?;
     for entry in manifest.inputs.iter().filter(|e| e.name.starts_with("index:")) {
         let config = entry.name.trim_start_matches("index:");
         match built.get(config) {
@@ -422,9 +422,9 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     };
     let has_keywords = golden.values().any(|q| !q.keywords.is_empty());
     let reg = registry(k, has_keywords);
-    let mut metrics = crate::ablate::summarize(&rows, &evaluated, &baseline, &reg, resamples, seed);
-    let mut named = crate::ablate::named_comparisons(&rows, &pairs, &evaluated, &reg, resamples, seed);
-    crate::ablate::correct_retrieval_family(&mut metrics, &mut named, &reg, correction);
+    let mut metrics = crate::tables::summarize(&rows, &evaluated, &baseline, &reg, resamples, seed);
+    let mut named = crate::tables::named_comparisons(&rows, &pairs, &evaluated, &reg, resamples, seed);
+    crate::tables::correct_retrieval_family(&mut metrics, &mut named, &reg, correction);
     let recorded = read_metric_rows(&dir.join("metrics.parquet"))?;
     let mut differ = Vec::new();
     let mut compared = 0;
