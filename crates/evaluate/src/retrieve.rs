@@ -172,7 +172,7 @@ struct IndexScope {
 }
 
 impl IndexScope {
-    fn open(index: &PathBuf, configs: &[&Variant], pages_of: &Upstream, golden: &[GoldenQuestion], mode: RelevanceMode, how: &SearchRun<'_>) -> anyhow::Result<IndexScope> {
+    fn open(index: &std::path::Path, configs: &[&Variant], pages_of: &Upstream, golden: &[GoldenQuestion], mode: RelevanceMode, how: &SearchRun<'_>) -> anyhow::Result<IndexScope> {
         let dense = configs.iter().any(|v| v.stages.retrieval.dense);
         let engine = Engine::open(index, &EngineOptions { dense, model: None, device: how.device.to_string() })?;
         // Qrels: every chunk of this index judged on its own, for trec_eval/ranx users.

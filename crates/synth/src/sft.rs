@@ -168,21 +168,40 @@ pub fn reply(template: &str, sentence: Option<(&str, &str)>, refusal: &str) -> S
     }
 }
 
+/// What every example of a run is built from: the chunks, their similarities (for the
+/// distractors), the SFT settings and prompts, and the seed of the passages' order.
+pub struct Examples<'a> {
+    /// Every chunk.
+    pub chunks: &'a [ChunkRecord],
+    /// Their TF-IDF vectors.
+    pub sim: &'a Similarity,
+    /// The SFT settings.
+    pub cfg: &'a SftConfig,
+    /// The answer stage's prompts.
+    pub prompts: &'a SftPrompts,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+/// Example `index`'s context in a seeded order, so the answer is not always in the same place.
+fn seeded_order(context: &mut [usize], seed: u64, index: usize) {
+    let mut rng = gauge_core::rng::SplitMix64::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for i in (1..context.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        context.swap(i, j);
+    }
+}
+
 /// Builds the example of one planned sample (`refuse`: leave the source chunk out).
-#[allow(clippy::too_many_arguments)]
-pub fn example(index: usize, chunk: usize, chunks: &[ChunkRecord], sim: &Similarity, df: &HashMap<String, usize>, cfg: &SftConfig, prompts: &SftPrompts, refuse: bool, seed: u64) -> anyhow::Result<Option<SftRow>> {
+pub fn example(ex: &Examples<'_>, index: usize, chunk: usize, df: &HashMap<String, usize>, refuse: bool) -> anyhow::Result<Option<SftRow>> {
+    let Examples { chunks, sim, cfg, prompts, seed } = *ex;
     let c = &chunks[chunk];
     let Some((_, _, sentence)) = crate::plan::salient_sentence(&c.text, df, chunks.len()) else { return Ok(None) };
     let mut context: Vec<usize> = sim.distractors(chunks, chunk, cfg.distractors + usize::from(refuse));
     if !refuse {
         context.push(chunk);
     }
-    // A seeded order, so the answer is not always in the same place.
-    let mut rng = gauge_core::rng::SplitMix64::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    for i in (1..context.len()).rev() {
-        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
-        context.swap(i, j);
-    }
+    seeded_order(&mut context, seed, index);
     let passages: Vec<PromptPassage> = context.iter().map(|&j| PromptPassage { source: chunks[j].source.clone(), page_start: chunks[j].page_start, page_end: chunks[j].page_end, text: chunks[j].text.clone() }).collect();
     let question = question_for(c, df, chunks.len());
     let user = render_answer_prompt(&prompts.template, &question, &passages)?;
@@ -202,23 +221,34 @@ pub fn example(index: usize, chunk: usize, chunks: &[ChunkRecord], sim: &Similar
     }))
 }
 
+/// A teacher's row as an example reads it: the question, the four phases, the answer and the
+/// indexes of the chunks it was written from.
+#[derive(Clone, Copy)]
+pub struct TeacherRow<'a> {
+    /// The question.
+    pub question: &'a str,
+    /// The teacher's reasoning, phase by phase.
+    pub phases: &'a crate::teacher::FourPhases,
+    /// The teacher's answer.
+    pub answer: &'a str,
+    /// The row's chunks (indexes into the run's chunks).
+    pub gold: &'a [usize],
+}
+
 /// An example from a teacher's row: the context holds `gold` (the row's chunks) and
 /// distractors from other pages in a seeded order, and the reply is the teacher's four phases
 /// with the evidence and the answer citing the gold chunks' page tags (`refuse`: the gold
 /// chunks left out, the refusal reply).
-#[allow(clippy::too_many_arguments)]
-pub fn teacher_example(index: usize, question: &str, phases: &crate::teacher::FourPhases, answer: &str, gold: &[usize], chunks: &[ChunkRecord], sim: &Similarity, cfg: &SftConfig, prompts: &SftPrompts, refuse: bool, seed: u64) -> anyhow::Result<SftRow> {
+pub fn teacher_example(ex: &Examples<'_>, index: usize, row: &TeacherRow<'_>, refuse: bool) -> anyhow::Result<SftRow> {
+    let Examples { chunks, sim, cfg, prompts, seed } = *ex;
+    let TeacherRow { question, phases, answer, gold } = *row;
     anyhow::ensure!(!gold.is_empty(), "a teacher row without its chunk");
     let first = &chunks[gold[0]];
     let mut context: Vec<usize> = sim.distractors(chunks, gold[0], cfg.distractors + usize::from(refuse)).into_iter().filter(|j| !gold.contains(j)).collect();
     if !refuse {
         context.extend(gold);
     }
-    let mut rng = gauge_core::rng::SplitMix64::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    for i in (1..context.len()).rev() {
-        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
-        context.swap(i, j);
-    }
+    seeded_order(&mut context, seed, index);
     let passages: Vec<PromptPassage> = context.iter().map(|&j| PromptPassage { source: chunks[j].source.clone(), page_start: chunks[j].page_start, page_end: chunks[j].page_end, text: chunks[j].text.clone() }).collect();
     let user = render_answer_prompt(&prompts.template, question, &passages)?;
     let tags: Vec<String> = gold.iter().map(|&g| page_tag(&chunks[g].source, chunks[g].page_start, chunks[g].page_end)).collect();
