@@ -315,3 +315,47 @@ fn copy_answer_prompts(root: &Path) {
         std::fs::copy(repo_root().join("pipelines/prompts").join(f), root.join("prompts").join(f)).unwrap();
     }
 }
+
+#[test]
+fn answer_rewrites_the_query_when_its_config_asks() {
+    // `answer --set retrieval.rewrite.kind=expand …` used to stop with "the config asks for
+    // query rewriting but no rewriter is loaded": the answer stage opened its engine without
+    // the rewriter that `query` and `evaluate` load.
+    let tmp = tempfile::tempdir().unwrap();
+    let index = build_index(tmp.path());
+    let server = ChatServer::start(|_, r| {
+        if r.message(0).starts_with("Rewrite this search query") {
+            // The expansion names the lights page's words; the question names none of them.
+            return Reply::Content("flashing light signals flash alternately 35 to 65 times a minute".into());
+        }
+        let user = r.message(1);
+        let tag = user.lines().find(|l| l.starts_with('[') && l.ends_with(']')).unwrap_or("[none p. 1]").to_string();
+        Reply::Content(format!("They blink 35 to 65 times a minute {tag}."))
+    });
+    let art = tmp.path().join("artifacts");
+    let prompts = repo_root().join("pipelines/prompts");
+    let mut args: Vec<String> = ["How often do the beacons blink?", "--index", &index, "--artifacts", art.to_str().unwrap(), "--prompts", prompts.to_str().unwrap(), "-k", "1"].iter().map(|s| s.to_string()).collect();
+    for set in [
+        "generator.kind=api".to_string(),
+        "generator.model=scripted".into(),
+        "generator.api_key_env=GAUGE_NO_SUCH_KEY".into(),
+        format!("generator.base_url={}", server.url),
+        "retrieval.dense=false".into(),
+        "retrieval.rewrite.kind=expand".into(),
+        "retrieval.rewrite.model.kind=api".into(),
+        "retrieval.rewrite.model.model=scripted".into(),
+        "retrieval.rewrite.model.api_key_env=GAUGE_NO_SUCH_KEY".into(),
+        format!("retrieval.rewrite.model.base_url={}", server.url),
+    ] {
+        args.push("--set".into());
+        args.push(set);
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = ok(run("answer", &argv));
+    let r = &rows(&last_line(&out))[0];
+    assert!(!r.refused, "{}", r.answer);
+    assert_eq!(r.passages[0]["source"], "lights.md", "the expanded query retrieves the lights page: {}", r.passages);
+    assert_eq!(r.n, (1, 1, 0), "{}: {}", r.answer, r.citations);
+    let rewrites = server.requests().iter().filter(|q| q.message(0).starts_with("Rewrite this search query")).count();
+    assert_eq!(rewrites, 1, "one expansion call for one question");
+}

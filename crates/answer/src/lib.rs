@@ -176,6 +176,10 @@ impl Stage for Answer {
         // full run of the same file must not share an artifact.
         entries.push(FileEntry::hashed("question_count", "(question count)", questions.len().to_string()).with_rows(questions.len()));
         entries.extend(gauge_generator::model_entry(&config.generator)?);
+        if let Some(rw) = &config.retrieval.rewrite {
+            // The rewrites depend on the model's weights (or endpoint) and the template's text.
+            entries.push(FileEntry::text("rewrite", rw.template.as_deref().unwrap_or("built-in"), &rw.identity()?));
+        }
         let system = read(&options.prompts.join("answer_system.md"))?;
         gauge_core::names::plain_name(&config.template).map_err(|why| anyhow::anyhow!("template {why} (it names prompts/answer_<template>.md)"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
@@ -189,7 +193,7 @@ impl Stage for Answer {
     fn build(state: AnswerState, run: &mut StageRun, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions) -> anyhow::Result<AnswerSummary> {
         let started = std::time::Instant::now();
         let root = run.final_dir().parent().and_then(Path::parent).expect("an artifact lives at <root>/<stage>/<fingerprint>");
-        let cache = gauge_generator::cache::CallCache::new(root.join("llm-cache"));
+        let cache = Arc::new(gauge_generator::cache::CallCache::new(root.join("llm-cache")));
         let (rows, cut_passages) = answer_all(&state, config, inputs, options, &cache)?;
         run.set_stat("model_calls", cache.misses());
         run.set_stat("model_calls_cached", cache.hits());
@@ -224,9 +228,14 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
 }
 
 /// The answers, and how many passage cuts fitting the prompts to the context took.
-fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &gauge_generator::cache::CallCache) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
+fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &Arc<gauge_generator::cache::CallCache>) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
     let cfg = config.retrieval.clone().normalize();
     let engine = Engine::open_for(&inputs.index, &cfg, &options.device)?;
+    // A config that rewrites queries gets its rewriter, its calls through the same cache.
+    let engine = match &cfg.rewrite {
+        Some(rc) => engine.with_rewriter(gauge_engine::rewrite::LlmRewriter::open(rc, cache.clone(), &options.device)?),
+        None => engine,
+    };
     let generator = Generator::open(&config.generator, &options.device, gauge_chat_client::RetryPolicy::default())?;
     // Streaming shows one reply at a time, so it decodes one at a time.
     let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };

@@ -69,7 +69,7 @@ pub fn answer_phase(plan: &EvaluatePlan, retrieved: &Retrieved, cache: &Arc<Call
         let lost: Vec<&FailureRow> = retrieved.failures.iter().filter(|f| f.config == a.config).collect();
         let rows: Vec<&QueryRow> = retrieved.query_rows.iter().filter(|r| r.config == a.config).collect();
         let row = if a.generator.is_some() { a.name() } else { format!("{} · answer", a.config) };
-        phase.failures.extend(crate::failures::answer_failures(&row, answered, golden, &lost, &rows, pipeline.k));
+        phase.failures.extend(crate::failures::answer_failures(&row, answered, golden, &lost, &rows, pipeline.judge_depth));
     }
     write_answers(run, &scored, golden)?;
     if let Some(js) = &pipeline.judge {

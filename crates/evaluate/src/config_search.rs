@@ -21,7 +21,7 @@ pub fn run_search(plan: &mut EvaluatePlan, questions: Vec<GoldenQuestion>, run: 
     let sp = plan.pipeline.search.clone().expect("a search plan");
     let seed = sp.section.seed.unwrap_or(plan.pipeline.seed);
     let has_keywords = questions.iter().any(|q| !q.keywords.is_empty());
-    let metrics = registry(plan.pipeline.k, has_keywords);
+    let metrics = registry(plan.pipeline.judge_depth, has_keywords);
     let metric = match &sp.section.metric {
         Some(name) => metrics.iter().find(|m| &m.name == name).ok_or_else(|| anyhow::anyhow!("[search] metric = `{name}` is not one of {}", metrics.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")))?,
         None => metrics.iter().find(|m| m.name.starts_with("mrr@")).expect("the registry has MRR"),

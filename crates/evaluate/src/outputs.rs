@@ -62,7 +62,7 @@ pub fn write(e: &Evaluation<'_>, run: &mut StageRun) -> anyhow::Result<()> {
         power: &e.tables.power,
     };
     let answers_md = report::answers_markdown(pipeline.answer.as_ref(), &e.answers.tables, &e.answers.deltas, pipeline.judge.is_some());
-    let failures_md = crate::failures::markdown(e.failures, &e.tables.names, pipeline.k);
+    let failures_md = crate::failures::markdown(e.failures, &e.tables.names, pipeline.judge_depth);
     std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &answers_md + &e.answers.split_report + &e.answers.judge_report + &failures_md + &crate::gate::markdown(e.gate) + e.search_md)?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;

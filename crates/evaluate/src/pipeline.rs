@@ -28,9 +28,10 @@ pub struct Pipeline {
     pub golden: PathBuf,
     /// How passages are judged.
     pub relevance: RelevanceMode,
-    /// Passages judged per question: every config's `retrieval.k` (one k; the pipeline's
-    /// top-level `k` is the baseline's default for it).
-    pub k: usize,
+    /// Passages judged per question (the metrics' depth): the file's `judge_depth`, else its
+    /// `k`, else the baseline's `retrieval.k`. What each config *retrieves* is its own
+    /// `retrieval.k`, at least this.
+    pub judge_depth: usize,
     /// Seed of every bootstrap and randomisation test.
     pub seed: u64,
     /// Bootstrap resamples (at least 1000).
@@ -99,8 +100,13 @@ struct PipelineFileSchema {
     /// How passages are judged: `auto` (from the golden set's fields), `page`, `span`, `keyword`.
     #[serde(default)]
     relevance: RelevanceMode,
-    /// Passages judged per question: the baseline's `retrieval.k` (default 10).
+    /// The baseline's `retrieval.k` (passages retrieved), and the judged depth unless
+    /// `judge_depth` is set (default: the baseline's `retrieval.k`, 10).
     k: Option<usize>,
+    /// Passages judged per question: the metrics' depth (`MRR@n`, `nDCG@n` …); every config
+    /// must retrieve at least this many (default: the pipeline's `k`, else the baseline's
+    /// `retrieval.k`).
+    judge_depth: Option<usize>,
     /// Seed of every bootstrap and randomisation test (default 42).
     seed: Option<u64>,
     /// Bootstrap resamples, at least 1000 (default 2000).
@@ -186,6 +192,7 @@ struct PipelineFile {
     #[serde(default)]
     relevance: RelevanceMode,
     k: Option<usize>,
+    judge_depth: Option<usize>,
     #[serde(default = "default_seed")]
     seed: u64,
     #[serde(default = "default_resamples")]
@@ -233,6 +240,7 @@ impl Pipeline {
         ensure_or(file.resamples >= 1000, || err(format!("resamples = {} is too few for a 95 % interval; use at least 1000", file.resamples)))?;
         ensure_or(file.resamples <= MAX_RESAMPLES, || err(format!("resamples = {} is more than {MAX_RESAMPLES}; an interval's Monte Carlo error is already below 0.001 at 10 000", file.resamples)))?;
         ensure_or(file.k.is_none_or(|k| k >= 1), || err("k must be at least 1".into()))?;
+        ensure_or(file.judge_depth.is_none_or(|k| k >= 1), || err("judge_depth must be at least 1".into()))?;
         let mut resolved: Vec<(String, serde_json::Value)> = Vec::new();
         let mut variants = Vec::new();
         let rows = std::iter::once((true, file.baseline)).chain(file.variants.into_iter().map(|v| (false, v)));
@@ -274,7 +282,9 @@ impl Pipeline {
             }
             // The one merge path of every config (see gauge_core::config).
             gauge_core::config::merge(&mut table, &gauge_core::config::toml_to_json(toml::Value::Table(over)));
-            let (stages, oracle) = resolve_stages(&name, table.clone(), variants.first()).map_err(err)?;
+            // The judged depth, once known: set in the file, or the baseline's `retrieval.k`.
+            let judged = file.judge_depth.or(file.k).or_else(|| variants.first().map(|v: &Variant| v.stages.retrieval.k));
+            let (stages, oracle) = resolve_stages(&name, table.clone(), judged).map_err(err)?;
             let description = row.get("description").and_then(|d| d.as_str()).unwrap_or_default().to_string();
             let compare_to = match row.get("compare_to") {
                 None => None,
@@ -290,7 +300,7 @@ impl Pipeline {
         let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "pipeline".into()));
         // The name is the folder under the eval dir that evaluate replaces: one plain component.
         gauge_core::names::plain_name(&name).map_err(|why| err(format!("`name` {why} (it names the folder eval/<name>/)")))?;
-        let k = variants[0].stages.retrieval.k;
+        let judge_depth = file.judge_depth.or(file.k).unwrap_or(variants[0].stages.retrieval.k);
         let answer = match file.answer {
             None => None,
             Some(t) => {
@@ -327,9 +337,8 @@ impl Pipeline {
                 let section: crate::search::SearchSection =
                     gauge_core::config::resolve(&[gauge_core::config::Layer::new("[search]", gauge_core::config::toml_to_json(toml::Value::Table(t)))]).map_err(|e| err(e.to_string()))?;
                 let seed = section.seed.unwrap_or(file.seed);
-                let first = variants[0].clone();
                 let resolve = |name: &str, table: serde_json::Value| -> Result<StageConfigs, String> {
-                    let (stages, oracle) = resolve_stages(name, table, Some(&first))?;
+                    let (stages, oracle) = resolve_stages(name, table, Some(judge_depth))?;
                     if oracle {
                         return Err(format!("config `{name}`: a searched config cannot use the oracle source filter"));
                     }
@@ -340,13 +349,13 @@ impl Pipeline {
         };
         let prompts = here.join("prompts");
         Ok(Pipeline {
-            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, k, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages })
+            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages })
     }
 }
 
 /// Resolves one config's merged table into its stage settings and oracle flag, with the
-/// checks every config passes (some retriever on; the same k as `first`).
-fn resolve_stages(name: &str, mut table: serde_json::Value, first: Option<&Variant>) -> Result<(StageConfigs, bool), String> {
+/// checks every config passes (some retriever on; at least `judged` passages retrieved).
+fn resolve_stages(name: &str, mut table: serde_json::Value, judged: Option<usize>) -> Result<(StageConfigs, bool), String> {
     let oracle = match table.as_object_mut().and_then(|t| t.remove("oracle_source_filter")) {
         None => false,
         Some(serde_json::Value::Bool(b)) => b,
@@ -370,13 +379,11 @@ fn resolve_stages(name: &str, mut table: serde_json::Value, first: Option<&Varia
         return Err(format!("config `{name}`: extract.cleaning.header_min_share = {share} must lie in [0, 1]"));
     }
     stages.retrieval = stages.retrieval.normalize();
-    if let Some(first) = first {
-        if first.stages.retrieval.k != stages.retrieval.k {
-            return Err(format!(
-                "config `{name}` returns k = {} passages but `{}` returns {}; the metrics compare lists of one length, so give every config the same `retrieval.k` (or set the pipeline's `k`)",
-                stages.retrieval.k, first.name, first.stages.retrieval.k
-            ));
-        }
+    if let Some(judged) = judged.filter(|&j| stages.retrieval.k < j) {
+        return Err(format!(
+            "config `{name}` retrieves k = {} passages but the pipeline judges the top {judged}; the metrics compare lists of one length, so give every config a `retrieval.k` of at least {judged} (or lower the pipeline's `judge_depth`)",
+            stages.retrieval.k
+        ));
     }
     Ok((stages, oracle))
 }
@@ -445,7 +452,7 @@ chunk = {{ size = 500 }}
         assert_eq!((filtered.stages.chunk.size, filtered.stages.chunk.overlap), (500, 100));
         // Untouched stages keep their defaults.
         assert_eq!(filtered.stages.index, gauge_index::IndexConfig::default());
-        assert_eq!((p.k, p.resamples, p.seed), (10, 2000, 42));
+        assert_eq!((p.judge_depth, p.resamples, p.seed), (10, 2000, 42));
         assert_eq!(normalize(Path::new("pipelines/../../shared/./g.jsonl")), PathBuf::from("../shared/g.jsonl"));
     }
 
@@ -459,7 +466,9 @@ chunk = {{ size = 500 }}
             ("[baseline]\n[[variants]]\nname = \"baseline\"\n", "unique"),
             ("resamples = 10\n[baseline]\n", "at least 1000"),
             ("[baseline]\nretrievl = {}\n", "unknown key `retrievl`"),
-            ("[baseline]\n[[variants]]\nname = \"short\"\nretrieval = { k = 3 }\n", "same `retrieval.k`"),
+            ("[baseline]\n[[variants]]\nname = \"short\"\nretrieval = { k = 3 }\n", "judges the top 10"),
+            ("judge_depth = 20\n[baseline]\n", "retrieves k = 10 passages but the pipeline judges the top 20"),
+            ("judge_depth = 0\n[baseline]\n", "judge_depth must be at least 1"),
             ("[baseline]\n[[variants]]\nname = \"a\"\ncompare_to = \"nowhere\"\n", "compared to `nowhere`"),
             ("[baseline]\n[judge]\n", "add an [answer] section"),
             ("[baseline]\n[answer]\n[judge]\nfaithful_at = 9\n", "faithful_at = 9"),
@@ -474,5 +483,18 @@ chunk = {{ size = 500 }}
             let e = load(&format!("{HEAD}{text}")).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("p.toml"), "{want}: {e}");
         }
+    }
+
+    #[test]
+    fn what_is_retrieved_and_what_is_judged_are_two_fields() {
+        // An old file: the top-level `k` is both the baseline's retrieval depth and the
+        // judged depth, and every config inherits it.
+        let p = load(&format!("{HEAD}k = 5\n[baseline]\n[[variants]]\nname = \"b\"\n")).unwrap();
+        assert_eq!((p.judge_depth, p.variants[0].stages.retrieval.k, p.variants[1].stages.retrieval.k), (5, 5, 5));
+        // `judge_depth` apart: configs may retrieve more than is judged, never less.
+        let p = load(&format!("{HEAD}judge_depth = 5\n[baseline]\nretrieval = {{ k = 20 }}\n[[variants]]\nname = \"deep\"\nretrieval = {{ k = 50 }}\n")).unwrap();
+        assert_eq!((p.judge_depth, p.variants[0].stages.retrieval.k, p.variants[1].stages.retrieval.k), (5, 20, 50));
+        let e = load(&format!("{HEAD}judge_depth = 5\n[baseline]\n[[variants]]\nname = \"shallow\"\nretrieval = {{ k = 4 }}\n")).unwrap_err().to_string();
+        assert!(e.contains("config `shallow` retrieves k = 4 passages but the pipeline judges the top 5"), "{e}");
     }
 }

@@ -224,8 +224,10 @@ fn build_answer_runs(pipeline: &Pipeline, ups: &[Upstream], dag: &mut Dag<'_>, o
 
 /// The settings echoed into the manifest; the judge's identity joins the inputs.
 fn echo_and_judge_input(pipeline: &Pipeline, mode: RelevanceMode, inputs: &mut Vec<FileEntry>) -> anyhow::Result<serde_json::Value> {
+    // `k` is the judged depth (the key is kept so existing evaluations keep their fingerprint);
+    // each config's retrieval depth is its `retrieval.k` in `variants`.
     let mut echo = serde_json::json!({
-        "pipeline": pipeline.name, "relevance": mode, "k": pipeline.k, "resamples": pipeline.resamples,
+        "pipeline": pipeline.name, "relevance": mode, "k": pipeline.judge_depth, "resamples": pipeline.resamples,
         "variants": pipeline.variants, "stats": pipeline.stats,
     });
     if let Some(sp) = &pipeline.search {

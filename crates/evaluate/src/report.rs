@@ -304,7 +304,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         p.golden.display(),
         cx.golden_len,
         mode_text(cx.mode),
-        p.k,
+        p.judge_depth,
         p.resamples,
         p.seed,
         base,

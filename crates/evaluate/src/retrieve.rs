@@ -78,7 +78,8 @@ struct Searcher<'a> {
     rerankers: HashMap<String, Box<dyn Reranker>>,
     rewriters: HashMap<String, LlmRewriter>,
     how: SearchRun<'a>,
-    k: usize,
+    /// The pipeline's judged depth.
+    judge_depth: usize,
     mode: RelevanceMode,
 }
 
@@ -113,7 +114,7 @@ impl Searcher<'_> {
     /// One config's search of one question, scored, its rows added to `out` (see the module
     /// docs).
     fn search_question(&self, scope: &IndexScope, v: &Variant, q: &GoldenQuestion, keep_context: bool, out: &mut Retrieved) -> anyhow::Result<()> {
-        let (k, mode) = (self.k, self.mode);
+        let (k, mode) = (self.judge_depth, self.mode);
         let (reranker, rewriter) = self.of(v);
         let cfg = config_for(v, q);
         let started = Instant::now();
@@ -220,7 +221,7 @@ pub fn evaluate_variants(pipeline: &Pipeline, upstream: &[Upstream], golden: &[G
             by_index.entry(u.index.clone()).or_default().push(i);
         }
     }
-    let mut searcher = Searcher { rerankers: HashMap::new(), rewriters: HashMap::new(), how: *how, k: pipeline.k, mode };
+    let mut searcher = Searcher { rerankers: HashMap::new(), rewriters: HashMap::new(), how: *how, judge_depth: pipeline.judge_depth, mode };
     let bar = if how.trace_and_show { gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches") } else { gauge_core::progress::hidden() };
     let mut out = Retrieved { qrels: vec![Vec::new(); pipeline.variants.len()], ..Default::default() };
     for (index, variant_ids) in &by_index {

@@ -154,7 +154,7 @@ impl RetrievalTables {
     /// The tables of `rows` over the evaluated configs `names` (the baseline first).
     pub fn of(pipeline: &crate::pipeline::Pipeline, golden: &[gauge_core::golden::GoldenQuestion], rows: &[QueryRow], names: Vec<String>) -> RetrievalTables {
         let has_keywords = golden.iter().any(|q| !q.keywords.is_empty());
-        let registry = crate::metric::registry(pipeline.k, has_keywords);
+        let registry = crate::metric::registry(pipeline.judge_depth, has_keywords);
         let mut metrics = summarize(rows, &names, &names[0], &registry, pipeline.resamples, pipeline.seed);
         let pairs: Vec<(String, Option<String>)> = pipeline.variants.iter().map(|v| (v.name.clone(), v.compare_to.clone())).collect();
         let mut named = named_comparisons(rows, &pairs, &names, &registry, pipeline.resamples, pipeline.seed);
