@@ -85,11 +85,11 @@ pub struct StatsSection {
 /// A pipeline file (`pipelines/*.toml`): a corpus, a golden set, a baseline config and its
 /// variants, and optional answer rows, judge, statistics and config search. Every stage table
 /// is typed; any config field may be left out: defaults fill it (and in a variant, the config
-/// it is based on).
-#[derive(schemars::JsonSchema)]
+/// it is based on). Read with the stage tables as TOML (each config is merged over its base
+/// before it is typed); the JSON Schema shows them typed.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct PipelineFileSchema {
+struct PipelineFile {
     /// Name of the evaluation (the `eval/<name>/` folder; default: the file's stem).
     name: Option<String>,
     /// Corpus folder or file (relative to this file): PDFs, Markdown, text, JSONL, or a BEIR,
@@ -107,19 +107,25 @@ struct PipelineFileSchema {
     /// must retrieve at least this many (default: the pipeline's `k`, else the baseline's
     /// `retrieval.k`).
     judge_depth: Option<usize>,
-    /// Seed of every bootstrap and randomisation test (default 42).
-    seed: Option<u64>,
-    /// Bootstrap resamples, at least 1000 (default 2000).
-    resamples: Option<usize>,
+    /// Seed of every bootstrap and randomisation test.
+    #[serde(default = "default_seed")]
+    seed: u64,
+    /// Bootstrap resamples, at least 1000.
+    #[serde(default = "default_resamples")]
+    resamples: usize,
     /// The baseline config: every stage's settings (the first row of the tables).
-    baseline: ConfigRowSchema,
+    #[schemars(with = "ConfigRowSchema")]
+    baseline: toml::Table,
     /// Variants: each the baseline (or `base`) with some fields overridden.
     #[serde(default)]
-    variants: Vec<ConfigRowSchema>,
+    #[schemars(with = "Vec<ConfigRowSchema>")]
+    variants: Vec<toml::Table>,
     /// Answer rows: generated answers for some configs, with citation checks.
-    answer: Option<crate::answers::AnswerSection>,
+    #[schemars(with = "Option<crate::answers::AnswerSection>")]
+    answer: Option<toml::Table>,
     /// The LLM judge of the answer rows.
-    judge: Option<crate::judge::JudgeSection>,
+    #[schemars(with = "Option<crate::judge::JudgeSection>")]
+    judge: Option<toml::Table>,
     /// Trained-model folders (or their `training_pages.json`) whose training pages are taken
     /// out of the golden set.
     #[serde(default)]
@@ -128,7 +134,8 @@ struct PipelineFileSchema {
     #[serde(default)]
     stats: StatsSection,
     /// A config search over a space of fields, confirmed on held-out questions.
-    search: Option<crate::search::SearchSection>,
+    #[schemars(with = "Option<crate::search::SearchSection>")]
+    search: Option<toml::Table>,
     /// `exact` (default): a gold page past its document's end is an error naming the question;
     /// `approximate`: a warning with a count.
     #[serde(default)]
@@ -160,7 +167,7 @@ struct ConfigRowSchema {
 /// `pipelines/pipeline.schema.json`: every field with its doc comment. No field below the top
 /// level is required (defaults fill what a file leaves out).
 pub fn json_schema() -> serde_json::Value {
-    let mut schema = serde_json::to_value(schemars::schema_for!(PipelineFileSchema)).expect("a schema serialises");
+    let mut schema = serde_json::to_value(schemars::schema_for!(PipelineFile)).expect("a schema serialises");
     fn optional_below_top(v: &mut serde_json::Value, top: bool) {
         match v {
             serde_json::Value::Object(map) => {
@@ -181,34 +188,6 @@ pub fn json_schema() -> serde_json::Value {
         row["required"] = serde_json::json!(["name"]);
     }
     schema
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PipelineFile {
-    name: Option<String>,
-    corpus: PathBuf,
-    golden: PathBuf,
-    #[serde(default)]
-    relevance: RelevanceMode,
-    k: Option<usize>,
-    judge_depth: Option<usize>,
-    #[serde(default = "default_seed")]
-    seed: u64,
-    #[serde(default = "default_resamples")]
-    resamples: usize,
-    baseline: toml::Table,
-    #[serde(default)]
-    variants: Vec<toml::Table>,
-    answer: Option<toml::Table>,
-    judge: Option<toml::Table>,
-    #[serde(default)]
-    exclude_trained_pages: Vec<PathBuf>,
-    #[serde(default)]
-    stats: StatsSection,
-    search: Option<toml::Table>,
-    #[serde(default)]
-    gold_pages: GoldPages,
 }
 
 fn default_seed() -> u64 {
