@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, markdown_index, ok, repo_root, run, scripted_api_model, write_golden};
+use gauge::pipeline::{merged, pipeline, scripted_api, small_corpus_stages};
+use gauge::{last_line, markdown_index, ok, repo_root, run, write_golden};
+use serde_json::json;
 use gauge_core::table::{read_parquet_any, Columns};
 
 const TOPICS: [(&str, &str); 3] = [
@@ -183,28 +185,11 @@ fn evaluate_adds_answer_rows_with_citation_metrics() {
     });
     write_golden(root, &[("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md")]);
     copy_answer_prompts(root);
-    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
-    let pipeline = root.join("qa.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            r#"name = "qa"
-corpus = "corpus"
-golden = "golden.jsonl"
-resamples = 1000
-k = 2
-[baseline]
-name = "Hybrid"
-chunk = {{ strategy = "page", filters = {{ min_chars = 0 }} }}
-embed = {{ model = "{minilm}" }}
-[answer]
-generator = {{ kind = "api", base_url = "{url}", model = "scripted", api_key_env = "GAUGE_NO_SUCH_KEY" }}
-"#,
-            minilm = minilm.display(),
-            url = server.url
-        ),
-    )
-    .unwrap();
+    let pipeline = pipeline("qa")
+        .set("k", json!(2))
+        .baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" })))
+        .set("answer", json!({ "generator": scripted_api(&server.url) }))
+        .write(&root.join("qa.toml"));
     let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", root.join("artifacts").to_str().unwrap(), "--eval-dir", root.join("eval").to_str().unwrap()]));
     let dir = PathBuf::from(last_line(&out));
     let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
@@ -254,18 +239,12 @@ fn the_judge_grades_answers_and_a_failed_grade_is_missing() {
     });
     write_golden(root, &[("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do lights flash?", "lights.md"), ("q3", "Do bells ring while the arms descend?", "bells.md")]);
     copy_answer_prompts(root);
-    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
-    let pipeline = root.join("qa.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "name = \"judged\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nresamples = 1000\nk = 2\n[baseline]\nname = \"Hybrid\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = {minilm:?} }}\n\
-             [answer]\ngenerator = {}\ntemplate = \"plain\"\n[judge]\nmodel = {}\n",
-            scripted_api_model(&answerer.url),
-            scripted_api_model(&judge.url)
-        ),
-    )
-    .unwrap();
+    let pipeline = pipeline("judged")
+        .set("k", json!(2))
+        .baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" })))
+        .set("answer", json!({ "generator": scripted_api(&answerer.url), "template": "plain" }))
+        .set("judge", json!({ "model": scripted_api(&judge.url) }))
+        .write(&root.join("qa.toml"));
     let (art, eval) = (root.join("artifacts"), root.join("eval"));
     let args = [pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", eval.to_str().unwrap()];
     let out = ok(run("evaluate", &args));

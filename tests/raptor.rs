@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, ok, repo_root, run, scripted_api_model, write_golden, write_markdown_corpus};
+use gauge::pipeline::{merged, pipeline, scripted_api, small_corpus_stages};
+use gauge::{last_line, ok, run, write_golden, write_markdown_corpus};
+use serde_json::json;
 
 const DOCS: [(&str, &str); 8] = [
     ("gates1", "Crossing gate arms must be fully lowered before the train reaches the crossing."),
@@ -32,20 +34,14 @@ fn script(r: &gauge::chat_server::Received) -> Reply {
 fn setup(root: &Path, url: &str) -> PathBuf {
     write_markdown_corpus(root, &DOCS);
     write_golden(root, &[("q1", "grade crossing warning equipment overview", "gates1.md")]);
-    let model = repo_root().join("models/all-MiniLM-L6-v2");
-    let api = scripted_api_model(url);
-    let pipeline = root.join("p.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "name = \"raptor\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nk = 3\nresamples = 1000\n\
-             [baseline]\nname = \"Vector\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = {model:?} }}\nretrieval = {{ dense = true, bm25 = false, promote_exact = false }}\n\
-             [[variants]]\nname = \"Vector, summaries excluded\"\nraptor = {{ cluster_size = 4, model = {api} }}\nretrieval = {{ summaries = \"exclude\" }}\n\
-             [[variants]]\nname = \"BM25 + RAPTOR\"\nbase = \"Vector, summaries excluded\"\nretrieval = {{ dense = false, bm25 = true, summaries = \"keep\" }}\n\
-             [[variants]]\nname = \"BM25 + RAPTOR expanded\"\nbase = \"BM25 + RAPTOR\"\nretrieval = {{ summaries = \"expand\" }}\n"
-        ),
-    )
-    .unwrap();
+    let api = scripted_api(url);
+    let pipeline = pipeline("raptor")
+        .set("k", json!(3))
+        .baseline(merged(small_corpus_stages(), json!({ "name": "Vector", "retrieval": { "dense": true, "bm25": false, "promote_exact": false } })))
+        .variant(json!({ "name": "Vector, summaries excluded", "raptor": { "cluster_size": 4, "model": api }, "retrieval": { "summaries": "exclude" } }))
+        .variant(json!({ "name": "BM25 + RAPTOR", "base": "Vector, summaries excluded", "retrieval": { "dense": false, "bm25": true, "summaries": "keep" } }))
+        .variant(json!({ "name": "BM25 + RAPTOR expanded", "base": "BM25 + RAPTOR", "retrieval": { "summaries": "expand" } }))
+        .write(&root.join("p.toml"));
     pipeline
 }
 

@@ -7,7 +7,9 @@
 use std::path::Path;
 
 use gauge::chat_server::{ChatServer, Reply};
-use gauge::{last_line, ok, refused, repo_root, run, scripted_api_model, write_golden, write_markdown_corpus};
+use gauge::pipeline::{merged, pipeline, scripted_api, small_corpus_stages};
+use gauge::{last_line, ok, refused, run, write_golden, write_markdown_corpus};
+use serde_json::json;
 
 const DOCS: [(&str, &str); 4] = [
     ("gates", "Crossing gate arms must be fully lowered before the train reaches the crossing. The inspector records the gate descent time."),
@@ -20,20 +22,14 @@ fn setup(root: &Path, url: &str) -> std::path::PathBuf {
     write_markdown_corpus(root, &DOCS);
     let rows = [("q1", "When do the barriers come down?", "gates.md"), ("q2", "How often do the beacons blink?", "lights.md"), ("q3", "What harness rules apply on spans?", "fall.md")];
     write_golden(root, &rows);
-    let model = repo_root().join("models/all-MiniLM-L6-v2");
-    let api = scripted_api_model(url);
-    let pipeline = root.join("p.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "name = \"rewrite\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nk = 2\nresamples = 1000\n\
-             [baseline]\nname = \"BM25\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = {model:?} }}\nretrieval = {{ dense = false, bm25 = true, promote_exact = false }}\n\
-             [[variants]]\nname = \"BM25 + expansion\"\nretrieval = {{ rewrite = {{ kind = \"expand\", model = {api} }} }}\n\
-             [[variants]]\nname = \"BM25 + multi-query\"\nretrieval = {{ rewrite = {{ kind = \"multi_query\", n = 2, model = {api} }} }}\n\
-             [[variants]]\nname = \"Vector + HyDE\"\nretrieval = {{ dense = true, bm25 = false, rewrite = {{ kind = \"hyde\", model = {api} }} }}\n"
-        ),
-    )
-    .unwrap();
+    let api = scripted_api(url);
+    let pipeline = pipeline("rewrite")
+        .set("k", json!(2))
+        .baseline(merged(small_corpus_stages(), json!({ "name": "BM25", "retrieval": { "dense": false, "bm25": true, "promote_exact": false } })))
+        .variant(json!({ "name": "BM25 + expansion", "retrieval": { "rewrite": { "kind": "expand", "model": api } } }))
+        .variant(json!({ "name": "BM25 + multi-query", "retrieval": { "rewrite": { "kind": "multi_query", "n": 2, "model": api } } }))
+        .variant(json!({ "name": "Vector + HyDE", "retrieval": { "dense": true, "bm25": false, "rewrite": { "kind": "hyde", "model": api } } }))
+        .write(&root.join("p.toml"));
     pipeline
 }
 

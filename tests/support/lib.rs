@@ -2,6 +2,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod chat_server;
+pub mod pipeline;
 use std::process::{Command, Output};
 
 /// The repository root (read at run time: `cargo test` sets `CARGO_MANIFEST_DIR`, and a
@@ -130,12 +131,6 @@ pub fn markdown_index(root: &Path, docs: &[(&str, &str)]) -> (String, String) {
     let emb = last_line(&ok(run("embed", &[&chunks, "--model", minilm.to_str().unwrap(), "--artifacts", a])));
     let index = last_line(&ok(run("index", &["--embeddings", &emb, "--artifacts", a])));
     (chunks, index)
-}
-
-/// A pipeline's inline model table for the scripted OpenAI-compatible server at `url`
-/// (no key: the variable named does not exist).
-pub fn scripted_api_model(url: &str) -> String {
-    format!("{{ kind = \"api\", base_url = \"{url}\", model = \"scripted\", api_key_env = \"GAUGE_NO_SUCH_KEY\" }}")
 }
 
 /// Writes `root/golden.jsonl`: one question per `(qid, question, source)`, its gold the
