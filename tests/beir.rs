@@ -5,7 +5,9 @@
 //! without qrels is refused naming it.
 use std::path::PathBuf;
 
+use gauge::pipeline::pipeline;
 use gauge::{last_line, ok, run, shared};
+use serde_json::json;
 use gauge_core::table::{read_parquet_any, Columns};
 
 const DOCS: [(&str, &str); 6] = [
@@ -28,15 +30,17 @@ fn a_beir_folder_is_a_corpus_and_a_golden_set() {
     std::fs::write(beir.join("queries.jsonl"), queries.iter().map(|(id, t)| serde_json::json!({"_id": id, "text": t}).to_string() + "\n").collect::<String>()).unwrap();
     std::fs::write(beir.join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td3\t2\nq3\td5\t1\nq4\td6\t1\nq4\td1\t0\n").unwrap();
     let fixture = shared().join("fixtures/tiny-bert-cross-encoder");
-    let pipeline = tmp.path().join("beir.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "name = \"tiny-beir\"\ncorpus = \"tiny-beir/corpus.jsonl\"\ngolden = \"tiny-beir\"\nresamples = 1000\n[baseline]\nname = \"BM25\"\nextract = {{ jsonl = {{ id = \"_id\" }} }}\nchunk = {{ strategy = \"recursive\", size = 500, overlap = 0, filters = {{ min_chars = 0 }} }}\nembed = {{ model = {:?} }}\nretrieval = {{ dense = false, bm25 = true, promote_exact = false }}\n",
-            fixture.display().to_string()
-        ),
-    )
-    .unwrap();
+    let pipeline = pipeline("tiny-beir")
+        .set("corpus", json!("tiny-beir/corpus.jsonl"))
+        .set("golden", json!("tiny-beir"))
+        .baseline(json!({
+            "name": "BM25",
+            "extract": { "jsonl": { "id": "_id" } },
+            "chunk": { "strategy": "recursive", "size": 500, "overlap": 0, "filters": { "min_chars": 0 } },
+            "embed": { "model": fixture.to_str().unwrap() },
+            "retrieval": { "dense": false, "bm25": true, "promote_exact": false },
+        }))
+        .write(&tmp.path().join("beir.toml"));
     let art = tmp.path().join("artifacts");
     let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", tmp.path().join("eval").to_str().unwrap()]));
     let dir = PathBuf::from(last_line(&out));

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
+use gauge::pipeline::pipeline;
 use gauge::{last_line, ok, repo_root, run, shared};
+use serde_json::json;
 use gauge_core::table::{read_parquet_any, Columns};
 
 const MANUALS: [&str; 2] = [
@@ -267,16 +269,11 @@ fn bad_golden_sets_and_pipelines_fail_with_one_line_naming_the_file() {
 fn missed_questions_are_traced_to_the_stage_that_lost_them() {
     let s = setup();
     let model = repo_root().join("models/all-MiniLM-L6-v2");
-    let pipeline = s.root.join("failures.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "name = \"failures\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nresamples = 1000\n[baseline]\nname = \"BM25\"\nembed = {{ model = \"{}\" }}\nretrieval = {{ dense = false, bm25 = true, promote_exact = false }}\n[[variants]]\nname = \"BM25, one manual\"\nretrieval = {{ filter = {{ sources = [\"{}\"] }} }}\n[[variants]]\nname = \"BM25 + cutoff\"\nretrieval = {{ cutoff = 1e9 }}\n",
-            model.display(),
-            MANUALS[0]
-        ),
-    )
-    .unwrap();
+    let pipeline = pipeline("failures")
+        .baseline(json!({ "name": "BM25", "embed": { "model": model.to_str().unwrap() }, "retrieval": { "dense": false, "bm25": true, "promote_exact": false } }))
+        .variant(json!({ "name": "BM25, one manual", "retrieval": { "filter": { "sources": [MANUALS[0]] } } }))
+        .variant(json!({ "name": "BM25 + cutoff", "retrieval": { "cutoff": 1e9 } }))
+        .write(&s.root.join("failures.toml"));
     let art = s.root.join("artifacts");
     let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", s.root.join("eval").to_str().unwrap()]));
     let dir = PathBuf::from(last_line(&out));

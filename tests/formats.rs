@@ -13,6 +13,7 @@ use std::process::Command;
 
 use gauge::{last_line, ok, repo_root, run, shared};
 use gauge_core::table::{read_parquet_any, Columns};
+use serde_json::json;
 
 const DOCS: [(&str, &str); 10] = [
     ("d1", "Crossing gate arms must be fully lowered before the train reaches the crossing; the gate descent time is recorded."),
@@ -39,18 +40,18 @@ const QUERIES: [Query; 6] = [
     ("q6", "watchman warns roadway workers on the track", &[("d4", 1)]),
 ];
 
-fn pipeline(dir: &Path, name: &str, corpus: &str, golden: &str, extract: &str) -> PathBuf {
+fn pipeline(dir: &Path, name: &str, corpus: &str, golden: &str, extract: Option<serde_json::Value>) -> PathBuf {
     let fixture = shared().join("fixtures/tiny-bert-cross-encoder");
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "name = \"{name}\"\ncorpus = \"{corpus}\"\ngolden = \"{golden}\"\nk = 10\nresamples = 1000\n[baseline]\nname = \"BM25\"\n{extract}chunk = {{ strategy = \"recursive\", size = 2000, overlap = 0, filters = {{ min_chars = 0 }} }}\nembed = {{ model = {:?} }}\nretrieval = {{ dense = false, bm25 = true, promote_exact = false, candidates = 10 }}\n",
-            fixture.display().to_string()
-        ),
-    )
-    .unwrap();
-    path
+    let mut baseline = json!({
+        "name": "BM25",
+        "chunk": { "strategy": "recursive", "size": 2000, "overlap": 0, "filters": { "min_chars": 0 } },
+        "embed": { "model": fixture.to_str().unwrap() },
+        "retrieval": { "dense": false, "bm25": true, "promote_exact": false, "candidates": 10 },
+    });
+    if let Some(extract) = extract {
+        baseline["extract"] = extract;
+    }
+    gauge::pipeline::pipeline(name).set("corpus", json!(corpus)).set("golden", json!(golden)).set("k", json!(10)).baseline(baseline).write(&dir.join(format!("{name}.toml")))
 }
 
 /// Evaluates a pipeline and compares every question's metrics with pytrec_eval's on the TREC
@@ -101,7 +102,7 @@ fn beir_trec_and_ms_marco_evaluate_as_trec_eval_scores_them() {
     std::fs::write(beir.join("corpus.jsonl"), DOCS.iter().map(|(id, t)| serde_json::json!({"_id": id, "title": "", "text": t}).to_string() + "\n").collect::<String>()).unwrap();
     std::fs::write(beir.join("queries.jsonl"), QUERIES.iter().map(|(id, t, _)| serde_json::json!({"_id": id, "text": t}).to_string() + "\n").collect::<String>()).unwrap();
     std::fs::write(beir.join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\n".to_string() + &judged(&|q, d, g| format!("{q}\t{d}\t{g}\n"))).unwrap();
-    let p = pipeline(root, "beir", "beir/corpus.jsonl", "beir", "extract = { jsonl = { id = \"_id\" } }\n");
+    let p = pipeline(root, "beir", "beir/corpus.jsonl", "beir", Some(json!({ "jsonl": { "id": "_id" } })));
     let mut graded = agrees_with_pytrec(root, &p);
 
     // TREC: <DOC> records (split over two files, one without a <TEXT> section), topics, qrels.
@@ -112,7 +113,7 @@ fn beir_trec_and_ms_marco_evaluate_as_trec_eval_scores_them() {
     std::fs::write(trec.join("docs/part2.txt"), DOCS[5..].iter().map(doc).collect::<String>()).unwrap();
     std::fs::write(trec.join("topics.robust"), QUERIES.iter().map(|(id, t, _)| format!("<top>\n<num> Number: {id}\n<title> {t}\n<desc> Description:\nfind documents about {t}\n</top>\n\n")).collect::<String>()).unwrap();
     std::fs::write(trec.join("qrels.robust"), judged(&|q, d, g| format!("{q} 0 {d} {g}\n"))).unwrap();
-    let p = pipeline(root, "trec", "trec/docs", "trec", "");
+    let p = pipeline(root, "trec", "trec/docs", "trec", None);
     graded += agrees_with_pytrec(root, &p);
 
     // MS MARCO: collection.tsv + queries.dev.tsv + qrels.dev.tsv (TREC qrels, tab-separated).
@@ -121,7 +122,7 @@ fn beir_trec_and_ms_marco_evaluate_as_trec_eval_scores_them() {
     std::fs::write(marco.join("collection.tsv"), DOCS.iter().map(|(id, t)| format!("{}\t{t}\n", id.trim_start_matches('d'))).collect::<String>()).unwrap();
     std::fs::write(marco.join("queries.dev.tsv"), QUERIES.iter().map(|(id, t, _)| format!("{}\t{t}\n", id.trim_start_matches('q'))).collect::<String>()).unwrap();
     std::fs::write(marco.join("qrels.dev.tsv"), judged(&|q, d, g| format!("{}\t0\t{}\t{g}\n", q.trim_start_matches('q'), d.trim_start_matches('d')))).unwrap();
-    let p = pipeline(root, "msmarco", "msmarco/collection.tsv", "msmarco", "");
+    let p = pipeline(root, "msmarco", "msmarco/collection.tsv", "msmarco", None);
     graded += agrees_with_pytrec(root, &p);
     assert!(graded >= 3, "only {graded} questions with 0 < nDCG < 1: the fixture tests too little");
 

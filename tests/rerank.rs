@@ -4,7 +4,9 @@
 //! `just models`.
 use std::path::{Path, PathBuf};
 
+use gauge::pipeline::{merged, pipeline, small_corpus_stages};
 use gauge::{last_line, ok, repo_root, run, shared, write_markdown_corpus};
+use serde_json::json;
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 const TOPICS: [(&str, &str); 6] = [
@@ -111,34 +113,14 @@ fn evaluate_runs_rerank_configs_and_skips_those_without_a_model() {
     .map(|(id, q, k)| serde_json::json!({ "qid": id, "question": q, "keywords": [k] }).to_string())
     .collect();
     std::fs::write(tmp.path().join("golden.jsonl"), golden.join("\n")).unwrap();
-    let pipeline = tmp.path().join("rr.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            r#"name = "rr"
-corpus = "{corpus}"
-golden = "golden.jsonl"
-resamples = 1000
-[baseline]
-name = "Hybrid"
-chunk = {{ strategy = "page", filters = {{ min_chars = 0 }} }}
-embed = {{ model = "{minilm}" }}
-[[variants]]
-name = "+ tiny cross-encoder"
-retrieval = {{ rerank = {{ model = "{tiny}", n_initial = 6, top_n = 6 }} }}
-[[variants]]
-name = "+ missing cross-encoder"
-retrieval = {{ rerank = {{ model = "nope/missing-cross-encoder" }} }}
-[[variants]]
-name = "+ MaxSim"
-retrieval = {{ rerank = {{ kind = "max_sim", model = "{minilm}", n_initial = 6 }} }}
-"#,
-            corpus = corpus.display(),
-            minilm = minilm().display(),
-            tiny = fixture().display()
-        ),
-    )
-    .unwrap();
+    let (minilm, tiny) = (minilm().to_str().unwrap().to_string(), fixture().to_str().unwrap().to_string());
+    let pipeline = pipeline("rr")
+        .set("corpus", json!(corpus.to_str().unwrap()))
+        .baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid", "embed": { "model": minilm } })))
+        .variant(json!({ "name": "+ tiny cross-encoder", "retrieval": { "rerank": { "model": tiny, "n_initial": 6, "top_n": 6 } } }))
+        .variant(json!({ "name": "+ missing cross-encoder", "retrieval": { "rerank": { "model": "nope/missing-cross-encoder" } } }))
+        .variant(json!({ "name": "+ MaxSim", "retrieval": { "rerank": { "kind": "max_sim", "model": minilm, "n_initial": 6 } } }))
+        .write(&tmp.path().join("rr.toml"));
     let art = tmp.path().join("artifacts");
     let eval = tmp.path().join("eval");
     let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", eval.to_str().unwrap()]));

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gauge::chat_server::{valid_reply, ChatServer, Reply};
+use gauge::pipeline::pipeline;
 use gauge::{bin, last_line, ok, repo_root, run, shared};
+use serde_json::json;
 
 const SECRET: &str = "sk-test-SECRET-4f2a9c";
 const MANUALS: [&str; 2] = [
@@ -210,16 +212,10 @@ fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
     // `evaluate` reads the output unchanged (span relevance), and the offline set too.
     let ict = PathBuf::from(last_line(&ok(run("synth-data", &[&chunks, "--mode", "ict", "--n", "30", "--artifacts", &art_s]))));
     for (name, golden) in [("llm", dir.join("golden.jsonl")), ("ict", ict.join("golden.jsonl"))] {
-        let pipeline = tmp.path().join(format!("{name}.toml"));
-        std::fs::write(
-            &pipeline,
-            format!(
-                "name = \"{name}\"\ncorpus = \"corpus\"\ngolden = \"{}\"\nresamples = 1000\n[baseline]\nname = \"BM25\"\nembed = {{ model = \"{}\" }}\nretrieval = {{ dense = false, bm25 = true }}\n",
-                golden.display(),
-                repo_root().join("models/all-MiniLM-L6-v2").display()
-            ),
-        )
-        .unwrap();
+        let pipeline = pipeline(name)
+            .set("golden", json!(golden.to_str().unwrap()))
+            .baseline(json!({ "name": "BM25", "embed": { "model": repo_root().join("models/all-MiniLM-L6-v2").to_str().unwrap() }, "retrieval": { "dense": false, "bm25": true } }))
+            .write(&tmp.path().join(format!("{name}.toml")));
         let eval = tmp.path().join("eval");
         let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", &art_s, "--eval-dir", eval.to_str().unwrap()]));
         let md = std::fs::read_to_string(PathBuf::from(last_line(&out)).join("ablation.md")).unwrap();
