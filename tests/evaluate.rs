@@ -48,47 +48,15 @@ fn setup() -> Setup {
     }
     assert!(lines.len() >= 10, "expected the dev set to hold questions on both manuals");
     std::fs::write(root.join("golden.jsonl"), lines.join("\n") + "\n").unwrap();
-    let pipeline = root.join("small.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            r#"name = "small"
-corpus = "corpus"
-golden = "golden.jsonl"
-resamples = 1000
-
-[baseline]
-name = "Vector"
-embed = {{ model = "{model}" }}
-retrieval = {{ bm25 = false, promote_exact = false }}
-
-[[variants]]
-name = "BM25"
-retrieval = {{ dense = false, bm25 = true }}
-
-[[variants]]
-name = "Hybrid RRF"
-retrieval = {{ bm25 = true }}
-
-[[variants]]
-name = "Hybrid RRF + small-to-big"
-base = "Hybrid RRF"
-retrieval = {{ window = 1 }}
-
-[[variants]]
-name = "Hybrid RRF + source filter (oracle)"
-base = "Hybrid RRF"
-oracle_source_filter = true
-
-[[variants]]
-name = "Hybrid RRF, chunks 500/100"
-base = "Hybrid RRF"
-chunk = {{ size = 500, overlap = 100 }}
-"#,
-            model = model.display()
-        ),
-    )
-    .unwrap();
+    let model = model.to_str().unwrap();
+    let pipeline = pipeline("small")
+        .baseline(json!({ "name": "Vector", "embed": { "model": model }, "retrieval": { "bm25": false, "promote_exact": false } }))
+        .variant(json!({ "name": "BM25", "retrieval": { "dense": false, "bm25": true } }))
+        .variant(json!({ "name": "Hybrid RRF", "retrieval": { "bm25": true } }))
+        .variant(json!({ "name": "Hybrid RRF + small-to-big", "base": "Hybrid RRF", "retrieval": { "window": 1 } }))
+        .variant(json!({ "name": "Hybrid RRF + source filter (oracle)", "base": "Hybrid RRF", "oracle_source_filter": true }))
+        .variant(json!({ "name": "Hybrid RRF, chunks 500/100", "base": "Hybrid RRF", "chunk": { "size": 500, "overlap": 100 } }))
+        .write(&root.join("small.toml"));
     Setup { _tmp: tmp, root, pipeline, gold }
 }
 

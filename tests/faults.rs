@@ -72,8 +72,11 @@ fn inputs(root: &Path, url: &str) -> Inputs {
     let golden = write_golden(root, &[("q1", "When must gate arms be inspected?", "doc00.md"), ("q2", "Who approves a plan for bridge walkways?", "doc52.md"), ("q3", "ERA31LA116", "doc31.md"), ("q4", "testing flashing lights after repair", "doc11.md"), ("q5", "tank car repair testing", "doc41.md"), ("q6", "fall protection plan", "doc72.md")]);
     let minilm = repo_root().join("models/all-MiniLM-L6-v2");
     assert!(minilm.join("model.safetensors").is_file(), "{}: missing; run `just models`", minilm.display());
-    let pipeline = root.join("p.toml");
-    std::fs::write(&pipeline, format!("name = \"faults\"\ncorpus = \"corpus\"\ngolden = \"golden.jsonl\"\nk = 5\nresamples = 1000\n[baseline]\nname = \"Hybrid\"\nchunk = {{ strategy = \"page\", filters = {{ min_chars = 0 }} }}\nembed = {{ model = \"{}\" }}\n[[variants]]\nname = \"Hybrid, 300-char chunks\"\nchunk = {{ strategy = \"recursive\", size = 300, overlap = 30, filters = {{ min_chars = 0 }} }}\n", minilm.display())).unwrap();
+    let pipeline = gauge::pipeline::pipeline("faults")
+        .set("k", serde_json::json!(5))
+        .baseline(gauge::pipeline::merged(gauge::pipeline::small_corpus_stages(), serde_json::json!({ "name": "Hybrid", "embed": { "model": minilm.to_str().unwrap() } })))
+        .variant(serde_json::json!({ "name": "Hybrid, 300-char chunks", "chunk": { "strategy": "recursive", "size": 300, "overlap": 30, "filters": { "min_chars": 0 } } }))
+        .write(&root.join("p.toml"));
     let raptor_cfg = root.join("raptor.toml");
     std::fs::write(&raptor_cfg, format!("cluster_size = 4\n[model]\nkind = \"api\"\nbase_url = \"{url}\"\nmodel = \"scripted\"\napi_key_env = \"GAUGE_NO_SUCH_KEY\"\n")).unwrap();
     Inputs { corpus, golden, pipeline, raptor_cfg, minilm, tiny_bert: shared().join("fixtures/tiny-bert-cross-encoder"), prompts: repo_root().join("pipelines/prompts"), url: url.to_string() }

@@ -9,7 +9,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use gauge::pipeline::pipeline;
 use gauge::{complete_dirs, last_line, ok, run, shared, write_markdown_corpus};
+use serde_json::json;
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 const DOCS: [(&str, &str); 8] = [
@@ -154,18 +156,17 @@ fn embedder_and_reranker_train_resume_and_load_in_the_pipeline() {
     let all: Vec<serde_json::Value> = std::fs::read_to_string(&golden).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let outside = all.iter().filter(|v| !v["gold"].as_array().unwrap().iter().any(|g| pages.contains(&format!("{}#{}", g["source"].as_str().unwrap(), g["page_start"].as_i64().unwrap())))).count();
     assert!(outside > 0 && outside < all.len(), "{outside} of {}", all.len());
-    let pipeline = tmp.path().join("p.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "name = \"restricted\"\ncorpus = {:?}\ngolden = {:?}\nexclude_trained_pages = [{:?}]\nresamples = 1000\n[baseline]\nname = \"BM25\"\nchunk = {{ strategy = \"recursive\", size = 160, overlap = 0, filters = {{ min_chars = 0 }} }}\nembed = {{ model = {:?} }}\nretrieval = {{ dense = false, bm25 = true }}\n",
-            tmp.path().join("corpus").display().to_string(),
-            golden.display().to_string(),
-            adapter.display().to_string(),
-            f.display().to_string()
-        ),
-    )
-    .unwrap();
+    let pipeline = pipeline("restricted")
+        .set("corpus", json!(tmp.path().join("corpus").to_str().unwrap()))
+        .set("golden", json!(golden.to_str().unwrap()))
+        .set("exclude_trained_pages", json!([adapter.to_str().unwrap()]))
+        .baseline(json!({
+            "name": "BM25",
+            "chunk": { "strategy": "recursive", "size": 160, "overlap": 0, "filters": { "min_chars": 0 } },
+            "embed": { "model": f.to_str().unwrap() },
+            "retrieval": { "dense": false, "bm25": true },
+        }))
+        .write(&tmp.path().join("p.toml"));
     let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", a, "--eval-dir", tmp.path().join("eval").to_str().unwrap()]));
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains(&format!("{outside} of {} questions", all.len())), "{text}");
