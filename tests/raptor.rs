@@ -35,14 +35,13 @@ fn setup(root: &Path, url: &str) -> PathBuf {
     write_markdown_corpus(root, &DOCS);
     write_golden(root, &[("q1", "grade crossing warning equipment overview", "gates1.md")]);
     let api = scripted_api(url);
-    let pipeline = pipeline("raptor")
+    pipeline("raptor")
         .set("k", json!(3))
         .baseline(merged(small_corpus_stages(), json!({ "name": "Vector", "retrieval": { "dense": true, "bm25": false, "promote_exact": false } })))
         .variant(json!({ "name": "Vector, summaries excluded", "raptor": { "cluster_size": 4, "model": api }, "retrieval": { "summaries": "exclude" } }))
         .variant(json!({ "name": "BM25 + RAPTOR", "base": "Vector, summaries excluded", "retrieval": { "dense": false, "bm25": true, "summaries": "keep" } }))
         .variant(json!({ "name": "BM25 + RAPTOR expanded", "base": "BM25 + RAPTOR", "retrieval": { "summaries": "expand" } }))
-        .write(&root.join("p.toml"));
-    pipeline
+        .write(&root.join("p.toml"))
 }
 
 type Runs = Vec<(String, String, i32, String, bool)>;

@@ -23,14 +23,13 @@ fn setup(root: &Path, url: &str) -> std::path::PathBuf {
     let rows = [("q1", "When do the barriers come down?", "gates.md"), ("q2", "How often do the beacons blink?", "lights.md"), ("q3", "What harness rules apply on spans?", "fall.md")];
     write_golden(root, &rows);
     let api = scripted_api(url);
-    let pipeline = pipeline("rewrite")
+    pipeline("rewrite")
         .set("k", json!(2))
         .baseline(merged(small_corpus_stages(), json!({ "name": "BM25", "retrieval": { "dense": false, "bm25": true, "promote_exact": false } })))
         .variant(json!({ "name": "BM25 + expansion", "retrieval": { "rewrite": { "kind": "expand", "model": api } } }))
         .variant(json!({ "name": "BM25 + multi-query", "retrieval": { "rewrite": { "kind": "multi_query", "n": 2, "model": api } } }))
         .variant(json!({ "name": "Vector + HyDE", "retrieval": { "dense": true, "bm25": false, "rewrite": { "kind": "hyde", "model": api } } }))
-        .write(&root.join("p.toml"));
-    pipeline
+        .write(&root.join("p.toml"))
 }
 
 /// The scripted model: terms, paraphrases or a passage that name each question's gold topic.

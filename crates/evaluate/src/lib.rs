@@ -36,6 +36,7 @@ pub mod report;
 pub mod retrieve;
 pub mod rows;
 pub mod search;
+pub mod search_space;
 pub mod stats;
 pub mod tables;
 pub mod verify;
