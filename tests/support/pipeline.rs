@@ -71,18 +71,9 @@ pub fn small_corpus_stages() -> Value {
     })
 }
 
-/// `base` with `over`'s fields merged in (nested tables merged, other values replaced).
+/// `base` with `over`'s fields merged in, through the config language's one merge path
+/// (`gauge_core::config::merge`: the way a variant's fields are laid over its base).
 pub fn merged(mut base: Value, over: Value) -> Value {
-    fn merge(a: &mut Value, b: Value) {
-        match (a, b) {
-            (Value::Object(a), Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(Value::Null), v);
-                }
-            }
-            (a, b) => *a = b,
-        }
-    }
-    merge(&mut base, over);
+    gauge_core::config::merge(&mut base, &over);
     base
 }
