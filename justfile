@@ -117,11 +117,12 @@ ablate-llm-server: setup models
     url=$(scripts/llm-server.sh start | tail -n1) && echo "llama.cpp server at $url" && \
     trap 'scripts/llm-server.sh stop' EXIT && {{bin}}/evaluate pipelines/fra-llm-server.toml --artifacts {{artifacts}}
 
-# The scale curve of the indexes: faiss Flat / HNSW32 / IVF-PQ and tantivy BM25 at 10⁴–10⁶ synthetic 384-d vectors and passages (build time, size, query latency, recall@10 against Flat) → bench/scale.json, bench/scale.png (extrapolated past 10⁶). ~15 min on 2 cores.
-bench-scale sizes="10000,100000,1000000" hnsw_max="1000000": setup notebook-venv
+# The scale curve of the indexes: faiss Flat / HNSW32 / IVF-PQ and tantivy BM25 at 10⁴–10⁶ synthetic 384-d vectors and passages (build time, size, query latency, recall@10 against Flat) → bench/scale.json, bench/scale.png (extrapolated past 10⁶), one run, gauge alone, ~15 min on 2 cores; then gauge's faiss against faiss's Python wheel (faiss-cpu) on the same 10⁵ vectors in interleaved A/B pairs (gauge-bench) → bench/scale-faiss.json, ~10 min.
+bench-scale sizes="10000,100000,1000000" hnsw_max="1000000": setup notebook-venv bench-venv
     cargo build --release --workspace --example bench_scale
     {{bin}}/examples/bench_scale bench/scale.json {{sizes}} {{hnsw_max}}
     {{nb_venv}}/bin/python3 scripts/plot_scale.py bench/scale.json bench/scale.png
+    PYTHON={{venv}}/bin/python3 scripts/bench-scale.sh
 
 # Python environment for the analysis notebook (outside the clone).
 notebook-venv:
@@ -294,7 +295,7 @@ answer *flags="": setup models
 # Python environment for the reference benchmarks (outside the clone).
 bench-venv:
     test -x {{venv}}/bin/python3 || python3 -m venv {{venv}}
-    {{venv}}/bin/pip install --quiet --disable-pip-version-check onnxruntime tokenizers numpy pyarrow rank_bm25
+    {{venv}}/bin/pip install --quiet --disable-pip-version-check onnxruntime tokenizers numpy pyarrow rank_bm25 faiss-cpu
 
 # CUDA 13 build toolkit (nvcc, cudart, cuBLAS, CCCL) from NVIDIA's PyPI wheels into ~/.cache/gauge-cuda13; prints the root (CUDA_PATH). Idempotent.
 cuda-toolkit:

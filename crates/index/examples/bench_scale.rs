@@ -10,6 +10,13 @@
 //! words of the same distribution.
 //!
 //! `cargo run --release -p gauge-index --example bench_scale -- OUT.json [SIZES] [HNSW_MAX]`
+//!
+//! The same binary is gauge's side of the harness comparison with faiss's own Python wheel
+//! (`scripts/bench-scale.sh`, `gauge-bench`; the reference side is `scripts/bench_faiss_python.py`):
+//! `bench_scale vectors DIR N` writes N mixture points and the 200 queries as raw little-endian
+//! f32 (`DIR/data.f32`, `DIR/queries.f32`); `bench_scale side DIR IVF_N` reads them, builds and
+//! searches Flat and HNSW32 over all of them and IVF-PQ over the first IVF_N, and prints one flat
+//! JSON object of figures (the harness's `json` format).
 use std::time::Instant;
 
 use faiss::Index;
@@ -154,15 +161,86 @@ fn bm25_row(n: usize, dir: &std::path::Path) -> serde_json::Value {
     serde_json::json!({ "index": "BM25", "n": n, "build_seconds": build, "bytes": bytes, "bytes_per_passage": bytes as f64 / n as f64, "query_ms": latency })
 }
 
+/// Writes `v` as raw little-endian f32.
+fn write_f32(path: &std::path::Path, v: &[f32]) {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+fn read_f32(path: &std::path::Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e} (write it with `bench_scale vectors DIR N`)", path.display()));
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+/// `vectors DIR N`: the mixture's first N points and its queries, for both sides.
+fn write_vectors(dir: &std::path::Path, n: usize) {
+    std::fs::create_dir_all(dir).expect("vectors dir");
+    let centres = mixture_centres();
+    write_f32(&dir.join("data.f32"), &points(&centres, n, n as u64));
+    write_f32(&dir.join("queries.f32"), &points(&centres, QUERIES, 99));
+}
+
+/// Times `f` in seconds.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let started = Instant::now();
+    let out = f();
+    (out, started.elapsed().as_secs_f64())
+}
+
+/// `side DIR IVF_N`: one run of gauge's side of the faiss comparison, printed as one flat JSON
+/// object (what `scripts/bench_faiss_python.py` prints for the wheel).
+fn side(dir: &std::path::Path, ivf_n: usize) {
+    let data = read_f32(&dir.join("data.f32"));
+    let queries = read_f32(&dir.join("queries.f32"));
+    let n = data.len() / DIM;
+    let ivf_n = ivf_n.min(n);
+    let build = |factory: &str, rows: &[f32]| timed(|| gauge_index::build_faiss(rows, DIM, factory).expect("build"));
+    let (mut flat, flat_build) = build("Flat", &data);
+    let (exact, flat_ms) = top_k(&mut flat, &queries);
+    drop(flat);
+    let (mut hnsw, hnsw_build) = build("HNSW32", &data);
+    gauge_index::dense::set_parameter(&hnsw, "efSearch", 64.0).expect("efSearch");
+    let (found, hnsw_ms) = top_k(&mut hnsw, &queries);
+    drop(hnsw);
+    let nlist = ((ivf_n as f64).sqrt().round() as usize).clamp(16, 4096);
+    let (mut ivf, ivf_build) = build(&format!("IVF{nlist},PQ48np"), &data[..ivf_n * DIM]);
+    gauge_index::dense::set_parameter(&ivf, "nprobe", 16.0f64.min(nlist as f64)).expect("nprobe");
+    let (ivf_found, ivf_ms) = top_k(&mut ivf, &queries);
+    let (mut ivf_flat, _) = build("Flat", &data[..ivf_n * DIM]);
+    let (ivf_exact, _) = top_k(&mut ivf_flat, &queries);
+    let figures = serde_json::json!({
+        "vectors": n, "ivf_vectors": ivf_n, "queries": queries.len() / DIM,
+        "flat_build_s": flat_build, "flat_query_ms": flat_ms,
+        "flat_top1_sum": exact.iter().map(|r| r[0]).sum::<i64>(),
+        "hnsw_build_s": hnsw_build, "hnsw_query_ms": hnsw_ms, "hnsw_recall_at_10": recall(&found, &exact),
+        "ivfpq_build_s": ivf_build, "ivfpq_query_ms": ivf_ms, "ivfpq_recall_at_10": recall(&ivf_found, &ivf_exact),
+        "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    });
+    println!("{figures}");
+}
+
+fn mixture_centres() -> Vec<f32> {
+    let mut rng = SplitMix64::new(1);
+    let mut centres: Vec<f32> = (0..CLUSTERS * DIM).map(|_| gaussian(&mut rng)).collect();
+    centres.chunks_mut(DIM).for_each(normalize);
+    centres
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: bench_scale vectors DIR N | bench_scale side DIR IVF_N | bench_scale OUT.json [SIZES] [HNSW_MAX]";
+    let count = |what: &str| -> usize { args.get(3).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{usage} ({what}: a count)")) };
+    let dir = || std::path::PathBuf::from(args.get(2).unwrap_or_else(|| panic!("{usage}")));
+    match args.get(1).map(String::as_str) {
+        Some("vectors") => return write_vectors(&dir(), count("N")),
+        Some("side") => return side(&dir(), count("IVF_N")),
+        _ => {}
+    }
     let out = args.get(1).cloned().unwrap_or_else(|| "bench/scale.json".into());
     let sizes: Vec<usize> = args.get(2).map_or("10000,100000,1000000".into(), |s| s.clone()).split(',').map(|s| s.trim().parse().expect("sizes: comma-separated counts")).collect();
     let hnsw_max: usize = args.get(3).map_or(100_000, |s| s.parse().expect("HNSW_MAX: a count"));
     let tmp = tempfile::tempdir().expect("temp dir");
-    let mut rng = SplitMix64::new(1);
-    let mut centres: Vec<f32> = (0..CLUSTERS * DIM).map(|_| gaussian(&mut rng)).collect();
-    centres.chunks_mut(DIM).for_each(normalize);
+    let centres = mixture_centres();
     let queries = points(&centres, QUERIES, 99);
     let mut rows = Vec::new();
     for &n in &sizes {
