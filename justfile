@@ -118,9 +118,10 @@ ablate-llm-server: setup models
     trap 'scripts/llm-server.sh stop' EXIT && {{bin}}/evaluate pipelines/fra-llm-server.toml --artifacts {{artifacts}}
 
 # The scale curve of the indexes: faiss Flat / HNSW32 / IVF-PQ and tantivy BM25 at 10⁴–10⁶ synthetic 384-d vectors and passages (build time, size, query latency, recall@10 against Flat) → bench/scale.json, bench/scale.png (extrapolated past 10⁶), one run, gauge alone, ~15 min on 2 cores; then gauge's faiss against faiss's Python wheel (faiss-cpu) on the same 10⁵ vectors in interleaved A/B pairs (gauge-bench) → bench/scale-faiss.json, ~10 min.
-bench-scale sizes="10000,100000,1000000" hnsw_max="1000000": setup notebook-venv bench-venv
+bench-scale sizes="10000,100000,1000000" hnsw_max="100000": setup notebook-venv bench-venv
     cargo build --release --workspace --example bench_scale
     {{bin}}/examples/bench_scale bench/scale.json {{sizes}} {{hnsw_max}}
+    {{bin}}/gauge-bench stamp bench/scale.json --crate gauge-index --path crates/index/examples/bench_scale.rs
     {{nb_venv}}/bin/python3 scripts/plot_scale.py bench/scale.json bench/scale.png
     PYTHON={{venv}}/bin/python3 scripts/bench-scale.sh
 

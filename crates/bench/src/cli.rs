@@ -34,6 +34,18 @@ pub enum Cmd {
         /// The bench file, relative to the root.
         file: String,
     },
+    /// Stamps a JSON file another tool wrote (a one-run curve, a check's report) with the
+    /// sources it measured, now, so `stale` can tell when they change; run it right after the tool.
+    Stamp {
+        /// The file, relative to the root.
+        file: String,
+        /// A workspace crate it measures (with its dependencies); repeat for more.
+        #[arg(long = "crate", required = true)]
+        crates: Vec<String>,
+        /// Another path it measures (its example, its script); repeat for more.
+        #[arg(long = "path")]
+        paths: Vec<String>,
+    },
     /// Rewrites the README's speed table and the book's bench-file tables (docs/src/performance) from the bench files (`--check`: only compare).
     Readme {
         /// Compare instead of writing; exit 1 when the table differs or cites a stale file.
@@ -61,6 +73,7 @@ pub fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::Restamp { file } => crate::sources::restamp(&cli.root, &file)?,
+        Cmd::Stamp { file, crates, paths } => crate::sources::stamp(&cli.root, &file, &crates, &paths)?,
         Cmd::Readme { check } => {
             if check {
                 crate::table::check(&cli.root)?;

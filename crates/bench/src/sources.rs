@@ -153,6 +153,26 @@ pub fn restamp(root: &Path, file: &str) -> Result<()> {
     std::fs::rename(&tmp, &path).map_err(|e| BenchError::io(&path, e))
 }
 
+/// Stamps a file another tool wrote (a one-run curve, a check's report: a JSON object without
+/// the harness's pairs) with what it measured, now: its `sources` key is set to a fresh
+/// [`Stamp`] of `crates` and `extra`, so [`stale`] can tell when it no longer describes the code.
+/// Run it right after the tool, from the commit the tool ran at.
+pub fn stamp(root: &Path, file: &str, crates: &[String], extra: &[String]) -> Result<()> {
+    let path = root.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| BenchError::io(&path, e))?;
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
+    let Some(object) = v.as_object_mut() else {
+        return Err(BenchError::Invalid(format!("{file}: not a JSON object; only an object can carry a `sources` stamp")));
+    };
+    if let Some(missing) = extra.iter().find(|p| !root.join(p).exists()) {
+        return Err(BenchError::Invalid(format!("{file}: the path `{missing}` to stamp does not exist under {}", root.display())));
+    }
+    object.insert("sources".into(), serde_json::to_value(Stamp::take(root, crates, extra)?).expect("a stamp"));
+    let tmp = path.with_extension(format!("json.partial-{}", std::process::id()));
+    std::fs::write(&tmp, crate::paths::portable(&(serde_json::to_string_pretty(&v).expect("JSON") + "\n"), root)).map_err(|e| BenchError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| BenchError::io(&path, e))
+}
+
 /// A bench file whose measured sources changed since it was written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StaleFile {
@@ -257,6 +277,29 @@ pub(crate) mod tests {
         assert!(stale(d.path()).unwrap().is_empty());
         std::fs::write(d.path().join("crates/d/src/lib.rs"), "// changed\n").unwrap();
         assert!(restamp(d.path(), "bench/x.json").unwrap_err().to_string().contains("rerun"));
+    }
+
+    #[test]
+    fn stamp_marks_another_tools_file_and_refuses_what_cannot_carry_one() {
+        let d = toy_root();
+        std::fs::write(d.path().join("bench/curve.json"), "{\"rows\": [1, 2]}").unwrap();
+        // Unstamped: listed as written before the harness.
+        assert!(stale(d.path()).unwrap()[0].why.contains("no sources stamp"));
+        std::fs::create_dir_all(d.path().join("scripts")).unwrap();
+        std::fs::write(d.path().join("scripts/plot.py"), "print(1)\n").unwrap();
+        stamp(d.path(), "bench/curve.json", &["gauge-b".into()], &["scripts/plot.py".into()]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.path().join("bench/curve.json")).unwrap()).unwrap();
+        assert_eq!(v["rows"], serde_json::json!([1, 2]));
+        assert_eq!(v["sources"]["crates"], serde_json::json!(["gauge-b", "gauge-c"]));
+        assert!(stale(d.path()).unwrap().is_empty());
+        // The stamp sees a change to the script or a measured crate.
+        std::fs::write(d.path().join("scripts/plot.py"), "print(2)\n").unwrap();
+        assert_eq!(stale(d.path()).unwrap().len(), 1);
+        // Bad input: not an object, a missing path, a missing file.
+        std::fs::write(d.path().join("bench/list.json"), "[1]").unwrap();
+        assert!(stamp(d.path(), "bench/list.json", &["gauge-b".into()], &[]).unwrap_err().to_string().contains("not a JSON object"));
+        assert!(stamp(d.path(), "bench/curve.json", &["gauge-b".into()], &["scripts/nope.py".into()]).unwrap_err().to_string().contains("scripts/nope.py"));
+        assert!(stamp(d.path(), "bench/none.json", &["gauge-b".into()], &[]).is_err());
     }
 
     #[test]
