@@ -317,6 +317,7 @@ gpu-rehearse out=(env_var("HOME") / ".cache/gauge-gpu-rehearse"): setup models t
 # The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU, training, generation) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
 gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
     scripts/gpu-check.sh {{flags}} {{out}}
+    for f in {{out}}/*.json; do {{bin}}/gauge-bench stamp "$f" --crate gauge-gpu-check --path scripts/gpu-check.sh --path scripts/gpu_check.py; done
 
 # Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers, peft and sentence-transformers, outside the clone.
 torch-venv:
@@ -344,6 +345,7 @@ check-peft out="bench/gpu-check-cpu-peft": models torch-venv
       {{torch_venv}}/bin/python scripts/gpu_check.py hf-reranker "$answer" data/models/fra-reranker 2>> {{out}}/python.log | tee {{out}}/hf-reranker.json; rm -f "$answer"; \
       {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["max_abs_diff_gauge_vs_transformers"] <= 1e-3 * max(1.0, r["score_range"]) and r["same_order"] else "check-peft: transformers and gauge disagree on the reranker")' {{out}}/hf-reranker.json; \
     fi
+    for f in {{out}}/*.json; do {{bin}}/gauge-bench stamp "$f" --crate gauge-gpu-check --path scripts/gpu-check.sh --path scripts/gpu_check.py; done
 
 # Remove artifacts (not the build cache).
 clean:
