@@ -15,7 +15,7 @@ use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int32Array, StringArray
 use gauge_core::golden::{load_golden, GoldenQuestion};
 use gauge_core::schema::{arrow_schema, ANSWER_COLUMNS};
 use gauge_core::{hash, FileEntry, Plan, Stage, StageRun};
-use gauge_decoder::GenerateOptions;
+use gauge_chat::GenerateOptions;
 use gauge_generator::Generator;
 use gauge_chat_client::Message;
 use gauge_engine::{Engine, RetrievalConfig};

@@ -206,29 +206,7 @@ impl Default for RetryPolicy {
     }
 }
 
-/// One chat message.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Message {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// Text.
-    pub content: String,
-}
-
-impl Message {
-    /// A system message.
-    pub fn system(content: impl Into<String>) -> Self {
-        Message { role: "system".into(), content: content.into() }
-    }
-    /// A user message.
-    pub fn user(content: impl Into<String>) -> Self {
-        Message { role: "user".into(), content: content.into() }
-    }
-    /// An assistant message.
-    pub fn assistant(content: impl Into<String>) -> Self {
-        Message { role: "assistant".into(), content: content.into() }
-    }
-}
+pub use gauge_chat::Message;
 
 /// Token usage as the endpoint reports it.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

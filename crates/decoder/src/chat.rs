@@ -1,24 +1,8 @@
 //! Chat templates: the model's own Jinja template (`chat_template` in `tokenizer_config.json`
 //! or `tokenizer.chat_template` in GGUF), rendered with minijinja as Hugging Face renders it.
-use serde::{Deserialize, Serialize};
-
 use crate::DecoderError;
 
-/// One chat message (OpenAI-compatible roles: `system`, `user`, `assistant`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Message {
-    /// Role.
-    pub role: String,
-    /// Text.
-    pub content: String,
-}
-
-impl Message {
-    /// A message.
-    pub fn new(role: &str, content: &str) -> Message {
-        Message { role: role.into(), content: content.into() }
-    }
-}
+pub use gauge_chat::Message;
 
 /// A model's chat template.
 #[derive(Debug, Clone)]

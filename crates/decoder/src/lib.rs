@@ -70,6 +70,9 @@ pub enum DecoderError {
     /// An adapter (or other shared encoder-crate file) failed to load.
     #[error(transparent)]
     Encoder(#[from] gauge_encoder::EncoderError),
+    /// A generation setting is out of its range.
+    #[error(transparent)]
+    Options(#[from] gauge_chat::OptionsError),
 }
 
 impl DecoderError {

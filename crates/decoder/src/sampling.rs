@@ -16,7 +16,6 @@
 //! - [`LoopDetector`]: ends a generation whose last tokens repeat one span over and over.
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
 
 /// Divides (positive logits) or multiplies (others) the logit of each distinct token of
 /// `window` by `penalty` (1: no change), as transformers and llama.cpp do.
@@ -78,25 +77,7 @@ pub fn min_p_keep(logits: &[f32], sorted: &[usize], min_p: f32) -> usize {
     1 + sorted[1..].iter().take_while(|&&i| logits[i] >= floor).count()
 }
 
-/// DRY's settings (llama.cpp's `dry_*` sampling parameters).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DrySettings {
-    /// Penalty scale (0: off).
-    pub multiplier: f32,
-    /// Growth of the penalty with each token past the allowed length (below 1: off).
-    pub base: f32,
-    /// Repeats this long or shorter are not penalised.
-    pub allowed_length: usize,
-    /// Tokens scanned for repeats (prompt included): 0 off, −1 all.
-    pub penalty_last_n: i32,
-}
-
-impl DrySettings {
-    /// Whether these settings penalise anything (llama.cpp: multiplier ≠ 0, base ≥ 1, a window).
-    pub fn enabled(&self) -> bool {
-        self.multiplier != 0.0 && self.base >= 1.0 && self.penalty_last_n != 0
-    }
-}
+pub use gauge_chat::DrySettings;
 
 /// DRY with its sequence breakers resolved against a vocabulary (prepared once per model and
 /// breaker list: it scans every token).
@@ -246,33 +227,7 @@ impl Dry {
     }
 }
 
-/// When a generation counts as looping: its last tokens are `repeats` or more copies of one
-/// span in a row, covering at least `min_tokens` tokens. The reply keeps the first copy.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct LoopStop {
-    /// Copies in a row that end generation (below 2: off).
-    pub repeats: usize,
-    /// Tokens the copies must cover together (short repeats such as `| --- | --- |` go on).
-    pub min_tokens: usize,
-}
-
-impl Default for LoopStop {
-    /// The local decoder's default: three copies covering 32 tokens or more.
-    fn default() -> Self {
-        LoopStop { repeats: 3, min_tokens: 32 }
-    }
-}
-
-impl LoopStop {
-    /// Off.
-    pub const OFF: LoopStop = LoopStop { repeats: 0, min_tokens: 0 };
-
-    /// Whether it can stop anything.
-    pub fn enabled(&self) -> bool {
-        self.repeats >= 2
-    }
-}
+pub use gauge_chat::LoopStop;
 
 /// Follows a generation token by token; `runs[l − 1]` is how many of the last tokens equal
 /// the token `l` before them (a periodic tail of period `l` is `runs + l` tokens long).

@@ -153,7 +153,7 @@ impl LlmRewriter {
         env.add_template("rewrite", &template).map_err(|e| anyhow::anyhow!("rewrite template: {e}"))?;
         let prompt = env.get_template("rewrite").and_then(|t| t.render(minijinja::context! { query => query.trim(), n => cfg.n })).map_err(|e| anyhow::anyhow!("rewrite template: {e}"))?;
         let messages = vec![Message::user(prompt)];
-        let opts = gauge_decoder::GenerateOptions { max_new_tokens: cfg.max_new_tokens, temperature: cfg.temperature, top_k: 0, top_p: 1.0, seed: cfg.seed, stop: Vec::new(), ..Default::default() };
+        let opts = gauge_chat::GenerateOptions { max_new_tokens: cfg.max_new_tokens, temperature: cfg.temperature, top_k: 0, top_p: 1.0, seed: cfg.seed, stop: Vec::new(), ..Default::default() };
         let reply = self.cache.complete(&self.generator, &self.identity, &messages, &opts, None)?;
         Ok(Rewrite {
             queries: parse_rewrite(cfg.kind, query, &reply.completion.text, cfg.n),

@@ -5,7 +5,7 @@ use std::path::Path;
 use gauge_answer::{AnswerConfig, GeneratorConfig};
 use gauge_core::golden::{GoldItem, GoldenQuestion};
 use gauge_core::table::Columns;
-use gauge_decoder::GenerateOptions;
+use gauge_chat::GenerateOptions;
 use serde::{Deserialize, Serialize};
 
 use crate::rows::MetricRow;

@@ -199,7 +199,7 @@ impl Judge {
     /// of [`Self::grade`] one by one.
     pub fn grade_all(&self, items: &[Graded<'_>], done: &(dyn Fn() + Sync)) -> Vec<Verdict> {
         let schema = ResponseSchema::of::<JudgeReply>("judge_reply");
-        let opts = gauge_decoder::GenerateOptions {
+        let opts = gauge_chat::GenerateOptions {
             max_new_tokens: self.section.max_new_tokens,
             temperature: self.section.temperature,
             top_k: 0,

@@ -35,7 +35,7 @@ impl PromptPassage {
 /// and `passages` (each with `tag`, `text`, `source`, `page_start`, `page_end`).
 pub fn render_answer_prompt(template: &str, question: &str, passages: &[PromptPassage]) -> Result<String, GeneratorError> {
     let mut env = minijinja::Environment::new();
-    let err = |e: minijinja::Error| GeneratorError::Prompt(format!("answer template: {e}"));
+    let err = |e: minijinja::Error| GeneratorError::Template(format!("answer template: {e}"));
     env.add_template("answer", template).map_err(err)?;
     let ps: Vec<serde_json::Value> = passages.iter().map(|p| serde_json::json!({ "tag": p.tag(), "text": p.text, "source": p.source, "page_start": p.page_start, "page_end": p.page_end })).collect();
     env.get_template("answer").and_then(|t| t.render(minijinja::context! { question => question, passages => ps })).map_err(err)

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use gauge_decoder::GenerateOptions;
+use gauge_chat::GenerateOptions;
 use gauge_chat_client::{Message, ResponseSchema};
 use serde::{Deserialize, Serialize};
 
@@ -108,7 +108,7 @@ impl CallCache {
     /// Stores a call under `key` (temporary file, then rename).
     pub fn put(&self, key: &str, call: &CachedCall) -> Result<(), GeneratorError> {
         let path = self.path(key);
-        let io = |e: std::io::Error, p: &Path| GeneratorError::Prompt(format!("{}: cannot write the model-call cache ({e})", p.display()));
+        let io = |e: std::io::Error, p: &Path| GeneratorError::Cache(format!("{}: cannot write the model-call cache ({e})", p.display()));
         let parent = path.parent().expect("sharded path");
         std::fs::create_dir_all(parent).map_err(|e| io(e, parent))?;
         let tmp = parent.join(format!(".{key}.{}.tmp", std::process::id()));
@@ -218,7 +218,7 @@ mod tests {
         assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { max_new_tokens: 17, ..opts() }, None));
         assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { repetition_penalty: 1.1, ..opts() }, None));
         assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { dry_multiplier: 0.8, ..opts() }, None));
-        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { loop_stop: Some(gauge_decoder::sampling::LoopStop::OFF), ..opts() }, None));
+        assert_ne!(k, CallCache::key("model-a", &m, &GenerateOptions { loop_stop: Some(gauge_chat::LoopStop::OFF), ..opts() }, None));
         // The batch size and an explicit default loop stop do not change replies.
         assert_eq!(k, CallCache::key("model-a", &m, &GenerateOptions { batch_size: 1, ..opts() }, None));
         assert_eq!(k, CallCache::key("model-a", &m, &GenerateOptions { loop_stop: Some(Default::default()), ..opts() }, None));

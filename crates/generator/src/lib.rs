@@ -16,7 +16,8 @@ pub mod structured;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use gauge_decoder::{DecoderError, GenerateOptions, LanguageModel, SchemaCompiler};
+use gauge_chat::GenerateOptions;
+use gauge_decoder::{DecoderError, LanguageModel, SchemaCompiler};
 use gauge_chat_client::{ChatClient, ChatConfig, LlmError, Message, ResponseSchema, RetryPolicy, Sampling};
 use serde::{Deserialize, Serialize};
 
@@ -69,14 +70,14 @@ pub fn model_entry(config: &GeneratorConfig) -> Result<Vec<gauge_core::FileEntry
     let path = gauge_decoder::resolve(model)?;
     let file = if path.is_file() { path.clone() } else { path.join("model.safetensors") };
     let hash = if file.is_file() {
-        gauge_core::hash::file_hash(&file).map_err(|e| GeneratorError::Prompt(e.to_string()))?
+        gauge_core::hash::file_hash(&file).map_err(|e| GeneratorError::ModelFile(e.to_string()))?
     } else {
         gauge_core::hash::bytes_hash(std::fs::read_to_string(path.join("model.safetensors.index.json")).unwrap_or_default().as_bytes())
     };
     let mut entries = vec![gauge_core::FileEntry::hashed("model", path.display(), hash)];
     if let Some(dir) = adapter {
         let weights = Path::new(dir).join("adapter_model.safetensors");
-        let hash = gauge_core::hash::file_hash(&weights).map_err(|e| GeneratorError::Prompt(format!("adapter: {e} (pass a PEFT adapter folder, e.g. the adapter/ of a train-lora artifact)")))?;
+        let hash = gauge_core::hash::file_hash(&weights).map_err(|e| GeneratorError::ModelFile(format!("adapter: {e} (pass a PEFT adapter folder, e.g. the adapter/ of a train-lora artifact)")))?;
         entries.push(gauge_core::FileEntry::hashed("adapter", dir, hash));
     }
     Ok(entries)
@@ -90,10 +91,10 @@ pub fn model_entry(config: &GeneratorConfig) -> Result<Vec<gauge_core::FileEntry
 pub fn api_sampling(opts: &GenerateOptions) -> Result<Sampling, GeneratorError> {
     opts.validate()?;
     if opts.no_repeat_ngram_size > 0 {
-        return Err(GeneratorError::Prompt("generation.no_repeat_ngram_size is applied by the local decoder only (OpenAI-compatible servers have no such field); use dry_multiplier or frequency_penalty with an endpoint".into()));
+        return Err(GeneratorError::Unsupported("generation.no_repeat_ngram_size is applied by the local decoder only (OpenAI-compatible servers have no such field); use dry_multiplier or frequency_penalty with an endpoint".into()));
     }
     if opts.loop_stop.is_some_and(|l| l.enabled()) {
-        return Err(GeneratorError::Prompt("generation.loop_stop is applied by the local decoder only (an endpoint returns whole replies); remove it, or use dry_multiplier or frequency_penalty with an endpoint".into()));
+        return Err(GeneratorError::Unsupported("generation.loop_stop is applied by the local decoder only (an endpoint returns whole replies); remove it, or use dry_multiplier or frequency_penalty with an endpoint".into()));
     }
     let set = |v: f32, neutral: f32| (v != neutral).then_some(v);
     let mut extra = serde_json::Map::new();
@@ -136,9 +137,33 @@ pub enum GeneratorError {
     /// The local model failed.
     #[error(transparent)]
     Decoder(#[from] DecoderError),
-    /// The prompt cannot be built or does not fit.
+    /// A generation setting is out of range.
+    #[error(transparent)]
+    Options(#[from] gauge_chat::OptionsError),
+    /// A setting the chosen backend cannot apply (an endpoint has no n-gram ban or loop stop).
     #[error("{0}")]
-    Prompt(String),
+    Unsupported(String),
+    /// The model or adapter file cannot be read or hashed.
+    #[error("{0}")]
+    ModelFile(String),
+    /// The device named cannot be used.
+    #[error("{0}")]
+    Device(String),
+    /// The model cannot chat (no chat template) or its tokenizer failed.
+    #[error("{0}")]
+    Tokenizer(String),
+    /// The JSON schema of a constrained reply cannot be compiled for this tokenizer.
+    #[error("{0}")]
+    Schema(String),
+    /// The prompt does not fit the model's context.
+    #[error("{0}")]
+    Context(String),
+    /// The prompt template cannot be rendered.
+    #[error("{0}")]
+    Template(String),
+    /// The model-call cache cannot be written.
+    #[error("{0}")]
+    Cache(String),
 }
 
 /// A reply.
@@ -175,11 +200,11 @@ impl Generator {
     pub fn open(config: &GeneratorConfig, device: &str, retry: RetryPolicy) -> Result<Generator, GeneratorError> {
         Ok(match config {
             GeneratorConfig::Local { model, adapter } => {
-                let device = gauge_encoder::device::parse(device).map_err(|e| GeneratorError::Prompt(e.to_string()))?;
+                let device = gauge_encoder::device::parse(device).map_err(|e| GeneratorError::Device(e.to_string()))?;
                 let options = gauge_decoder::LoadOptions { adapter: adapter.as_ref().map(std::path::PathBuf::from), ..Default::default() };
                 let lm = LanguageModel::load_with(model, &device, &options)?;
                 if lm.chat.is_none() {
-                    return Err(GeneratorError::Prompt(format!("{}: the model has no chat template; use an instruction-tuned model", lm.source.display())));
+                    return Err(GeneratorError::Tokenizer(format!("{}: the model has no chat template; use an instruction-tuned model", lm.source.display())));
                 }
                 Generator { backend: Backend::Local { lm: Box::new(lm), compiler: OnceLock::new(), busy: Mutex::new(()) }, name: match adapter { Some(a) => format!("{model} + {a}"), None => model.clone() } }
             }
@@ -207,9 +232,9 @@ impl Generator {
 
     fn local_prompt(lm: &LanguageModel, messages: &[Message]) -> Result<Vec<u32>, GeneratorError> {
         let chat = lm.chat.as_ref().expect("checked at open");
-        let msgs: Vec<gauge_decoder::Message> = messages.iter().map(|m| gauge_decoder::Message::new(&m.role, m.content.trim())).collect();
+        let msgs: Vec<Message> = messages.iter().map(|m| Message::new(&m.role, m.content.trim())).collect();
         let prompt = chat.render(&msgs, true)?;
-        Ok(lm.tokenizer.encode(prompt.as_str(), false).map_err(|e| GeneratorError::Prompt(format!("tokenize: {e}")))?.get_ids().to_vec())
+        Ok(lm.tokenizer.encode(prompt.as_str(), false).map_err(|e| GeneratorError::Tokenizer(format!("tokenize: {e}")))?.get_ids().to_vec())
     }
 
     /// A reply to `messages`; with `schema`, a JSON document of that schema (guaranteed by
@@ -220,7 +245,7 @@ impl Generator {
                 let ids = Self::local_prompt(lm, messages)?;
                 let mut constraint = match schema {
                     Some(s) => {
-                        let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Prompt(e.clone()))?;
+                        let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Schema(e.clone()))?;
                         Some(compiler.constraint(&s.schema)?)
                     }
                     None => None,
@@ -273,7 +298,7 @@ impl Generator {
                     let prepared = Self::local_prompt(lm, m).and_then(|ids| {
                         let constraint = match schema {
                             Some(s) => {
-                                let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Prompt(e.clone()))?;
+                                let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Schema(e.clone()))?;
                                 Some(compiler.constraint(&s.schema)?)
                             }
                             None => None,
@@ -337,18 +362,18 @@ impl Generator {
     /// (0 when it fits, or when the context is unknown).
     pub fn fit(&self, passages: &mut [String], reply_tokens: usize, render: impl Fn(&[String]) -> Vec<Message>) -> Result<usize, GeneratorError> {
         let Some(context) = self.context_tokens() else { return Ok(0) };
-        let budget = context.checked_sub(reply_tokens + CONTEXT_MARGIN).ok_or_else(|| GeneratorError::Prompt(format!("the reply budget of {reply_tokens} tokens does not fit the model's context of {context}; lower max_new_tokens")))?;
+        let budget = context.checked_sub(reply_tokens + CONTEXT_MARGIN).ok_or_else(|| GeneratorError::Context(format!("the reply budget of {reply_tokens} tokens does not fit the model's context of {context}; lower max_new_tokens")))?;
         let failed = std::cell::RefCell::new(None);
         let count = |ps: &[String]| match self.prompt_tokens(&render(ps)) {
             Ok(n) => n,
             Err(e) => {
-                failed.borrow_mut().get_or_insert(e.to_string());
+                failed.borrow_mut().get_or_insert(e);
                 0
             }
         };
-        let cuts = gauge_chat_client::fit_passages(passages, budget, count).map_err(|e| GeneratorError::Prompt(format!("{e} (context {context} tokens, {reply_tokens} kept for the reply)")))?;
+        let cuts = gauge_chat_client::fit_passages(passages, budget, count).map_err(|e| GeneratorError::Context(format!("{e} (context {context} tokens, {reply_tokens} kept for the reply)")))?;
         if let Some(e) = failed.into_inner() {
-            return Err(GeneratorError::Prompt(e));
+            return Err(e);
         }
         if cuts > 0 {
             tracing::debug!("{}: {cuts} passage cut(s) to fit a context of {context} tokens", self.name);
@@ -384,9 +409,9 @@ mod tests {
         // What an endpoint cannot do is refused, by field name.
         let e = api_sampling(&GenerateOptions { no_repeat_ngram_size: 3, ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("no_repeat_ngram_size"), "{e}");
-        let e = api_sampling(&GenerateOptions { loop_stop: Some(gauge_decoder::sampling::LoopStop::default()), ..Default::default() }).unwrap_err().to_string();
+        let e = api_sampling(&GenerateOptions { loop_stop: Some(gauge_chat::LoopStop::default()), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("loop_stop"), "{e}");
-        assert!(api_sampling(&GenerateOptions { loop_stop: Some(gauge_decoder::sampling::LoopStop::OFF), ..Default::default() }).is_ok());
+        assert!(api_sampling(&GenerateOptions { loop_stop: Some(gauge_chat::LoopStop::OFF), ..Default::default() }).is_ok());
         assert!(api_sampling(&GenerateOptions { min_p: 2.0, ..Default::default() }).unwrap_err().to_string().contains("min_p"));
     }
 }

@@ -87,7 +87,7 @@ mod tests {
         let mut replies = vec!["x", "y", "3"].into_iter();
         let out = complete_with_repair(ask.clone(), |_| Ok(completion(replies.next().unwrap())), parse, |r, e| Ok(repair_conversation(&ask, r, e.to_string())));
         assert_eq!(out.result, Err("invalid reply after one repair: `y` is not a number".into()));
-        let out = complete_with_repair(ask.clone(), |_| Err(GeneratorError::Prompt("down".into())), parse, |_, _| unreachable!());
+        let out = complete_with_repair(ask.clone(), |_| Err(GeneratorError::Context("down".into())), parse, |_, _| unreachable!());
         assert_eq!((out.result, out.completions.len()), (Err("down".into()), 0));
         let out = complete_with_repair(ask, |_| Ok(completion("x")), parse, |_, _| Err("too long".into()));
         assert_eq!(out.result, Err("repair round: too long".into()));

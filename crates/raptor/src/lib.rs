@@ -209,7 +209,7 @@ impl Level<'_> {
         let clusters = kmeans::spherical_kmeans(vectors, dim, k, self.cfg.iterations, self.cfg.seed.wrapping_add(level as u64));
         let groups = ordered_groups(vectors, dim, &clusters);
         let bar = gauge_core::progress::bar(groups.len() as u64, &format!("level-{level} summaries"));
-        let opts = gauge_decoder::GenerateOptions {
+        let opts = gauge_chat::GenerateOptions {
             max_new_tokens: self.cfg.max_new_tokens,
             temperature: self.cfg.temperature,
             top_k: 0,

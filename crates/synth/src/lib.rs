@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use gauge_core::golden::{write_jsonl, GoldItem, GoldenQuestion};
 use gauge_core::schema::{read_chunks, ChunkRecord};
 use gauge_core::{Plan, Stage, StageRun};
-use gauge_decoder::GenerateOptions;
+use gauge_chat::GenerateOptions;
 use gauge_generator::GeneratorConfig;
 use gauge_chat_client::{ChatConfig, RetryPolicy};
 use serde::{Deserialize, Serialize};
