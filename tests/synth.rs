@@ -197,7 +197,7 @@ fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
         let (user, reply) = (m[1]["content"].as_str().unwrap(), m[2]["content"].as_str().unwrap());
         assert!(user.contains(&format!("Question: {}", r["question"].as_str().unwrap())), "{user}");
         let own = texts[ids.iter().position(|i| i == e["chunk_id"].as_str().unwrap()).unwrap()].clone();
-        let tag = gauge_generator::answer_prompt::page_tag(e["source"].as_str().unwrap(), e["page_start"].as_i64().unwrap() as i32, e["page_end"].as_i64().unwrap() as i32);
+        let tag = gauge_cite::page_tag(e["source"].as_str().unwrap(), e["page_start"].as_i64().unwrap() as i32, e["page_end"].as_i64().unwrap() as i32);
         if e["kind"] == "grounded" {
             assert!(user.contains(own.trim()), "the context holds the row's chunk");
             assert!(reply.contains("1. Contextual audit:") && reply.contains("4. Verification:") && reply.contains(&tag), "{reply}");
@@ -414,18 +414,18 @@ fn sft_examples_teach_citations_phases_and_refusal_and_split_by_page() {
         let context: Vec<&str> = r["context_chunk_ids"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
         assert_eq!(context.len(), 3, "two distractors beside the chunk, or three without it");
         // The user turn is `answer`'s own prompt: every context passage under its tag.
-        let given: Vec<gauge_answer::citations::GivenPassage> = context
+        let given: Vec<gauge_cite::GivenPassage> = context
             .iter()
             .map(|id| {
                 let c = by_id[id];
-                gauge_answer::citations::GivenPassage { chunk_id: c.chunk_id.clone(), source: c.source.clone(), page_start: c.page_start, page_end: c.page_end }
+                gauge_cite::GivenPassage { chunk_id: c.chunk_id.clone(), source: c.source.clone(), page_start: c.page_start, page_end: c.page_end }
             })
             .collect();
-        let passages: Vec<(gauge_answer::citations::GivenPassage, String)> = given.iter().map(|g| (g.clone(), by_id[g.chunk_id.as_str()].text.clone())).collect();
+        let passages: Vec<(gauge_cite::GivenPassage, String)> = given.iter().map(|g| (g.clone(), by_id[g.chunk_id.as_str()].text.clone())).collect();
         let template = std::fs::read_to_string(repo_root().join("pipelines/prompts/answer_four_phase.md")).unwrap();
         assert_eq!(user, gauge_answer::render_prompt(&template, r["question"].as_str().unwrap(), &passages).unwrap());
         assert!(gauge_evaluate::answers::four_phases_in_order(reply), "{reply}");
-        let cites = gauge_answer::citations::check(reply, &given);
+        let cites = gauge_cite::check(reply, &given);
         let chunk = r["chunk_id"].as_str().unwrap();
         if r["kind"] == "refusal" {
             refusals += 1;
@@ -515,10 +515,10 @@ fn a_teacher_set_becomes_examples_with_retrieved_contexts_tags_and_refusals() {
     for r in &rows {
         let context: Vec<&str> = r["context_chunk_ids"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
         assert_eq!(context.len(), 2, "k = 2 passages");
-        let given: Vec<gauge_answer::citations::GivenPassage> = context.iter().map(|id| by_id[id]).map(|c| gauge_answer::citations::GivenPassage { chunk_id: c.chunk_id.clone(), source: c.source.clone(), page_start: c.page_start, page_end: c.page_end }).collect();
+        let given: Vec<gauge_cite::GivenPassage> = context.iter().map(|id| by_id[id]).map(|c| gauge_cite::GivenPassage { chunk_id: c.chunk_id.clone(), source: c.source.clone(), page_start: c.page_start, page_end: c.page_end }).collect();
         let reply = r["messages"][2]["content"].as_str().unwrap();
         assert!(gauge_evaluate::answers::four_phases_in_order(reply), "{reply}");
-        let cites = gauge_answer::citations::check(reply, &given);
+        let cites = gauge_cite::check(reply, &given);
         let gold = r["source"].as_str().unwrap();
         match r["id"].as_str().unwrap() {
             "t4" => {

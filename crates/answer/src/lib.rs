@@ -5,7 +5,6 @@
 //! checked against the passages given: verified, or invented. A question the score cutoff
 //! refuses is answered with the refusal sentence, and the model is not called.
 #![deny(missing_docs)]
-pub mod citations;
 pub mod cli;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +20,7 @@ use gauge_chat_client::Message;
 use gauge_engine::{Engine, RetrievalConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::citations::{check, Citation, GivenPassage};
+use gauge_cite::{check, Citation, GivenPassage};
 
 /// Stage name.
 pub const STAGE: &str = "answer";
@@ -220,22 +219,15 @@ impl Stage for Answer {
 
 /// The user message for a question and its passages (the template shared with the SFT data).
 pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, String)]) -> anyhow::Result<String> {
-    let ps: Vec<gauge_generator::answer_prompt::PromptPassage> = passages
-        .iter()
-        .map(|(g, text)| gauge_generator::answer_prompt::PromptPassage { source: g.source.clone(), page_start: g.page_start, page_end: g.page_end, text: text.clone() })
-        .collect();
-    Ok(gauge_generator::answer_prompt::render_answer_prompt(template, question, &ps)?)
+    let ps: Vec<gauge_cite::PromptPassage> = passages.iter().map(|(g, text)| gauge_cite::PromptPassage { source: g.source.clone(), page_start: g.page_start, page_end: g.page_end, text: text.clone() }).collect();
+    Ok(gauge_cite::render_answer_prompt(template, question, &ps)?)
 }
 
 /// The answers, and how many passage cuts fitting the prompts to the context took.
 fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &Arc<gauge_generator::cache::CallCache>) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
     let cfg = config.retrieval.clone().normalize();
-    let engine = Engine::open_for(&inputs.index, &cfg, &options.device)?;
-    // A config that rewrites queries gets its rewriter, its calls through the same cache.
-    let engine = match &cfg.rewrite {
-        Some(rc) => engine.with_rewriter(gauge_engine::rewrite::LlmRewriter::open(rc, cache.clone(), &options.device)?),
-        None => engine,
-    };
+    // Everything the config names (a rewriter's calls through the run's cache).
+    let engine = Engine::assemble(&cfg, &gauge_engine::IndexOptions::one(&inputs.index, &options.device), cache.clone())?;
     let generator = Generator::open(&config.generator, &options.device, gauge_chat_client::RetryPolicy::default())?;
     // Streaming shows one reply at a time, so it decodes one at a time.
     let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };

@@ -9,7 +9,7 @@ use gauge_index::FaissDevice;
 use gauge_rank::{Normalization, RerankKind};
 use serde::Serialize;
 
-use crate::{DedupKey, Engine, EngineOptions, RetrievalConfig};
+use crate::{DedupKey, Engine, RetrievalConfig};
 
 /// Arguments of `query` that are not retrieval settings.
 #[derive(Args, Debug)]
@@ -196,23 +196,16 @@ impl QueryArgs {
 /// Runs `query`.
 pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
     let mut cfg = args.retrieval_config()?;
-    let engine = Engine::open_shards(&args.index, &EngineOptions { dense: cfg.dense, model: args.model.clone(), device: args.device.clone() })?;
+    anyhow::ensure!(!args.index.is_empty(), "no index given");
     if let Some(rc) = &mut cfg.rerank {
+        // `--rerank-kind maxsim` without a model: late interaction over the index's own embedder.
         if rc.kind == RerankKind::MaxSim && args.rerank.rerank_model.is_none() && args.rerank.rerank_kind.is_some() {
-            rc.model = engine.settings().embedder.model.clone();
+            rc.model = gauge_index::IndexManifest::read(&args.index[0])?.1.embedder.model;
         }
     }
     let cfg = cfg.normalize();
-    let mut engine = engine.on_faiss_device(args.faiss_device, &cfg)?;
-    if let Some(rc) = &cfg.rerank {
-        engine = engine.with_reranker(gauge_rerank::load_reranker(rc, &args.device)?);
-    }
-    if let Some(rc) = &cfg.rewrite {
-        // The model-call cache lives at the artifact root the index is in (as `evaluate`'s).
-        let root = args.index[0].parent().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("artifacts"));
-        let cache = std::sync::Arc::new(gauge_generator::cache::CallCache::new(root.join("llm-cache")));
-        engine = engine.with_rewriter(crate::rewrite::LlmRewriter::open(rc, cache, &args.device)?);
-    }
+    let index = crate::IndexOptions { dirs: args.index.clone(), model: args.model.clone(), device: args.device.clone(), faiss_device: args.faiss_device };
+    let engine = Engine::assemble(&cfg, &index, crate::call_cache_beside(&args.index[0]))?;
     let result = engine.search(&args.question, &cfg)?;
     if args.json {
         let passages: Vec<serde_json::Value> = result

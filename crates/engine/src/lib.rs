@@ -7,6 +7,7 @@
 //! [`RetrievalConfig::normalize`] holds the query-time rules, so `query`, `evaluate` and
 //! `answer` rank alike.
 #![deny(missing_docs)]
+pub mod assemble;
 pub mod cli;
 pub mod config;
 pub mod retriever;
@@ -21,6 +22,7 @@ use gauge_index::{FaissDevice, IndexManifest, IndexReader};
 use gauge_rank::{apply_cutoff, dedup_per_doc, fuse, rerank_candidates, small_to_big, Candidate, ChunkPosition, RankedList, Refusal, Reranker, Window};
 use serde::Serialize;
 
+pub use assemble::{call_cache_beside, IndexOptions, Models};
 pub use config::{DedupKey, Filter, RetrievalConfig, SummaryUse};
 pub use retriever::{Bm25Retriever, ChunkTable, DenseRetriever, Retriever};
 
@@ -127,8 +129,8 @@ pub struct Engine {
     bm25: Bm25Retriever,
     /// Retrievers added with [`Engine::with_retriever`].
     extra: Vec<Box<dyn Retriever>>,
-    reranker: Option<Box<dyn Reranker>>,
-    rewriter: Option<rewrite::LlmRewriter>,
+    /// The reranker and rewriter [`Engine::search`] uses ([`Engine::assemble`]).
+    models: Models,
     /// The index manifest.
     pub manifest: gauge_core::Manifest,
 }
@@ -138,16 +140,6 @@ impl Engine {
     /// when that is the same model).
     pub fn open(dir: &Path, options: &EngineOptions) -> anyhow::Result<Engine> {
         Engine::open_shards(&[dir.to_path_buf()], options)
-    }
-
-    /// Opens an index directory for a (normalised) retrieval config: its dense retriever when
-    /// the config uses one, and the config's reranker when it names one.
-    pub fn open_for(dir: &Path, cfg: &RetrievalConfig, device: &str) -> anyhow::Result<Engine> {
-        let engine = Engine::open(dir, &EngineOptions { dense: cfg.dense, model: None, device: device.to_string() })?;
-        Ok(match &cfg.rerank {
-            Some(rc) => engine.with_reranker(gauge_rerank::load_reranker(rc, device)?),
-            None => engine,
-        })
     }
 
     /// Opens shard indexes (`index --shard i/n`, one per shard) as one engine: one chunk table,
@@ -238,18 +230,12 @@ impl Engine {
         let dense = embedder.map(|e| DenseRetriever::sharded(faiss, &settings.index.faiss, e));
         let pairs: Vec<(&tantivy::Index, usize)> = bm25s.iter().zip(offsets).collect();
         let bm25 = Bm25Retriever::sharded(&pairs)?;
-        Ok(Engine { table: ChunkTable::new(table), settings, dense, bm25, extra: Vec::new(), reranker: None, rewriter: None, manifest })
+        Ok(Engine { table: ChunkTable::new(table), settings, dense, bm25, extra: Vec::new(), models: Models::none(), manifest })
     }
 
     /// Adds a retriever, fused after the built-in ones when its config switch is on.
     pub fn with_retriever(mut self, retriever: Box<dyn Retriever>) -> Engine {
         self.extra.push(retriever);
-        self
-    }
-
-    /// Adds a reranker, used when a search's config asks for reranking.
-    pub fn with_reranker(mut self, reranker: Box<dyn Reranker>) -> Engine {
-        self.reranker = Some(reranker);
         self
     }
 
@@ -319,16 +305,11 @@ impl Engine {
         exact
     }
 
-    /// Runs the configured pipeline for one query (reranking, when configured, with the
-    /// reranker given to [`Engine::with_reranker`]).
+    /// Runs the configured pipeline for one query with the models [`Engine::assemble`] loaded
+    /// for it (its reranker, its rewriter).
     pub fn search(&self, query: &str, cfg: &RetrievalConfig) -> anyhow::Result<SearchResult> {
-        self.search_full(query, cfg, self.reranker.as_deref(), self.rewriter.as_ref())
-    }
-
-    /// Adds the query rewriter used when a search's config asks for rewriting.
-    pub fn with_rewriter(mut self, rewriter: rewrite::LlmRewriter) -> Engine {
-        self.rewriter = Some(rewriter);
-        self
+        let (reranker, rewriter) = self.models.of(cfg);
+        self.search_full(query, cfg, reranker, rewriter)
     }
 
     /// Runs the configured pipeline for one query with this reranker (several configs can

@@ -109,7 +109,7 @@ fn score_run(a: &AnswerRun, golden: &[GoldenQuestion], section: &AnswerSection, 
     let graded: Vec<(Option<u8>, usize, usize)> = answered
         .iter()
         .zip(&verdicts)
-        .filter_map(|(aq, v)| v.as_ref().map(|v| (v.reply.as_ref().map(|r| r.faithfulness), aq.citations.iter().filter(|c| c.3).count(), aq.citations.iter().filter(|c| !c.3).count())))
+        .filter_map(|(aq, v)| v.as_ref().map(|v| (v.reply.as_ref().map(|r| r.faithfulness), aq.citations.iter().filter(|c| c.verified).count(), aq.citations.iter().filter(|c| !c.verified).count())))
         .collect();
     let agreement = Some((a.name(), crate::judge::agreement(&graded, faithful_at)));
     Ok(ScoredRun { metrics: (a.clone(), answered, m), verdicts, agreement })

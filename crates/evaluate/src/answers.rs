@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use gauge_answer::{AnswerConfig, GeneratorConfig};
-use gauge_core::golden::{GoldItem, GoldenQuestion};
+use gauge_core::golden::GoldenQuestion;
 use gauge_core::table::Columns;
 use gauge_chat::GenerateOptions;
 use serde::{Deserialize, Serialize};
@@ -101,9 +101,6 @@ impl AnswerSection {
     }
 }
 
-/// A citation as read back: source, first page, last page, verified.
-pub type CitedPages = (String, i32, i32, bool);
-
 /// One answered config for the report: name, questions, and each metric's label and row.
 pub type AnswerTable = (String, usize, Vec<(&'static str, MetricRow)>);
 
@@ -117,7 +114,7 @@ pub struct AnsweredQuestion {
     /// Refused by the cutoff.
     pub refused: bool,
     /// Citations.
-    pub citations: Vec<CitedPages>,
+    pub citations: Vec<gauge_cite::Citation>,
     /// Generated tokens (0 when refused).
     pub completion_tokens: i64,
     /// Seconds generating (prompt and decoding).
@@ -141,14 +138,7 @@ pub fn read_answers(path: &Path) -> anyhow::Result<Vec<AnsweredQuestion>> {
     (0..batch.num_rows())
         .map(|i| {
             let bad = |what: String| anyhow::anyhow!("{}: row {} (`{}`): {what}", path.display(), i + 1, qid[i]);
-            let list: Vec<serde_json::Value> = serde_json::from_str(&cites[i]).map_err(|e| bad(format!("`citations` is not a JSON list ({e})")))?;
-            let citations = list
-                .iter()
-                .map(|v| match (v["source"].as_str(), v["page_start"].as_i64(), v["page_end"].as_i64(), v["verified"].as_bool()) {
-                    (Some(s), Some(a), Some(b), Some(ok)) => Ok((s.to_string(), a as i32, b as i32, ok)),
-                    _ => Err(bad(format!("citation {v} is not {{source, page_start, page_end, verified}}"))),
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let citations = gauge_cite::read_citations(&cites[i]).map_err(|e| bad(e.to_string()))?;
             Ok(AnsweredQuestion { qid: qid[i].clone(), answer: answer[i].clone(), refused: refused[i], citations, completion_tokens: tokens[i], seconds: seconds[i], finish_reason: finish[i].clone() })
         })
         .collect()
@@ -206,25 +196,17 @@ pub fn token_f1(answer: &str, reference: &str) -> f64 {
     2.0 * p * rc / (p + rc)
 }
 
-/// Whether a citation lands on a gold page (sources compared by file name).
-pub(crate) fn cites_gold(c: &CitedPages, gold: &[GoldItem]) -> bool {
-    let name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_lowercase();
-    gold.iter().any(|g| {
-        (name(g.source()) == name(&c.0) || g.matches_source(&c.0)) && g.pages().is_some_and(|(a, b)| c.1 <= b && a <= c.2)
-    })
-}
-
 /// The answer metrics (name, label, per-question value or `None` where it does not apply).
 pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], four_phase: bool, refusal_sentence: &str) -> Vec<(&'static str, &'static str, Vec<Option<f64>>)> {
     let q_of = |qid: &str| golden.iter().find(|q| q.qid == qid);
     let per = |f: &dyn Fn(&AnsweredQuestion, Option<&GoldenQuestion>) -> Option<f64>| answers.iter().map(|a| f(a, q_of(&a.qid))).collect::<Vec<_>>();
-    let frac = |a: &AnsweredQuestion, keep: &dyn Fn(&CitedPages) -> bool| (!a.citations.is_empty()).then(|| a.citations.iter().filter(|c| keep(c)).count() as f64 / a.citations.len() as f64);
+    let frac = |a: &AnsweredQuestion, keep: &dyn Fn(&gauge_cite::Citation) -> bool| (!a.citations.is_empty()).then(|| a.citations.iter().filter(|c| keep(c)).count() as f64 / a.citations.len() as f64);
     let mut out: Vec<(&'static str, &'static str, Vec<Option<f64>>)> = vec![
-        ("answer_verified_citation", "Answers with a verified citation", per(&|a, _| (!a.refused).then(|| if a.citations.iter().any(|c| c.3) { 1.0 } else { 0.0 }))),
-        ("citation_precision", "Citation precision", per(&|a, _| frac(a, &|c| c.3))),
-        ("invented_citation_rate", "Invented citations", per(&|a, _| frac(a, &|c| !c.3))),
-        ("citation_accuracy", "Citation accuracy (gold pages)", per(&|a, q| q.filter(|q| !q.gold.is_empty()).and_then(|q| frac(a, &|c| cites_gold(c, &q.gold))))),
-        ("answer_cites_gold", "Answers citing a gold page", per(&|a, q| q.filter(|q| !q.gold.is_empty() && !a.refused).map(|q| if a.citations.iter().any(|c| cites_gold(c, &q.gold)) { 1.0 } else { 0.0 }))),
+        ("answer_verified_citation", "Answers with a verified citation", per(&|a, _| (!a.refused).then(|| if a.citations.iter().any(|c| c.verified) { 1.0 } else { 0.0 }))),
+        ("citation_precision", "Citation precision", per(&|a, _| frac(a, &|c| c.verified))),
+        ("invented_citation_rate", "Invented citations", per(&|a, _| frac(a, &|c| !c.verified))),
+        ("citation_accuracy", "Citation accuracy (gold pages)", per(&|a, q| q.filter(|q| !q.gold.is_empty()).and_then(|q| frac(a, &|c| c.cites_gold(&q.gold))))),
+        ("answer_cites_gold", "Answers citing a gold page", per(&|a, q| q.filter(|q| !q.gold.is_empty() && !a.refused).map(|q| if a.citations.iter().any(|c| c.cites_gold(&q.gold)) { 1.0 } else { 0.0 }))),
         ("refusal_accuracy", "Refusal accuracy", per(&|a, q| q.map(|q| if (a.refused || says_refusal(&a.answer, refusal_sentence)) == (q.gold.is_empty() && q.keywords.is_empty()) { 1.0 } else { 0.0 }))),
     ];
     if four_phase {
@@ -334,6 +316,11 @@ pub fn metric_rows_in(config: &str, category: &str, metrics: &[(&'static str, &'
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gauge_core::golden::GoldItem;
+
+    fn cite(source: &str, page: i32, verified: bool) -> gauge_cite::Citation {
+        gauge_cite::Citation { source: source.into(), page_start: page, page_end: page, verified }
+    }
 
     #[test]
     fn a_bad_answers_table_is_an_error_naming_it_not_a_panic() {
@@ -353,7 +340,7 @@ mod tests {
             path
         };
         let good = read_answers(&write("good.parquet", Some(r#"[{"source":"a.pdf","page_start":3,"page_end":3,"verified":true}]"#))).unwrap();
-        assert_eq!(good[0].citations, vec![("a.pdf".to_string(), 3, 3, true)]);
+        assert_eq!(good[0].citations, vec![gauge_cite::Citation { source: "a.pdf".into(), page_start: 3, page_end: 3, verified: true }]);
         let e = read_answers(&write("no-citations.parquet", None)).unwrap_err().to_string();
         assert!(e.contains("no-citations.parquet") && e.contains("citations"), "{e}");
         let e = read_answers(&write("bad-citation.parquet", Some(r#"[{"source":"a.pdf"}]"#))).unwrap_err().to_string();
@@ -369,7 +356,7 @@ mod tests {
         assert!((token_f1("the gate arm is lowered", "gate arms are lowered") - 2.0 * (2.0 / 5.0) * (2.0 / 4.0) / (2.0 / 5.0 + 2.0 / 4.0)).abs() < 1e-12);
         let q = GoldenQuestion { qid: "a".into(), question: "q".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: 3, grade: None }], keywords: vec!["gate".into()], reference_answer: None, category: None };
         let answers = vec![
-            AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![("m.pdf".into(), 3, 3, true), ("m.pdf".into(), 9, 9, false)], completion_tokens: 12, seconds: 0.5, finish_reason: "eos".into() },
+            AnsweredQuestion { qid: "a".into(), answer: "Gate down [m.pdf p. 3] [m.pdf p. 9]".into(), refused: false, citations: vec![cite("m.pdf", 3, true), cite("m.pdf", 9, false)], completion_tokens: 12, seconds: 0.5, finish_reason: "eos".into() },
         ];
         let m = answer_metrics(&answers, std::slice::from_ref(&q), false, "The documents do not say.");
         let get = |n: &str| m.iter().find(|x| x.0 == n).unwrap().2[0];

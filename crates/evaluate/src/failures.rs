@@ -184,7 +184,7 @@ pub fn answer_failures(row: &str, answered: &[crate::answers::AnsweredQuestion],
     let mut out = Vec::new();
     for a in answered {
         let Some(q) = golden.iter().find(|q| q.qid == a.qid).filter(|q| q.gold.iter().any(|g| g.pages().is_some())) else { continue };
-        if a.citations.iter().any(|c| crate::answers::cites_gold(c, &q.gold)) {
+        if a.citations.iter().any(|c| c.cites_gold(&q.gold)) {
             continue;
         }
         let (lost_at, ranks) = match retrieval.iter().find(|f| f.qid == a.qid) {
@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn an_answer_citing_no_gold_page_is_a_citation_failure_unless_retrieval_lost_it() {
         let golden: Vec<GoldenQuestion> = ["a", "b", "c", "d"].iter().map(|id| serde_json::from_value(serde_json::json!({"qid": id, "question": "x", "gold": [{"source": "m.pdf", "page": 3}]})).unwrap()).collect();
-        let answer = |qid: &str, page: i32| crate::answers::AnsweredQuestion { qid: qid.into(), answer: "…".into(), refused: false, citations: if page > 0 { vec![("m.pdf".into(), page, page, true)] } else { vec![] }, completion_tokens: 1, seconds: 0.0, finish_reason: "eos".into() };
+        let answer = |qid: &str, page: i32| crate::answers::AnsweredQuestion { qid: qid.into(), answer: "…".into(), refused: false, citations: if page > 0 { vec![gauge_cite::Citation { source: "m.pdf".into(), page_start: page, page_end: page, verified: true }] } else { vec![] }, completion_tokens: 1, seconds: 0.0, finish_reason: "eos".into() };
         // a: cites the gold page; b: cites another page; c: cites nothing; d: retrieval lost it.
         let answered = vec![answer("a", 3), answer("b", 7), answer("c", 0), answer("d", 9)];
         let lost = FailureRow { config: "Hybrid".into(), qid: "d".into(), lost_at: LostAt::Fusion, ranks: ranks() };

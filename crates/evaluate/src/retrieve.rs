@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use gauge_core::golden::GoldenQuestion;
-use gauge_engine::rewrite::{LlmRewriter, RewriteConfig};
-use gauge_engine::{Engine, EngineOptions, Passage};
+use gauge_engine::rewrite::LlmRewriter;
+use gauge_engine::{Engine, EngineOptions, Models, Passage};
 use gauge_generator::cache::CallCache;
-use gauge_rank::{RerankConfig, Reranker};
+use gauge_rank::Reranker;
 
 use crate::chain::Upstream;
 use crate::failures::FailureRow;
@@ -75,40 +75,21 @@ fn judged_passages(result: &gauge_engine::SearchResult) -> Vec<(String, f64, Pas
 /// length) and rewrite model, loaded once (every rewrite call goes through the shared cache),
 /// the judged depth and the relevance mode.
 struct Searcher<'a> {
-    rerankers: HashMap<String, Box<dyn Reranker>>,
-    rewriters: HashMap<String, LlmRewriter>,
+    models: Models,
     how: SearchRun<'a>,
     /// The pipeline's judged depth.
     judge_depth: usize,
     mode: RelevanceMode,
 }
 
-fn reranker_key(rc: &RerankConfig) -> String {
-    serde_json::json!([rc.kind, rc.model, rc.max_length]).to_string()
-}
-
-fn rewriter_key(rc: &RewriteConfig) -> String {
-    serde_json::to_string(&rc.model).expect("generator config serialises")
-}
-
 impl Searcher<'_> {
     /// Loads what a config needs, unless loaded already.
     fn load(&mut self, v: &Variant) -> anyhow::Result<()> {
-        if let Some(rc) = &v.stages.retrieval.rerank {
-            if let std::collections::hash_map::Entry::Vacant(slot) = self.rerankers.entry(reranker_key(rc)) {
-                slot.insert(gauge_rerank::load_reranker(rc, self.how.device).with_context(|| format!("config `{}`: reranker", v.name))?);
-            }
-        }
-        if let Some(rc) = &v.stages.retrieval.rewrite {
-            if let std::collections::hash_map::Entry::Vacant(slot) = self.rewriters.entry(rewriter_key(rc)) {
-                slot.insert(LlmRewriter::open(rc, self.how.cache.clone(), self.how.device).with_context(|| format!("config `{}`: rewrite model", v.name))?);
-            }
-        }
-        Ok(())
+        self.models.load(&v.stages.retrieval).with_context(|| format!("config `{}`", v.name))
     }
 
     fn of(&self, v: &Variant) -> (Option<&dyn Reranker>, Option<&LlmRewriter>) {
-        (v.stages.retrieval.rerank.as_ref().map(|rc| self.rerankers[&reranker_key(rc)].as_ref()), v.stages.retrieval.rewrite.as_ref().map(|rc| &self.rewriters[&rewriter_key(rc)]))
+        self.models.of(&v.stages.retrieval)
     }
 
     /// One config's search of one question, scored, its rows added to `out` (see the module
@@ -123,7 +104,7 @@ impl Searcher<'_> {
         let judged = judged_passages(&result);
         let passages: Vec<PassageSpan> = judged.iter().map(|(_, _, p)| p.clone()).take(k).collect();
         if keep_context {
-            let given = passages.iter().map(|p| crate::judge::JudgedPassage { label: gauge_generator::answer_prompt::page_tag(&p.source, p.page_start, p.page_end), text: p.text.clone() }).collect();
+            let given = passages.iter().map(|p| crate::judge::JudgedPassage { label: gauge_cite::page_tag(&p.source, p.page_start, p.page_end), text: p.text.clone() }).collect();
             out.contexts.insert((v.name.clone(), q.qid.clone()), given);
         }
         let scores = score_question(q, &passages, mode, k);
@@ -221,7 +202,7 @@ pub fn evaluate_variants(pipeline: &Pipeline, upstream: &[Upstream], golden: &[G
             by_index.entry(u.index.clone()).or_default().push(i);
         }
     }
-    let mut searcher = Searcher { rerankers: HashMap::new(), rewriters: HashMap::new(), how: *how, judge_depth: pipeline.judge_depth, mode };
+    let mut searcher = Searcher { models: Models::new(how.device, how.cache.clone()), how: *how, judge_depth: pipeline.judge_depth, mode };
     let bar = if how.trace_and_show { gauge_core::progress::bar(((pipeline.variants.len() - skip.len()) * golden.len()) as u64, "searches") } else { gauge_core::progress::hidden() };
     let mut out = Retrieved { qrels: vec![Vec::new(); pipeline.variants.len()], ..Default::default() };
     for (index, variant_ids) in &by_index {

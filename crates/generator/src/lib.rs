@@ -9,7 +9,6 @@
 //! is sent, [`Generator::fit`] counts its tokens against the model's context and shortens
 //! the context passages instead of letting the server fail.
 #![deny(missing_docs)]
-pub mod answer_prompt;
 pub mod cache;
 pub mod structured;
 
@@ -158,9 +157,6 @@ pub enum GeneratorError {
     /// The prompt does not fit the model's context.
     #[error("{0}")]
     Context(String),
-    /// The prompt template cannot be rendered.
-    #[error("{0}")]
-    Template(String),
     /// The model-call cache cannot be written.
     #[error("{0}")]
     Cache(String),

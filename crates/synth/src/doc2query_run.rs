@@ -151,7 +151,7 @@ fn ask(generator: &Generator, format: ReplyFormat, chunks: &[ChunkRecord], plan:
 fn round_trip(chunks: &[ChunkRecord], plan: &Doc2QueryPlan, planned: &[plan::PlannedSample], replies: &Replies, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<Kept> {
     let d = &cfg.doc2query;
     let retrieval = gauge_engine::RetrievalConfig { k: d.round_trip_k, ..d.retrieval.clone() }.normalize();
-    let engine = gauge_engine::Engine::open_for(&plan.index, &retrieval, &rt.device)?;
+    let engine = gauge_engine::Engine::assemble(&retrieval, &gauge_engine::IndexOptions::one(&plan.index, &rt.device), gauge_engine::call_cache_beside(&plan.index))?;
     let mut kept = Kept::default();
     for s in planned {
         let c = &chunks[s.chunks[0]];

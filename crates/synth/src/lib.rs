@@ -395,7 +395,7 @@ pub(crate) fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], promp
 fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, chunks: &[ChunkRecord], prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
     let retrieval = cfg.sft.retrieval.clone().normalize();
     let k = retrieval.k;
-    let engine = gauge_engine::Engine::open_for(index, &retrieval, &rt.device)?;
+    let engine = gauge_engine::Engine::assemble(&retrieval, &gauge_engine::IndexOptions::one(index, &rt.device), gauge_engine::call_cache_beside(index))?;
     // Twice the passages, so a refusal context can be topped up past the gold pages.
     let wide = gauge_engine::RetrievalConfig { k: 2 * k, ..retrieval.clone() };
     let position: HashMap<&str, usize> = chunks.iter().enumerate().map(|(i, c)| (c.chunk_id.as_str(), i)).collect();

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gauge_core::schema::ChunkRecord;
-use gauge_generator::answer_prompt::{page_tag, render_answer_prompt, PromptPassage};
+use gauge_cite::{page_tag, render_answer_prompt, PromptPassage};
 use gauge_chat_client::Message;
 use serde::{Deserialize, Serialize};
 

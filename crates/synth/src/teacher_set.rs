@@ -14,7 +14,7 @@ use std::path::Path;
 
 use gauge_core::golden::{GoldItem, GoldenQuestion};
 use gauge_core::schema::ChunkRecord;
-use gauge_generator::answer_prompt::{page_tag, render_answer_prompt, PromptPassage};
+use gauge_cite::{page_tag, render_answer_prompt, PromptPassage};
 use gauge_chat_client::Message;
 use serde::Deserialize;
 
