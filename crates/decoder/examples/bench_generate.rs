@@ -35,7 +35,7 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let dequantize = args.iter().any(|a| a == "--dequantize");
     let keep_quantized = !dequantize;
     let device_name = args.iter().position(|a| a == "--device").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "cpu".into());
-    let device = gauge_encoder::device::parse(&device_name).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let device = gauge_tensor::device::parse(&device_name).map_err(|e| anyhow::anyhow!("{e}"))?;
     let lm = LanguageModel::load_with(model, &device, &gauge_decoder::LoadOptions { dequantize, ..Default::default() })?;
     let load_s = t.elapsed().as_secs_f64();
     let bytes = lm.model.weight_bytes() as f64;
@@ -136,7 +136,7 @@ fn side(args: &[String]) -> anyhow::Result<()> {
     let (kind, model) = (args.first().ok_or_else(|| anyhow::anyhow!(usage))?, args.get(1).ok_or_else(|| anyhow::anyhow!(usage))?);
     let num = |i: usize| -> anyhow::Result<usize> { Ok(args.get(i).ok_or_else(|| anyhow::anyhow!(usage))?.parse()?) };
     let t = Instant::now();
-    let lm = LanguageModel::load_with(model, &gauge_encoder::device::parse("cpu").map_err(|e| anyhow::anyhow!("{e}"))?, &gauge_decoder::LoadOptions::default())?;
+    let lm = LanguageModel::load_with(model, &gauge_tensor::device::parse("cpu").map_err(|e| anyhow::anyhow!("{e}"))?, &gauge_decoder::LoadOptions::default())?;
     let load_seconds = t.elapsed().as_secs_f64();
     let vocab = lm.model.config.vocab_size;
     let mut figures = std::collections::BTreeMap::new();

@@ -1,6 +1,6 @@
 //! LoRA adapters for Llama-family decoders: the PEFT folder format itself lives in
-//! [`gauge_encoder::adapter`] (shared with the encoders); this module names the Llama modules.
-pub use gauge_encoder::adapter::*;
+//! [`gauge_tensor::adapter`] (shared with the encoders); this module names the Llama modules.
+pub use gauge_tensor::adapter::*;
 
 /// The seven Llama projections, in PEFT's `target_modules` names.
 pub const PROJECTIONS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use gauge_encoder::weights::Weights;
+use gauge_tensor::weights::Weights;
 
 use crate::gguf::Gguf;
 use crate::DecoderError;

@@ -63,26 +63,25 @@ impl KernelPath {
 
     /// The paths this machine can run.
     pub fn available() -> Vec<KernelPath> {
-        Self::ALL.into_iter().filter(|p| p.supported()).collect()
+        gauge_tensor::cpu_path::available()
     }
 
     /// The fastest path this machine can run, unless `GAUGE_KERNEL` names another
     /// (`scalar`, `avx2`, `avx512vnni`; an unsupported or unknown name is ignored with a warning).
     pub fn best() -> KernelPath {
         static BEST: std::sync::OnceLock<KernelPath> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| {
-            let fastest = *Self::available().last().expect("scalar is always available");
-            match std::env::var("GAUGE_KERNEL") {
-                Ok(name) if !name.is_empty() => match Self::parse(&name) {
-                    Some(p) if p.supported() => p,
-                    _ => {
-                        tracing::warn!("GAUGE_KERNEL={name}: not a kernel path this machine runs ({}); using {}", Self::available().iter().map(|p| p.name()).collect::<Vec<_>>().join(", "), fastest.name());
-                        fastest
-                    }
-                },
-                _ => fastest,
-            }
-        })
+        *BEST.get_or_init(gauge_tensor::cpu_path::from_env::<KernelPath>)
+    }
+}
+
+impl gauge_tensor::cpu_path::CpuPath for KernelPath {
+    const ALL: &'static [KernelPath] = &KernelPath::ALL;
+    const ENV: &'static str = "GAUGE_KERNEL";
+    fn name(self) -> &'static str {
+        KernelPath::name(self)
+    }
+    fn supported(self) -> bool {
+        KernelPath::supported(self)
     }
 }
 

@@ -51,7 +51,7 @@ pub use generate::{GenerateOptions, Generation};
 pub use kernels::KernelPath;
 pub use llama::{KvCache, Llama};
 
-use gauge_encoder::device::Device;
+use gauge_tensor::device::Device;
 
 /// Errors of model loading and inference.
 #[derive(Debug, thiserror::Error)]
@@ -67,9 +67,9 @@ pub enum DecoderError {
     /// The model cannot run what was asked.
     #[error("{0}")]
     Model(String),
-    /// An adapter (or other shared encoder-crate file) failed to load.
+    /// An adapter or checkpoint file failed to load, or a device is unknown.
     #[error(transparent)]
-    Encoder(#[from] gauge_encoder::EncoderError),
+    Tensor(#[from] gauge_tensor::TensorError),
     /// A generation setting is out of its range.
     #[error(transparent)]
     Options(#[from] gauge_chat::OptionsError),

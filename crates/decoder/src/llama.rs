@@ -2,10 +2,10 @@
 //! RMSNorm, rotary position embeddings (rotate-half layout, Llama 3 scaling), grouped-query
 //! causal attention with a KV cache, SiLU-gated MLP, tied or untied output head; q/k/v biases
 //! when the checkpoint has them (Qwen2).
-use gauge_encoder::bert::Dense;
-use gauge_encoder::burn::tensor::activation::{silu, softmax};
-use gauge_encoder::burn::tensor::TensorData;
-use gauge_encoder::device::{is_host_cpu, Device, Tensor};
+use gauge_tensor::Dense;
+use gauge_tensor::burn::tensor::activation::{silu, softmax};
+use gauge_tensor::burn::tensor::TensorData;
+use gauge_tensor::device::{is_host_cpu, Device, Tensor};
 
 use crate::adapter::LoraAdapter;
 use crate::checkpoint::Checkpoint;

@@ -7,7 +7,7 @@ use gauge_decoder::{GenerateOptions, LanguageModel, Message, SchemaCompiler};
 fn model() -> LanguageModel {
     let path = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.is_file(), "{}: missing; run `just models`", path.display());
-    LanguageModel::load(path.to_str().unwrap(), &gauge_encoder::device::cpu()).unwrap()
+    LanguageModel::load(path.to_str().unwrap(), &gauge_tensor::device::cpu()).unwrap()
 }
 
 #[test]

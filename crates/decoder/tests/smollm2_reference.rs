@@ -17,7 +17,7 @@ fn fixtures() -> PathBuf {
 fn model_with(options: &LoadOptions) -> LanguageModel {
     let path = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.is_file(), "{}: missing; run `just models`", path.display());
-    LanguageModel::load_with(path.to_str().unwrap(), &gauge_encoder::device::cpu(), options).unwrap()
+    LanguageModel::load_with(path.to_str().unwrap(), &gauge_tensor::device::cpu(), options).unwrap()
 }
 
 fn model() -> LanguageModel {

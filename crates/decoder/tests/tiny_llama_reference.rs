@@ -14,7 +14,7 @@ fn fixture() -> PathBuf {
 
 #[test]
 fn logits_top5_and_greedy_tokens_match_transformers() {
-    let lm = LanguageModel::load(fixture().to_str().unwrap(), &gauge_encoder::device::cpu()).unwrap();
+    let lm = LanguageModel::load(fixture().to_str().unwrap(), &gauge_tensor::device::cpu()).unwrap();
     assert_eq!((lm.model.config.num_attention_heads, lm.model.config.kv_heads(), lm.model.config.tie_word_embeddings), (4, 2, false));
     let text = std::fs::read_to_string(fixture().join("reference.jsonl")).unwrap();
     let mut n = 0;
@@ -48,7 +48,7 @@ fn logits_top5_and_greedy_tokens_match_transformers() {
 
 #[test]
 fn cached_decoding_equals_full_recomputation() {
-    let lm = LanguageModel::load(fixture().to_str().unwrap(), &gauge_encoder::device::cpu()).unwrap();
+    let lm = LanguageModel::load(fixture().to_str().unwrap(), &gauge_tensor::device::cpu()).unwrap();
     let ids: Vec<u32> = vec![101, 2054, 7285, 5906, 2024, 2800, 2043, 27455, 1996, 17760, 102];
     let mut full = lm.model.new_cache();
     let whole = lm.model.forward(&ids, &mut full).unwrap();

@@ -4,21 +4,17 @@
 //! - [`config`]: `config.json`, `modules.json`, pooling and `sentence_bert_config.json`.
 //! - [`bert`]: the encoder (embeddings, post-norm layers with padding-masked attention).
 //! - [`embedder`]: tokenization, token-budget batching, pooling, normalisation, prefixes.
-//! - [`adapter`]: LoRA adapters in PEFT's folder format (shared with the decoders).
+//! - [`adapter`], [`weights`], [`matmul`], [`device`]: re-exported from `gauge-tensor`, the floor
+//!   under the encoders, decoders and trainers.
 //! - [`family`]: defaults of the MiniLM, BGE, E5 and GTE families.
-//! - [`device`]: the backend, tensor type and compute device (burn-flex CPU; CUDA with the
-//!   `cuda` feature), chosen at run time.
 #![deny(missing_docs)]
-pub mod adapter;
 pub mod bert;
 pub mod config;
 pub mod cross_encoder;
 pub mod embedder;
 pub mod family;
-pub mod matmul;
-pub mod weights;
 
-pub use burn;
+pub use gauge_tensor::{adapter, burn, matmul, weights};
 pub use config::{BertConfig, Pooling};
 pub use cross_encoder::{CrossEncoder, CrossEncoderInfo, CrossEncoderOptions, PairEncoding};
 pub use embedder::{BatchStats, Embedder, EmbedderInfo, EmbedderOptions};
@@ -59,84 +55,26 @@ impl EncoderError {
     }
 }
 
-/// Compute devices and the tensor type of every gauge model.
-///
-/// gauge runs on Burn's runtime-dispatched backend ([`burn::Dispatch`]): one model code, the
-/// device chosen at run time (`--device cpu|cuda[:N]`), so the encoder, and later crates built
-/// on it, get the CPU and CUDA from the same source.
+/// Compute devices and the tensor type of every gauge model ([`gauge_tensor::device`]), with
+/// device names parsed into this crate's error.
 pub mod device {
-    use super::EncoderError;
-
-    /// The backend every gauge tensor lives on: Burn's dispatch over the enabled backends.
-    pub type Backend = burn::Dispatch;
-    /// A device of [`Backend`]: burn-flex (CPU), burn-ndarray, or CUDA with the `cuda` feature.
-    pub type Device = burn::DispatchDevice;
-    /// A tensor on [`Backend`] (float unless a kind is given: `Tensor<2, Int>`).
-    pub type Tensor<const D: usize, K = burn::tensor::Float> = burn::tensor::Tensor<Backend, D, K>;
-
-    /// The CPU device (burn-flex).
-    pub fn cpu() -> Device {
-        burn::DispatchDevice::Flex(burn::backend::flex::FlexDevice)
-    }
-
-    /// CUDA device `index` (builds with the `cuda` feature).
+    pub use gauge_tensor::device::{cpu, is_host_cpu, Backend, Device, Tensor};
     #[cfg(feature = "cuda")]
-    pub fn cuda(index: usize) -> Device {
-        burn::DispatchDevice::Cuda(burn::backend::cuda::CudaDevice::new(index))
-    }
-
-    /// Whether tensors on this device live in host memory (burn-flex, burn-ndarray), where
-    /// gauge's fused CPU kernels apply.
-    pub fn is_host_cpu(device: &Device) -> bool {
-        match device {
-            burn::DispatchDevice::Flex(_) => true,
-            #[cfg(feature = "ndarray")]
-            burn::DispatchDevice::NdArray(_) => true,
-            #[allow(unreachable_patterns)]
-            _ => false,
-        }
-    }
+    pub use gauge_tensor::device::cuda;
 
     /// Parses `cpu` (burn-flex), `ndarray` (with the `ndarray` feature) or `cuda` / `cuda:N`
     /// (with the `cuda` feature).
-    pub fn parse(name: &str) -> Result<Device, EncoderError> {
-        match name {
-            "cpu" | "flex" => Ok(cpu()),
-            #[cfg(feature = "ndarray")]
-            "ndarray" => Ok(burn::DispatchDevice::NdArray(Default::default())),
-            "cuda" => cuda_device(0, name),
-            s if s.starts_with("cuda:") => {
-                let index = s["cuda:".len()..].parse::<usize>().map_err(|_| EncoderError::Device(name.to_string()))?;
-                cuda_device(index, name)
-            }
-            other => Err(EncoderError::Device(other.to_string())),
-        }
+    pub fn parse(name: &str) -> Result<Device, super::EncoderError> {
+        Ok(gauge_tensor::device::parse(name)?)
     }
+}
 
-    #[cfg(feature = "cuda")]
-    fn cuda_device(index: usize, _name: &str) -> Result<Device, EncoderError> {
-        Ok(cuda(index))
-    }
-
-    #[cfg(not(feature = "cuda"))]
-    fn cuda_device(_index: usize, name: &str) -> Result<Device, EncoderError> {
-        Err(EncoderError::NoCuda(name.to_string()))
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn device_names_parse_or_fail_with_the_fix() {
-            assert!(is_host_cpu(&parse("cpu").unwrap()));
-            assert!(matches!(parse("gpu"), Err(EncoderError::Device(_))));
-            assert!(matches!(parse("cuda:x"), Err(EncoderError::Device(_))));
-            #[cfg(not(feature = "cuda"))]
-            {
-                let err = parse("cuda:1").unwrap_err().to_string();
-                assert!(err.contains("--features cuda"), "{err}");
-            }
+impl From<gauge_tensor::TensorError> for EncoderError {
+    fn from(e: gauge_tensor::TensorError) -> Self {
+        match e {
+            gauge_tensor::TensorError::File { path, message } => EncoderError::File { path, message },
+            gauge_tensor::TensorError::Device(d) => EncoderError::Device(d),
+            gauge_tensor::TensorError::NoCuda(d) => EncoderError::NoCuda(d),
         }
     }
 }

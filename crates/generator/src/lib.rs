@@ -196,7 +196,7 @@ impl Generator {
     pub fn open(config: &GeneratorConfig, device: &str, retry: RetryPolicy) -> Result<Generator, GeneratorError> {
         Ok(match config {
             GeneratorConfig::Local { model, adapter } => {
-                let device = gauge_encoder::device::parse(device).map_err(|e| GeneratorError::Device(e.to_string()))?;
+                let device = gauge_tensor::device::parse(device).map_err(|e| GeneratorError::Device(e.to_string()))?;
                 let options = gauge_decoder::LoadOptions { adapter: adapter.as_ref().map(std::path::PathBuf::from), ..Default::default() };
                 let lm = LanguageModel::load_with(model, &device, &options)?;
                 if lm.chat.is_none() {

@@ -38,7 +38,7 @@ fn main() -> anyhow::Result<()> {
     let steps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(3);
     let ids_out = args.get(5).filter(|p| p.as_str() != "-");
     let only = args.get(6);
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let embedder = Embedder::load(&ModelSource { id: dir.display().to_string(), dir: dir.clone() }, &EmbedderOptions::default(), &device)?;
     // 16 queries (a chunk's first sentence) and 48 passages (distinct chunks), spread over the corpus.
     let stride = (chunks.len() / 64).max(1);

@@ -35,7 +35,7 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let usage = "usage: bench_train MODEL SEQ BATCH STEPS OUT_JSON [--device cpu|cuda] [--check-dir DIR] [--checkpointing auto|layers|none|every_n] [--checkpoint-layers N] [--max-memory-mib N]";
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let device_name = flag("--device").unwrap_or_else(|| "cpu".into());
-    let device = gauge_encoder::device::parse(&device_name)?;
+    let device = gauge_tensor::device::parse(&device_name)?;
     let check_dir = flag("--check-dir").map(std::path::PathBuf::from);
     let model_path = args.get(1).expect(usage);
     let seq: usize = args.get(2).expect(usage).parse()?;
@@ -107,7 +107,7 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
         params.to_adapter(0.0, Some(model_path.clone())).save(&adapter_dir)?;
         let ids: Vec<u32> = seqs[0].ids.iter().take(64).copied().collect();
         let last_logits = |adapter: Option<std::path::PathBuf>| -> anyhow::Result<Vec<f32>> {
-            let lm = gauge_decoder::LanguageModel::load_with(model_path, &gauge_encoder::device::cpu(), &gauge_decoder::LoadOptions { adapter, ..Default::default() })?;
+            let lm = gauge_decoder::LanguageModel::load_with(model_path, &gauge_tensor::device::cpu(), &gauge_decoder::LoadOptions { adapter, ..Default::default() })?;
             Ok(lm.model.forward(&ids, &mut lm.model.new_cache())?)
         };
         let tuned = last_logits(Some(adapter_dir))?;
@@ -149,7 +149,7 @@ fn side(args: &[String]) -> anyhow::Result<()> {
         Some("nf4") => BaseStorage::Nf4,
         Some(other) => anyhow::bail!("--base {other}: auto, f32 or nf4"),
     };
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let files = ModelFiles::open(model_path, false)?;
     let c = files.config.clone();
     let mut model = TrainableLlama::load(c.clone(), &files.checkpoint, storage, &device)?;

@@ -1,6 +1,6 @@
 //! Probe: Burn flex matmul GFLOP/s on training shapes.
 use burn::tensor::TensorData;
-use gauge_encoder::device::{cpu, Tensor};
+use gauge_tensor::device::{cpu, Tensor};
 use std::time::Instant;
 fn main() {
     let d = cpu();

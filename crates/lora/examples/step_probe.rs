@@ -6,7 +6,7 @@ use std::time::Instant;
 fn main() {
     let files = ModelFiles::open("SmolLM2-135M-Instruct.Q4_1.gguf", false).unwrap();
     let t = Instant::now();
-    let model = TrainableLlama::load(files.config.clone(), &files.checkpoint, BaseStorage::Auto, &gauge_encoder::device::cpu()).unwrap();
+    let model = TrainableLlama::load(files.config.clone(), &files.checkpoint, BaseStorage::Auto, &gauge_tensor::device::cpu()).unwrap();
     println!("load {:.2}s", t.elapsed().as_secs_f64());
     let params = model.init_lora(LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() }, 0);
     {

@@ -16,8 +16,8 @@ use std::path::Path;
 use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::module::embedding;
 use burn::tensor::{Int, TensorData};
-use gauge_encoder::device::{Device, Tensor};
-use gauge_encoder::weights::Weights;
+use gauge_tensor::device::{Device, Tensor};
+use gauge_tensor::weights::Weights;
 use gauge_encoder::{BertConfig, Pooling};
 
 use crate::model::TrainKernels;
@@ -79,7 +79,9 @@ impl TrainableBert {
     /// without a one-logit `classifier` gets a new one (normal(0, 0.02), bias 0, as
     /// `BertForSequenceClassification` initialises it) and, without a pooler, a new pooler.
     pub fn load(dir: &Path, task: EncoderTask, tuning: Tuning, seed: u64, device: &Device) -> Result<(TrainableBert, EncoderParams), LoraError> {
-        let model = |e: gauge_encoder::EncoderError| LoraError::Model(e.to_string());
+        fn model(e: impl std::fmt::Display) -> LoraError {
+            LoraError::Model(e.to_string())
+        }
         let config = BertConfig::from_file(&dir.join("config.json")).map_err(model)?;
         if config.is_roberta() {
             return Err(LoraError::Config(format!("{}: train-lora's encoder targets train BERT checkpoints; this is {}", dir.display(), config.model_type)));
@@ -178,7 +180,7 @@ impl TrainableBert {
     /// The LoRA scale (0 for full tuning).
     pub fn lora_scale(&self) -> f64 {
         match &self.tuning {
-            Tuning::Lora { r, alpha, rslora, .. } => gauge_encoder::adapter::lora_scale(*r, *alpha, *rslora),
+            Tuning::Lora { r, alpha, rslora, .. } => gauge_tensor::adapter::lora_scale(*r, *alpha, *rslora),
             Tuning::Full => 0.0,
         }
     }
@@ -415,18 +417,18 @@ impl TrainableBert {
     }
 
     /// The LoRA adapter (PEFT, `FEATURE_EXTRACTION`, BERT module names) of LoRA parameters.
-    pub fn adapter(&self, p: &EncoderParams, base: Option<String>) -> Option<gauge_encoder::adapter::LoraAdapter> {
+    pub fn adapter(&self, p: &EncoderParams, base: Option<String>) -> Option<gauge_tensor::adapter::LoraAdapter> {
         let Tuning::Lora { r, alpha, rslora, targets } = &self.tuning else { return None };
-        let config = gauge_encoder::adapter::AdapterConfig::new(*r, *alpha, 0.0, &target_names(targets), *rslora, base).with_task_type("FEATURE_EXTRACTION");
+        let config = gauge_tensor::adapter::AdapterConfig::new(*r, *alpha, 0.0, &target_names(targets), *rslora, base).with_task_type("FEATURE_EXTRACTION");
         let mut modules = std::collections::BTreeMap::new();
         for (i, name) in p.names.iter().enumerate() {
             if let Some(module) = name.strip_suffix(".lora_A.weight") {
                 let bi = p.index(&format!("{module}.lora_B.weight")).expect("B follows A");
                 let (d_in, d_out) = (p.shapes[i][1], p.shapes[bi][0]);
-                modules.insert(module.to_string(), gauge_encoder::adapter::LoraPair { a: p.values[i].clone(), b: p.values[bi].clone(), d_in, d_out });
+                modules.insert(module.to_string(), gauge_tensor::adapter::LoraPair { a: p.values[i].clone(), b: p.values[bi].clone(), d_in, d_out });
             }
         }
-        Some(gauge_encoder::adapter::LoraAdapter { config, modules })
+        Some(gauge_tensor::adapter::LoraAdapter { config, modules })
     }
 
     /// The checkpoint's tensors with LoRA merged in (`W + s·B A`), under Hugging Face names:

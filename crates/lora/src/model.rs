@@ -17,7 +17,7 @@ use burn::tensor::{Int, TensorData};
 use rayon::prelude::*;
 use gauge_decoder::adapter::{module_path, PROJECTIONS};
 use gauge_decoder::{Checkpoint, LlamaConfig};
-use gauge_encoder::device::{Device, Tensor};
+use gauge_tensor::device::{Device, Tensor};
 
 use crate::frozen::{BaseStorage, Frozen};
 use crate::host;
@@ -42,7 +42,7 @@ pub struct LoraShape {
 impl LoraShape {
     /// The factor on `B A`.
     pub fn scale(&self) -> f64 {
-        gauge_encoder::adapter::lora_scale(self.r, self.alpha, self.rslora)
+        gauge_tensor::adapter::lora_scale(self.r, self.alpha, self.rslora)
     }
 }
 
@@ -180,7 +180,7 @@ pub enum TrainKernels {
 
 /// [`TrainKernels::Host`] on a CPU device unless `GAUGE_TRAIN_KERNELS=burn`; Burn elsewhere.
 pub(crate) fn default_kernels(device: &Device) -> TrainKernels {
-    if gauge_encoder::device::is_host_cpu(device) && std::env::var("GAUGE_TRAIN_KERNELS").as_deref() != Ok("burn") {
+    if gauge_tensor::device::is_host_cpu(device) && std::env::var("GAUGE_TRAIN_KERNELS").as_deref() != Ok("burn") {
         TrainKernels::Host
     } else {
         TrainKernels::Burn
@@ -189,7 +189,7 @@ pub(crate) fn default_kernels(device: &Device) -> TrainKernels {
 
 /// `kernels` if `device` can run them (the host kernels need a CPU device).
 pub(crate) fn kernels_for(device: &Device, kernels: TrainKernels) -> Result<TrainKernels, LoraError> {
-    if kernels == TrainKernels::Host && !gauge_encoder::device::is_host_cpu(device) {
+    if kernels == TrainKernels::Host && !gauge_tensor::device::is_host_cpu(device) {
         return Err(LoraError::Config("the host training kernels run on the CPU; use the Burn kernels on this device".into()));
     }
     Ok(kernels)

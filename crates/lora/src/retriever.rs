@@ -29,7 +29,7 @@ use burn::tensor::TensorData;
 use gauge_core::artifact::StageRun;
 use gauge_core::golden::GoldenQuestion;
 use gauge_core::schema::ChunkRecord;
-use gauge_encoder::device::Tensor;
+use gauge_tensor::device::Tensor;
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
 use crate::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
@@ -452,7 +452,7 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     let hold_out = &inputs.hold_out;
     let rc = &cfg.retriever;
     anyhow::ensure!(rc.temperature > 0.0, "retriever.temperature must be positive, got {}", rc.temperature);
-    let device = gauge_encoder::device::parse(&opts.device)?;
+    let device = gauge_tensor::device::parse(&opts.device)?;
     let base = resolve_base(&cfg.base)?;
     let family = gauge_encoder::Family::detect(&format!("{} {}", cfg.base, base.display()));
     let prefixes = (rc.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()), rc.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()));

@@ -239,7 +239,7 @@ impl Trainee for DecoderTrainee<'_> {
 }
 
 fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, opts: &TrainOptions) -> anyhow::Result<TrainSummary> {
-    let device = gauge_encoder::device::parse(&opts.device)?;
+    let device = gauge_tensor::device::parse(&opts.device)?;
     let files = ModelFiles::open(&cfg.base, false)?;
     let template = match (&cfg.chat_template, &files.chat) {
         (Some(src), _) => gauge_decoder::ChatTemplate::new(src, "", ""),

@@ -89,7 +89,7 @@ fn check(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: 
 #[test]
 fn training_forward_matches_the_reference_logits() {
     let _serial = one_at_a_time();
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let (mut model, params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(4), 0, &device).unwrap();
     assert_eq!(model.kernels(), TrainKernels::Host, "the CPU default is the host kernels");
     let refs = reference();
@@ -112,7 +112,7 @@ fn training_forward_matches_the_reference_logits() {
 #[test]
 fn host_kernels_give_burns_loss_and_every_gradient() {
     let _serial = one_at_a_time();
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let refs = reference();
     let pairs: Vec<Encoded> = refs.iter().take(6).map(|(e, _)| e.clone()).collect();
     let queries: Vec<Encoded> = refs.iter().take(3).map(|(e, _)| Encoded { ids: e.ids[..e.ids.len().min(10)].to_vec(), types: vec![0; e.ids.len().min(10)] }).collect();
@@ -157,7 +157,7 @@ fn host_kernels_give_burns_loss_and_every_gradient() {
 #[test]
 fn reranker_gradients_match_finite_differences() {
     let _serial = one_at_a_time();
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let (model, mut params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(2), 3, &device).unwrap();
     perturb_b(&mut params);
     let refs = reference();
@@ -187,7 +187,7 @@ fn reranker_gradients_match_finite_differences() {
 #[test]
 fn embedder_contrastive_gradients_match_finite_differences_lora_and_full() {
     let _serial = one_at_a_time();
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let refs = reference();
     let queries: Vec<Encoded> = refs.iter().take(3).map(|(e, _)| Encoded { ids: e.ids[..e.ids.len().min(10)].to_vec(), types: vec![0; e.ids.len().min(10)] }).collect();
     let passages: Vec<Encoded> = refs.iter().skip(1).take(5).map(|(e, _)| Encoded { ids: e.ids.clone(), types: vec![0; e.ids.len()] }).collect();
@@ -209,7 +209,7 @@ fn embedder_contrastive_gradients_match_finite_differences_lora_and_full() {
 #[test]
 fn embedder_adapter_round_trip_gives_the_trained_vectors() {
     let _serial = one_at_a_time();
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let task = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
     let (model, mut params) = TrainableBert::load(&fixture(), task, lora(4), 1, &device).unwrap();
     perturb_b(&mut params);
@@ -219,7 +219,7 @@ fn embedder_adapter_round_trip_gives_the_trained_vectors() {
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!(json["task_type"], "FEATURE_EXTRACTION");
     assert_eq!(json["target_modules"], serde_json::json!(["query", "key", "value", "dense"]));
-    let back = gauge_encoder::adapter::LoraAdapter::load(dir.path()).unwrap();
+    let back = gauge_tensor::adapter::LoraAdapter::load(dir.path()).unwrap();
     assert_eq!(back, adapter);
     assert!(back.modules.contains_key("encoder.layer.1.attention.output.dense"));
 
@@ -253,7 +253,7 @@ fn embedder_adapter_round_trip_gives_the_trained_vectors() {
 #[test]
 fn saved_cross_encoder_and_full_embedder_give_the_trained_outputs() {
     let _serial = one_at_a_time();
-    let device = gauge_encoder::device::cpu();
+    let device = gauge_tensor::device::cpu();
     let refs = reference();
     let pairs: Vec<&Encoded> = refs.iter().map(|(e, _)| e).collect();
     // A reranker with LoRA moved away from zero and a changed head, saved as a model folder.

@@ -32,7 +32,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 fn load() -> TrainableLlama {
     let files = ModelFiles::open(fixture().to_str().unwrap(), false).unwrap();
-    TrainableLlama::load(files.config, &files.checkpoint, BaseStorage::F32, &gauge_encoder::device::cpu()).unwrap()
+    TrainableLlama::load(files.config, &files.checkpoint, BaseStorage::F32, &gauge_tensor::device::cpu()).unwrap()
 }
 
 /// The fixture's fixed A and B values (r 4, alpha 8, all seven projections of both layers).
@@ -243,8 +243,8 @@ fn merged_weight_and_adapter_logits_match_and_survive_a_save_and_load() {
     }
     let dir = tempfile::tempdir().unwrap();
     adapter.save(dir.path()).unwrap();
-    let base = LanguageModel::load(fixture().to_str().unwrap(), &gauge_encoder::device::cpu()).unwrap();
-    let tuned = LanguageModel::load_with(fixture().to_str().unwrap(), &gauge_encoder::device::cpu(), &LoadOptions { adapter: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
+    let base = LanguageModel::load(fixture().to_str().unwrap(), &gauge_tensor::device::cpu()).unwrap();
+    let tuned = LanguageModel::load_with(fixture().to_str().unwrap(), &gauge_tensor::device::cpu(), &LoadOptions { adapter: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
     let mut n = 0;
     for r in recs.iter().filter(|r| r["type"] == "adapter_inference") {
         let input = ids(&r["input_ids"]);

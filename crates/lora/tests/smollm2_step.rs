@@ -12,7 +12,7 @@ fn recomputation_settings_give_the_same_bits_and_burn_agrees() {
     let path = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.is_file(), "{}: missing; run `just models`", path.display());
     let files = ModelFiles::open(path.to_str().unwrap(), false).unwrap();
-    let mut model = TrainableLlama::load(files.config.clone(), &files.checkpoint, BaseStorage::Auto, &gauge_encoder::device::cpu()).unwrap();
+    let mut model = TrainableLlama::load(files.config.clone(), &files.checkpoint, BaseStorage::Auto, &gauge_tensor::device::cpu()).unwrap();
     assert_eq!(model.n_layers(), 30);
     let shape = LoraShape { r: 8, alpha: 16.0, rslora: false, targets: (0..7).collect() };
     let mut params = model.init_lora(shape, 3);

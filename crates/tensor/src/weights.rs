@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
 
-use crate::EncoderError;
+use crate::TensorError;
 
 /// The weights of a checkpoint, decoded on demand.
 pub struct Weights {
@@ -25,9 +25,9 @@ pub struct WeightArray {
 
 impl Weights {
     /// Reads a safetensors file; `prefixes` are tried before each name (e.g. `["", "bert."]`).
-    pub fn open(path: &Path, prefixes: &[&str]) -> Result<Weights, EncoderError> {
-        let bytes = std::fs::read(path).map_err(|e| EncoderError::file(path, format!("cannot read ({e})")))?;
-        SafeTensors::deserialize(&bytes).map_err(|e| EncoderError::file(path, format!("not a safetensors file ({e})")))?;
+    pub fn open(path: &Path, prefixes: &[&str]) -> Result<Weights, TensorError> {
+        let bytes = std::fs::read(path).map_err(|e| TensorError::file(path, format!("cannot read ({e})")))?;
+        SafeTensors::deserialize(&bytes).map_err(|e| TensorError::file(path, format!("not a safetensors file ({e})")))?;
         Ok(Weights { bytes, path: path.to_path_buf(), prefixes: prefixes.iter().map(|p| p.to_string()).collect(), overrides: Default::default() })
     }
 
@@ -65,9 +65,9 @@ impl Weights {
     }
 
     /// Reads a tensor as f32, checking its shape.
-    pub fn get(&self, name: &str, shape: &[usize]) -> Result<WeightArray, EncoderError> {
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<WeightArray, TensorError> {
         let full = self.resolve(name).ok_or_else(|| {
-            EncoderError::file(&self.path, format!("missing tensor `{name}` (tried prefixes {:?})", self.prefixes))
+            TensorError::file(&self.path, format!("missing tensor `{name}` (tried prefixes {:?})", self.prefixes))
         })?;
         let st = self.tensors();
         let view = st.tensor(&full).expect("resolved name exists");
@@ -77,7 +77,7 @@ impl Weights {
             }
         }
         if view.shape() != shape {
-            return Err(EncoderError::file(
+            return Err(TensorError::file(
                 &self.path,
                 format!("tensor `{full}` has shape {:?}, but config.json implies {:?}", view.shape(), shape),
             ));
@@ -87,7 +87,7 @@ impl Weights {
             Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
             Dtype::F16 => data.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            other => return Err(EncoderError::file(&self.path, format!("tensor `{full}` has unsupported dtype {other:?}"))),
+            other => return Err(TensorError::file(&self.path, format!("tensor `{full}` has unsupported dtype {other:?}"))),
         };
         Ok(WeightArray { values, shape: shape.to_vec() })
     }
@@ -97,14 +97,14 @@ impl Weights {
     /// Merges a LoRA adapter into the weights it adapts (`W + s·B A`, PEFT's merge): every
     /// module of the adapter must name a `[out, in]` weight of this checkpoint
     /// (`encoder.layer.0.attention.self.query` → `….query.weight`, with or without `bert.`).
-    pub fn merge_adapter(&mut self, adapter: &crate::adapter::LoraAdapter, adapter_dir: &Path) -> Result<(), EncoderError> {
+    pub fn merge_adapter(&mut self, adapter: &crate::adapter::LoraAdapter, adapter_dir: &Path) -> Result<(), TensorError> {
         let scale = adapter.scale();
         for (module, pair) in &adapter.modules {
             let name = format!("{module}.weight");
             let full = self.resolve(&name).ok_or_else(|| {
-                EncoderError::file(adapter_dir, format!("adapts `{module}`, which {} does not have: the adapter was trained on another base model", self.path.display()))
+                TensorError::file(adapter_dir, format!("adapts `{module}`, which {} does not have: the adapter was trained on another base model", self.path.display()))
             })?;
-            let mut w = self.get(&full, &[pair.d_out, pair.d_in]).map_err(|e| EncoderError::file(adapter_dir, format!("module `{module}` does not fit the base: {e}")))?;
+            let mut w = self.get(&full, &[pair.d_out, pair.d_in]).map_err(|e| TensorError::file(adapter_dir, format!("module `{module}` does not fit the base: {e}")))?;
             for (w, d) in w.values.iter_mut().zip(pair.delta(scale)) {
                 *w += d;
             }

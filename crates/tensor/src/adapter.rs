@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::EncoderError;
+use crate::TensorError;
 
 /// Key prefix PEFT gives the wrapped model's tensors (causal LMs and feature extractors alike).
 pub const PEFT_PREFIX: &str = "base_model.model.";
@@ -152,24 +152,24 @@ pub struct LoraAdapter {
     pub modules: BTreeMap<String, LoraPair>,
 }
 
-fn read_floats(view: &safetensors::tensor::TensorView<'_>, path: &Path, key: &str) -> Result<Vec<f32>, EncoderError> {
+fn read_floats(view: &safetensors::tensor::TensorView<'_>, path: &Path, key: &str) -> Result<Vec<f32>, TensorError> {
     use safetensors::Dtype;
     let data = view.data();
     Ok(match view.dtype() {
         Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
         Dtype::F16 => data.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
         Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        other => return Err(EncoderError::file(path, format!("tensor `{key}` has dtype {other:?}; adapters are f32, f16 or bf16"))),
+        other => return Err(TensorError::file(path, format!("tensor `{key}` has dtype {other:?}; adapters are f32, f16 or bf16"))),
     })
 }
 
 /// BLAKE3 over an adapter folder's `adapter_config.json` and `adapter_model.safetensors`
 /// (what fingerprints name when a stage uses an adapter).
-pub fn folder_hash(dir: &Path) -> Result<String, EncoderError> {
+pub fn folder_hash(dir: &Path) -> Result<String, TensorError> {
     let mut bytes = Vec::new();
     for name in ["adapter_config.json", "adapter_model.safetensors"] {
         let p = dir.join(name);
-        let b = std::fs::read(&p).map_err(|e| EncoderError::file(&p, format!("cannot read ({e}); an adapter folder holds adapter_config.json and adapter_model.safetensors")))?;
+        let b = std::fs::read(&p).map_err(|e| TensorError::file(&p, format!("cannot read ({e}); an adapter folder holds adapter_config.json and adapter_model.safetensors")))?;
         bytes.extend(gauge_core::hash::bytes_hash(&b).into_bytes());
     }
     Ok(gauge_core::hash::bytes_hash(&bytes))
@@ -192,19 +192,19 @@ impl LoraAdapter {
     }
 
     /// Reads a PEFT adapter folder.
-    pub fn load(dir: &Path) -> Result<LoraAdapter, EncoderError> {
+    pub fn load(dir: &Path) -> Result<LoraAdapter, TensorError> {
         let cfg_path = dir.join("adapter_config.json");
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| EncoderError::file(&cfg_path, format!("cannot read ({e}); an adapter folder holds adapter_config.json and adapter_model.safetensors")))?;
-        let config: AdapterConfig = serde_json::from_str(&text).map_err(|e| EncoderError::file(&cfg_path, format!("not a PEFT adapter config ({e})")))?;
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| TensorError::file(&cfg_path, format!("cannot read ({e}); an adapter folder holds adapter_config.json and adapter_model.safetensors")))?;
+        let config: AdapterConfig = serde_json::from_str(&text).map_err(|e| TensorError::file(&cfg_path, format!("not a PEFT adapter config ({e})")))?;
         if config.peft_type != "LORA" {
-            return Err(EncoderError::file(&cfg_path, format!("peft_type is {}; gauge loads LORA adapters", config.peft_type)));
+            return Err(TensorError::file(&cfg_path, format!("peft_type is {}; gauge loads LORA adapters", config.peft_type)));
         }
         if config.fan_in_fan_out || config.other.get("use_dora").and_then(|v| v.as_bool()).unwrap_or(false) {
-            return Err(EncoderError::file(&cfg_path, "fan_in_fan_out and DoRA adapters are not supported".into()));
+            return Err(TensorError::file(&cfg_path, "fan_in_fan_out and DoRA adapters are not supported".into()));
         }
         let st_path = dir.join("adapter_model.safetensors");
-        let bytes = std::fs::read(&st_path).map_err(|e| EncoderError::file(&st_path, format!("cannot read ({e})")))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| EncoderError::file(&st_path, format!("not safetensors ({e})")))?;
+        let bytes = std::fs::read(&st_path).map_err(|e| TensorError::file(&st_path, format!("cannot read ({e})")))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| TensorError::file(&st_path, format!("not safetensors ({e})")))?;
         // Module → (A, B), each as values and shape.
         type Half = Option<(Vec<f32>, Vec<usize>)>;
         let mut halves: BTreeMap<String, (Half, Half)> = BTreeMap::new();
@@ -215,7 +215,7 @@ impl LoraAdapter {
             } else if let Some(m) = name.strip_suffix(".lora_B.weight").or_else(|| name.strip_suffix(".lora_B.default.weight")) {
                 (m, 1)
             } else {
-                return Err(EncoderError::file(&st_path, format!("tensor `{key}` is not a LoRA A or B weight")));
+                return Err(TensorError::file(&st_path, format!("tensor `{key}` is not a LoRA A or B weight")));
             };
             let values = read_floats(&view, &st_path, &key)?;
             let entry = halves.entry(module.to_string()).or_default();
@@ -229,23 +229,23 @@ impl LoraAdapter {
         let mut modules = BTreeMap::new();
         for (module, (a, b)) in halves {
             let (Some((a, sa)), Some((b, sb))) = (a, b) else {
-                return Err(EncoderError::file(&st_path, format!("module `{module}` lacks its lora_A or lora_B weight")));
+                return Err(TensorError::file(&st_path, format!("module `{module}` lacks its lora_A or lora_B weight")));
             };
             if sa.len() != 2 || sb.len() != 2 || sa[0] != config.r || sb[1] != config.r {
-                return Err(EncoderError::file(&st_path, format!("module `{module}`: A {sa:?} and B {sb:?} do not have rank r = {}", config.r)));
+                return Err(TensorError::file(&st_path, format!("module `{module}`: A {sa:?} and B {sb:?} do not have rank r = {}", config.r)));
             }
             modules.insert(module, LoraPair { a, b, d_in: sa[1], d_out: sb[0] });
         }
         if modules.is_empty() {
-            return Err(EncoderError::file(&st_path, "holds no LoRA weights".into()));
+            return Err(TensorError::file(&st_path, "holds no LoRA weights".into()));
         }
         Ok(LoraAdapter { config, modules })
     }
 
     /// Writes the folder (`adapter_config.json`, `adapter_model.safetensors`), replacing
     /// files only once both are written.
-    pub fn save(&self, dir: &Path) -> Result<(), EncoderError> {
-        std::fs::create_dir_all(dir).map_err(|e| EncoderError::file(dir, format!("cannot create ({e})")))?;
+    pub fn save(&self, dir: &Path) -> Result<(), TensorError> {
+        std::fs::create_dir_all(dir).map_err(|e| TensorError::file(dir, format!("cannot create ({e})")))?;
         let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
         for (module, p) in &self.modules {
             let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
@@ -257,17 +257,17 @@ impl LoraAdapter {
             .map(|(k, b, s)| (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("tensor sizes match shapes")))
             .collect();
         let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-        let st_bytes = safetensors::serialize(views, Some(meta)).map_err(|e| EncoderError::file(dir, format!("cannot serialise the adapter ({e})")))?;
+        let st_bytes = safetensors::serialize(views, Some(meta)).map_err(|e| TensorError::file(dir, format!("cannot serialise the adapter ({e})")))?;
         let cfg = serde_json::to_string_pretty(&self.config).expect("config serialises");
-        let write = |name: &str, data: &[u8]| -> Result<PathBuf, EncoderError> {
+        let write = |name: &str, data: &[u8]| -> Result<PathBuf, TensorError> {
             let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, data).map_err(|e| EncoderError::file(&tmp, format!("cannot write ({e})")))?;
+            std::fs::write(&tmp, data).map_err(|e| TensorError::file(&tmp, format!("cannot write ({e})")))?;
             Ok(tmp)
         };
         let t1 = write("adapter_model.safetensors", &st_bytes)?;
         let t2 = write("adapter_config.json", cfg.as_bytes())?;
         for (tmp, name) in [(t1, "adapter_model.safetensors"), (t2, "adapter_config.json")] {
-            std::fs::rename(&tmp, dir.join(name)).map_err(|e| EncoderError::file(&dir.join(name), format!("cannot write ({e})")))?;
+            std::fs::rename(&tmp, dir.join(name)).map_err(|e| TensorError::file(&dir.join(name), format!("cannot write ({e})")))?;
         }
         Ok(())
     }

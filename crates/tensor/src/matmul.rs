@@ -44,37 +44,28 @@ impl MatmulPath {
     /// checks that claim or measures the bodies.
     pub fn chosen() -> MatmulPath {
         static CHOSEN: std::sync::OnceLock<MatmulPath> = std::sync::OnceLock::new();
-        *CHOSEN.get_or_init(|| {
-            let fastest = MatmulPath::fastest();
-            match std::env::var("GAUGE_MATMUL") {
-                Ok(name) => match MatmulPath::available().into_iter().find(|p| p.name() == name) {
-                    Some(path) => path,
-                    None => {
-                        tracing::warn!("GAUGE_MATMUL={name}: not a matmul body this machine runs (scalar{}); using {}", if fastest == MatmulPath::Avx2 { ", avx2" } else { "" }, fastest.name());
-                        fastest
-                    }
-                },
-                Err(_) => fastest,
-            }
-        })
+        *CHOSEN.get_or_init(crate::cpu_path::from_env::<MatmulPath>)
     }
 
     /// The fastest body this CPU runs.
     pub fn fastest() -> MatmulPath {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return MatmulPath::Avx2;
-        }
-        MatmulPath::Scalar
+        crate::cpu_path::fastest()
     }
 
     /// Every body this CPU runs (the scalar one first).
     pub fn available() -> Vec<MatmulPath> {
-        let mut paths = vec![MatmulPath::Scalar];
-        if MatmulPath::fastest() == MatmulPath::Avx2 {
-            paths.push(MatmulPath::Avx2);
+        crate::cpu_path::available()
+    }
+
+    /// Whether this CPU runs it.
+    pub fn supported(self) -> bool {
+        match self {
+            MatmulPath::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            MatmulPath::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
         }
-        paths
     }
 
     /// The name `GAUGE_MATMUL` takes.
@@ -83,6 +74,17 @@ impl MatmulPath {
             MatmulPath::Scalar => "scalar",
             MatmulPath::Avx2 => "avx2",
         }
+    }
+}
+
+impl crate::cpu_path::CpuPath for MatmulPath {
+    const ALL: &'static [MatmulPath] = &[MatmulPath::Scalar, MatmulPath::Avx2];
+    const ENV: &'static str = "GAUGE_MATMUL";
+    fn name(self) -> &'static str {
+        MatmulPath::name(self)
+    }
+    fn supported(self) -> bool {
+        MatmulPath::supported(self)
     }
 }
 
