@@ -46,7 +46,7 @@ for variant, tuning in (("lora_r16", "lora"), ("full", "full")):
 plan = {
   "bench": "train-encoder", "reference": "sentence-transformers + PEFT CPU fp32", "pairs": int(pairs),
   "title": "train-lora --target embedder's step on all-MiniLM-L6-v2 (16 queries × positive + 2 hard negatives, InfoNCE) against sentence-transformers + PEFT on the same token ids",
-  "measures": {"crates": ["gauge-lora"], "paths": ["crates/lora/examples/bench_encoder.rs", "scripts/bench-train-encoder.sh", "scripts/bench_encoder_reference.py"]},
+  "measures": {"crates": ["gauge-train"], "paths": ["crates/train/examples/bench_encoder.rs", "scripts/bench-train-encoder.sh", "scripts/bench_encoder_reference.py"]},
   "describe": [{"name": "profile_lora_and_full_step", "argv": [py, "scripts/bench_encoder_reference.py", "profile", model, ids]}],
   "notes": ["Token ids written by gauge's tokenizer (truncation keeps the final [SEP]) and read by the reference; tokens/s counts real tokens on both sides (the reference's token slots are in its figures).",
             "Both sides run with dropout off, so they compute the same function: the harness checks the first step's loss in every pair."],

@@ -41,7 +41,7 @@ speed_and_memory = [
 plan = {
   "bench": "train", "reference": "PEFT + PyTorch CPU fp32 (llama.cpp for the GGUF row)", "pairs": int(pairs),
   "title": f"train-lora's step (LoRA r 16, all seven projections, {batch} × {seq} tokens) against PEFT + PyTorch on the CPU, and on a GGUF against llama.cpp's prefill",
-  "measures": {"crates": ["gauge-lora"], "paths": ["crates/lora/examples/bench_train.rs", "scripts/bench-train.sh", "scripts/gpu_check.py"]},
+  "measures": {"crates": ["gauge-train"], "paths": ["crates/train/examples/bench_train.rs", "scripts/bench-train.sh", "scripts/gpu_check.py"]},
   "describe": [{"name": "llama_cpp_version", "argv": [f"{llama}/llama-bench", "--version"]}],
   "notes": [
     "Model of the PEFT rows: a random-weight Llama of SmolLM2-135M's shape (scripts/gpu_check.py make-llama, fp32 safetensors); token ids synthetic, the same on both sides.",

@@ -333,7 +333,7 @@ def make_llama(out, assets):
 
 
 def synthetic_ids(seq, batch, vocab):
-    # The same formula as crates/lora/examples/bench_train.rs.
+    # The same formula as crates/train/examples/bench_train.rs.
     return [[(i * 7919 + b * 104729) % (vocab - 1) + 1 for i in range(seq)] for b in range(batch)]
 
 

@@ -164,7 +164,7 @@ impl Stage for Answer {
             (None, Some(q)) => {
                 anyhow::ensure!(!q.trim().is_empty(), "the question is empty; ask something");
                 entries.push(FileEntry::text("questions", "(command line)", q).with_rows(1));
-                vec![GoldenQuestion { qid: "q1".into(), question: q.clone(), gold: Vec::new(), keywords: Vec::new(), reference_answer: None, category: None }]
+                vec![GoldenQuestion::new("q1".into(), q.clone(), Vec::new())]
             }
             _ => anyhow::bail!("give either --golden FILE or one question"),
         };

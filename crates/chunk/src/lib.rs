@@ -492,7 +492,7 @@ mod tests {
 
     #[test]
     fn token_windows_follow_the_tokenizer() {
-        let path = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test")).join("../../../shared/fixtures/tiny-bert-cross-encoder/tokenizer.json");
+        let path = gauge_test_support::shared_path("fixtures/tiny-bert-cross-encoder/tokenizer.json");
         let tw = tokens::TokenWindows::from_file(&path).expect("fixture tokenizer");
         let text = para("Gate arm lights shall be maintained in accordance with design specifications.", 10);
         let windows = tw.windows(&text, 32, 8);

@@ -157,6 +157,18 @@ pub struct GoldenQuestion {
     pub category: Option<String>,
 }
 
+impl GoldenQuestion {
+    /// A question with its gold items (no keywords, reference answer or category).
+    pub fn new(qid: String, question: String, gold: Vec<GoldItem>) -> GoldenQuestion {
+        GoldenQuestion { qid, question, gold, keywords: Vec::new(), reference_answer: None, category: None }
+    }
+
+    /// The same question in `category`.
+    pub fn in_category(self, category: impl Into<String>) -> GoldenQuestion {
+        GoldenQuestion { category: Some(category.into()), ..self }
+    }
+}
+
 /// Splits questions into two halves by page group, so that no gold page (nor a page next to
 /// one, which often continues it) is judged in both: questions whose gold pages are equal or
 /// adjacent in the same source form one group; the groups are shuffled with `seed` and each
@@ -449,7 +461,7 @@ fn read_folder(dir: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     let mut out = Vec::new();
     for (id, text) in queries {
         if let Some(items) = gold.remove(&id) {
-            out.push(GoldenQuestion { qid: id, question: text, gold: items, keywords: Vec::new(), reference_answer: None, category: None });
+            out.push(GoldenQuestion::new(id, text, items));
         }
     }
     if let Some(q) = gold.keys().next() {
@@ -564,7 +576,7 @@ mod tests {
 
     #[test]
     fn page_halves_never_share_a_page_or_its_neighbour() {
-        let q = |id: &str, src: &str, pages: &[i32]| GoldenQuestion { qid: id.into(), question: id.into(), gold: pages.iter().map(|&p| GoldItem::Page { source: src.into(), page: p, grade: None }).collect(), keywords: vec![], reference_answer: None, category: None };
+        let q = |id: &str, src: &str, pages: &[i32]| GoldenQuestion::new(id.into(), id.into(), pages.iter().map(|&p| GoldItem::Page { source: src.into(), page: p, grade: None }).collect());
         let qs = vec![q("a", "m.pdf", &[10]), q("b", "m.pdf", &[11]), q("c", "m.pdf", &[30]), q("d", "n.pdf", &[10]), q("e", "m.pdf", &[10, 50]), q("f", "m.pdf", &[51]), q("g", "n.pdf", &[90]), q("h", "m.pdf", &[70])];
         for seed in 0..20 {
             let h = page_halves(&qs, seed);
@@ -579,7 +591,7 @@ mod tests {
 
     #[test]
     fn page_split_gives_the_second_part_its_share() {
-        let q = |i: i32| GoldenQuestion { qid: format!("q{i}"), question: "?".into(), gold: vec![GoldItem::Page { source: "m.pdf".into(), page: i * 10, grade: None }], keywords: vec![], reference_answer: None, category: None };
+        let q = |i: i32| GoldenQuestion::new(format!("q{i}"), "?".into(), vec![GoldItem::Page { source: "m.pdf".into(), page: i * 10, grade: None }]);
         let qs: Vec<GoldenQuestion> = (0..40).map(q).collect();
         for (share, want) in [(0.25, 10), (0.4, 16), (0.5, 20)] {
             for seed in 0..5 {
@@ -685,14 +697,7 @@ mod tests {
 
     #[test]
     fn gold_pages_past_the_document_end_are_found() {
-        let q = |qid: &str, src: &str, page: i32| GoldenQuestion {
-            qid: qid.into(),
-            question: "q".into(),
-            gold: vec![GoldItem::Page { source: src.into(), page, grade: None }],
-            keywords: Vec::new(),
-            reference_answer: None,
-            category: None,
-        };
+        let q = |qid: &str, src: &str, page: i32| GoldenQuestion::new(qid.into(), "q".into(), vec![GoldItem::Page { source: src.into(), page, grade: None }]);
         let last: std::collections::BTreeMap<String, i32> = [("one.md".to_string(), 1), ("book.pdf".to_string(), 40)].into();
         let golden = [q("ok", "book.pdf", 40), q("past", "one.md", 99), q("far", "book.pdf", 41), q("elsewhere", "missing.pdf", 3)];
         let bad = pages_out_of_range(&golden, &last);
@@ -720,14 +725,7 @@ mod tests {
 
     #[test]
     fn unknown_sources_come_with_the_closest_known_ones() {
-        let q = |src: &str| GoldenQuestion {
-            qid: src.into(),
-            question: "q".into(),
-            gold: vec![GoldItem::Page { source: src.into(), page: 1, grade: None }],
-            keywords: Vec::new(),
-            reference_answer: None,
-            category: None,
-        };
+        let q = |src: &str| GoldenQuestion::new(src.into(), "q".into(), vec![GoldItem::Page { source: src.into(), page: 1, grade: None }]);
         let golden = [q("manual-a.pdf"), q("manul-b.pdf")];
         let unknown = unknown_sources(&golden, ["manual-a.pdf", "manual-b.pdf", "other.pdf"]);
         assert_eq!(unknown.len(), 1);

@@ -349,6 +349,31 @@ pub struct ChunkRecord {
 }
 
 impl ChunkRecord {
+    /// A leaf chunk `chunk_id` of `source` (its document id and title too) on `page`, holding
+    /// `text` from offset 0: what a record built outside `chunk` starts as (tests, synthetic
+    /// corpora); set the other fields on the result.
+    pub fn leaf(chunk_id: impl Into<String>, source: &str, page: i32, text: &str) -> ChunkRecord {
+        ChunkRecord {
+            chunk_id: chunk_id.into(),
+            doc_id: source.into(),
+            source: source.into(),
+            doc_type: String::new(),
+            title: source.into(),
+            section: String::new(),
+            page_start: page,
+            page_end: page,
+            char_start: 0,
+            char_end: text.chars().count() as i64,
+            chunk_index: 0,
+            prev_chunk_id: None,
+            next_chunk_id: None,
+            text: text.into(),
+            embed_text: None,
+            level: 0,
+            children: Vec::new(),
+        }
+    }
+
     /// Whether this row is a summary node (level above 0).
     pub fn is_summary(&self) -> bool {
         self.level > 0

@@ -15,7 +15,8 @@ use rayon::prelude::*;
 
 use crate::config::LlamaConfig;
 use crate::kernels::{dot_f32, KernelPath, Q8Rows};
-use crate::quant::{gemm_f32, QuantMatrix, SendPtr};
+use crate::quant::{gemm_f32, QuantMatrix};
+use gauge_tensor::gemm::{gemm, gemm_raw, Operand, Product, SendPtr, Threads};
 use crate::DecoderError;
 
 /// Rows at least this many run a gemm (f32 weights; quantised ones decide in [`QuantMatrix::matmul`]).
@@ -390,12 +391,12 @@ impl HostModel {
             if rows == steps.len() {
                 // One position per sequence: every (sequence, head) pair in one region.
                 let kv: Vec<(&KvStore, &KvStore)> = steps.iter().map(|s| (&s.cache.k[l], &s.cache.v[l])).collect();
-                attention_decode(&kv, big, qkv_w, nh, nkv, hd, scale, attn);
+                attention_decode(&kv, big, qkv_w, Heads { nh, nkv, hd, scale }, attn);
             } else {
                 let mut r0 = 0;
                 for s in steps.iter() {
                     let (t, start) = (s.ids.len(), s.cache.len);
-                    attention(&s.cache.k[l], &s.cache.v[l], &big[r0 * qkv_w..(r0 + t) * qkv_w], qkv_w, t, start, nh, nkv, hd, scale, &mut attn[r0 * nh * hd..(r0 + t) * nh * hd]);
+                    attention((&s.cache.k[l], &s.cache.v[l]), &big[r0 * qkv_w..(r0 + t) * qkv_w], qkv_w, (t, start), Heads { nh, nkv, hd, scale }, &mut attn[r0 * nh * hd..(r0 + t) * nh * hd]);
                     r0 += t;
                 }
             }
@@ -461,13 +462,22 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
     }
 }
 
+/// The attention heads of a layer: query heads, key/value heads, head width, score scale.
+#[derive(Clone, Copy, Debug)]
+struct Heads {
+    nh: usize,
+    nkv: usize,
+    hd: usize,
+    scale: f32,
+}
+
 /// Causal grouped-query attention of `t` query rows (positions `start..start+t`, rows of
 /// width `stride` with the query heads first) over the cache's `start + t` positions, into
 /// `out` (`t × nh·hd`).
-#[allow(clippy::too_many_arguments)]
-fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start: usize, nh: usize, nkv: usize, hd: usize, scale: f32, out: &mut [f32]) {
+fn attention((k, v): (&KvStore, &KvStore), q: &[f32], stride: usize, (t, start): (usize, usize), heads: Heads, out: &mut [f32]) {
+    let Heads { nh, nkv, hd, scale } = heads;
     if t == 1 {
-        return attention_decode(&[(k, v)], q, stride, nh, nkv, hd, scale, out);
+        return attention_decode(&[(k, v)], q, stride, heads, out);
     }
     let s = start + t;
     let row = nkv * hd;
@@ -481,32 +491,19 @@ fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start
     (0..nh).into_par_iter().for_each(|head| {
         let g = head / group;
         let mut scores = vec![0f32; t * s];
-        // SAFETY: scores t × s; Q rows of this head (stride `stride`); Kᵀ read from the cache
-        // rows of this kv head (column stride `row`); all within their buffers.
-        unsafe {
-            gemm::gemm(
-                t, s, hd,
-                scores.as_mut_ptr(), 1, s as isize, false,
-                q.as_ptr().add(head * hd), 1, stride as isize,
-                keys.as_ptr().add(g * hd), row as isize, 1,
-                0.0, scale, false, false, false, gemm::Parallelism::None,
-            );
-        }
+        // scores t × s = scale · Q rows of this head (stride `stride`) · Kᵀ read from the cache
+        // rows of this kv head (column stride `row`).
+        let qk = Product::new(t, s, hd, Operand { v: &q[head * hd..], rs: stride, cs: 1 }, Operand { v: &keys[g * hd..], rs: 1, cs: row });
+        gemm(qk.scaled(scale).on(Threads::Caller), &mut scores, s, false);
         for (i, r) in scores.chunks_exact_mut(s).enumerate() {
             let visible = start + i + 1;
             softmax(&mut r[..visible]);
             r[visible..].iter_mut().for_each(|v| *v = 0.0);
         }
-        // SAFETY: out rows of this head's hd columns (row stride out_w); V rows of this kv head.
-        unsafe {
-            gemm::gemm(
-                t, hd, s,
-                ptr.get().add(head * hd), 1, out_w as isize, false,
-                scores.as_ptr(), 1, s as isize,
-                values.as_ptr().add(g * hd), 1, row as isize,
-                0.0, 1.0, false, false, false, gemm::Parallelism::None,
-            );
-        }
+        let pv = Product::new(t, hd, s, Operand::rows(&scores, s), Operand { v: &values[g * hd..], rs: row, cs: 1 }).on(Threads::Caller);
+        // SAFETY: out rows of this head's hd columns (row stride out_w), which only this head
+        // writes; `out` holds t rows of out_w.
+        unsafe { gemm_raw(pv, ptr.get().add(head * hd), out_w, false) }
     });
 }
 
@@ -515,8 +512,8 @@ fn attention(k: &KvStore, v: &KvStore, q: &[f32], stride: usize, t: usize, start
 /// included); out row `i` gets its `nh · hd` outputs. Every (sequence, head) pair is one work
 /// item of a single parallel region, so a batch keeps both cores busy however few heads a
 /// sequence has; each pair's arithmetic is the same whatever the batch.
-#[allow(clippy::too_many_arguments)]
-fn attention_decode(kv: &[(&KvStore, &KvStore)], q: &[f32], stride: usize, nh: usize, nkv: usize, hd: usize, scale: f32, out: &mut [f32]) {
+fn attention_decode(kv: &[(&KvStore, &KvStore)], q: &[f32], stride: usize, heads: Heads, out: &mut [f32]) {
+    let Heads { nh, nkv, hd, scale } = heads;
     let row = nkv * hd;
     let group = nh / nkv;
     // f32 views of each sequence's keys and values (an f16 cache converted once per layer).

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use crate::gguf::GgmlType;
 use crate::kernels::{KernelPath, Q8Rows};
+use gauge_tensor::gemm::{gemm, gemm_raw, Operand, Product, Threads};
 
 /// Rows at least this many use dequantise + gemm instead of the fused kernel.
 const GEMM_ROWS: usize = 16;
@@ -250,18 +251,11 @@ impl QuantMatrix {
                     o += 1;
                 }
             }
+            // lhs rows × d_in; rhs the tile viewed as [d_in, o1 - o0] (column stride d_in).
+            let p = Product::new(rows, o1 - o0, d_in, Operand::rows(x, d_in), Operand::transposed(&w, d_in)).on(Threads::Caller);
             // SAFETY: dst is columns o0..o1 of `out` (rows × d_out, row stride d_out), which
-            // only this tile writes; lhs rows × d_in; rhs the tile viewed as [d_in, o1 - o0]
-            // (column stride d_in); all within their buffers.
-            unsafe {
-                gemm::gemm(
-                    rows, o1 - o0, d_in,
-                    ptr.get().add(o0), 1, d_out as isize, false,
-                    x.as_ptr(), 1, d_in as isize,
-                    w.as_ptr(), d_in as isize, 1,
-                    0.0, 1.0, false, false, false, gemm::Parallelism::None,
-                );
-            }
+            // only this tile writes.
+            unsafe { gemm_raw(p, ptr.get().add(o0), d_out, false) }
         }));
         out
     }
@@ -269,34 +263,11 @@ impl QuantMatrix {
 
 /// `out[rows, d_out] = x[rows, d_in] · w[d_out, d_in]ᵀ` by gemm (threaded on the rayon pool).
 pub(crate) fn gemm_f32(x: &[f32], rows: usize, w: &[f32], d_in: usize, d_out: usize, out: &mut [f32]) {
-    assert!(x.len() >= rows * d_in && w.len() >= d_out * d_in && out.len() >= rows * d_out);
-    // SAFETY: dst rows × d_out (row stride d_out); lhs rows × d_in; rhs W viewed as
-    // [d_in, d_out] (column stride d_in, row stride 1); sizes checked above.
-    unsafe {
-        gemm::gemm(
-            rows, d_out, d_in,
-            out.as_mut_ptr(), 1, d_out as isize, false,
-            x.as_ptr(), 1, d_in as isize,
-            w.as_ptr(), d_in as isize, 1,
-            0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(0),
-        );
-    }
+    // rhs: W viewed as [d_in, d_out] (column stride d_in, row stride 1).
+    gemm(Product::new(rows, d_out, d_in, Operand::rows(x, d_in), Operand::transposed(w, d_in)).on(Threads::All), out, d_out, false);
 }
 
-/// A raw pointer shared by the chunks of one parallel matmul (each writes its own cells).
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr(pub(crate) *mut f32);
-// SAFETY: used only for disjoint writes inside one parallel region that the owner waits for.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    pub(crate) fn get(self) -> *mut f32 {
-        self.0
-    }
-}
+pub(crate) use gauge_tensor::gemm::SendPtr;
 
 /// One row of blocks against one input row. Fixed-size views let the compiler vectorise the
 /// 16/32-lane inner loops.

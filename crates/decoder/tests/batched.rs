@@ -3,7 +3,6 @@
 //! identical at batch sizes 4 and 8 (sequences finishing at different steps, so prompts join
 //! mid-batch); seeded sampling gives each sequence the same draws whatever its neighbours; a
 //! bad prompt fails alone. Needs `just models` and `../shared`.
-use std::path::PathBuf;
 
 use gauge_decoder::generate::BatchItem;
 use gauge_decoder::{GenerateOptions, LanguageModel, Message};
@@ -16,7 +15,7 @@ fn model() -> LanguageModel {
 
 /// The FRA dev questions as chat prompts.
 fn prompts(lm: &LanguageModel) -> Vec<Vec<u32>> {
-    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden/fra-dev.jsonl");
+    let golden = gauge_test_support::shared_path("golden/fra-dev.jsonl");
     let text = std::fs::read_to_string(&golden).unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
     let chat = lm.chat.as_ref().unwrap();
     text.lines()

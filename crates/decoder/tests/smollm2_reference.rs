@@ -11,7 +11,7 @@ use gauge_decoder::generate::argmax;
 use gauge_decoder::{KernelPath, LanguageModel, LoadOptions, Message};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/smollm2")
+    gauge_test_support::shared_path("fixtures/smollm2")
 }
 
 fn model_with(options: &LoadOptions) -> LanguageModel {

@@ -7,9 +7,7 @@ use gauge_decoder::generate::argmax;
 use gauge_decoder::LanguageModel;
 
 fn fixture() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-llama");
-    assert!(p.join("model.safetensors").is_file(), "{}: missing; tests read ../shared beside the checkout", p.display());
-    p
+    gauge_test_support::shared_path("fixtures/tiny-llama/model.safetensors").parent().unwrap().to_path_buf()
 }
 
 #[test]

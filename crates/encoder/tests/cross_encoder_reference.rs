@@ -7,9 +7,7 @@ use gauge_encoder::device;
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, ModelSource};
 
 fn fixture() -> PathBuf {
-    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../../shared/fixtures/tiny-bert-cross-encoder");
-    assert!(root.join("reference.jsonl").is_file(), "{}: missing fixture (../shared beside the checkout)", root.display());
-    root
+    gauge_test_support::shared_path("fixtures/tiny-bert-cross-encoder/reference.jsonl").parent().unwrap().to_path_buf()
 }
 
 #[test]

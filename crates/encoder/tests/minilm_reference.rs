@@ -18,7 +18,7 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let path = root().join("../shared/fixtures/minilm-reference.jsonl");
+    let path = gauge_test_support::shared_path("fixtures/minilm-reference.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let floats = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect::<Vec<_>>();
     text.lines()

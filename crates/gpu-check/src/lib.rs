@@ -5,7 +5,7 @@
 //! ```text
 //! gauge-gpu-check embed MODEL_DIR TEXTS_JSONL DEVICE OUT_F32 [MAX_LENGTH]   (crates/engine/examples/gpu_check.rs)
 //! gauge-gpu-check faiss N DIM QUERIES DEVICES OUT_JSON                      (the same example)
-//! gauge-gpu-check train MODEL SEQ BATCH STEPS OUT_JSON [--device …] …       (crates/lora/examples/bench_train.rs)
+//! gauge-gpu-check train MODEL SEQ BATCH STEPS OUT_JSON [--device …] …       (crates/train/examples/bench_train.rs)
 //! gauge-gpu-check generate MODEL REFERENCE_JSONL DECODE_TOKENS OUT_JSON …    (crates/decoder/examples/bench_generate.rs)
 //! ```
 //! Each example stays runnable on its own (`cargo run --example …`); this binary only picks one.
@@ -16,7 +16,7 @@
 mod embed_and_faiss;
 
 #[allow(dead_code)]
-#[path = "../../lora/examples/bench_train.rs"]
+#[path = "../../train/examples/bench_train.rs"]
 mod train;
 
 #[allow(dead_code)]

@@ -426,25 +426,7 @@ mod tests {
     use super::*;
 
     fn chunk(id: &str, source: &str, page: i32, text: &str) -> ChunkRecord {
-        ChunkRecord {
-            chunk_id: id.into(),
-            doc_id: source.into(),
-            source: source.into(),
-            doc_type: String::new(),
-            title: source.into(),
-            section: String::new(),
-            page_start: page,
-            page_end: page,
-            char_start: 0,
-            char_end: text.len() as i64,
-            chunk_index: page,
-            prev_chunk_id: None,
-            next_chunk_id: None,
-            text: text.into(),
-            embed_text: None,
-            level: 0,
-            children: Vec::new(),
-        }
+        ChunkRecord { chunk_index: page, ..ChunkRecord::leaf(id, source, page, text) }
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn round_trip(chunks: &[ChunkRecord], plan: &Doc2QueryPlan, planned: &[plan::Pla
                 continue;
             }
             kept.rows.push(SynthRow {
-                golden: GoldenQuestion { qid: format!("d2q-{}-{j}", s.index), question: q, gold: vec![gold_of(c)], keywords: Vec::new(), reference_answer: None, category: Some("doc2query".into()) },
+                golden: GoldenQuestion::new(format!("d2q-{}-{j}", s.index), q, vec![gold_of(c)]).in_category("doc2query"),
                 thinking: None,
                 phases: None,
                 teacher_model: replies.model.clone(),

@@ -500,7 +500,7 @@ fn write_sft(chunks: &[ChunkRecord], chunks_path: &Path, prompts: &sft::SftPromp
         let mut proxies: Vec<SynthRow> = rows
             .iter()
             .map(|r| SynthRow {
-                golden: GoldenQuestion { qid: r.id.clone(), question: r.question.clone(), gold: vec![gold_of(c_of[r.chunk_id.as_str()])], keywords: Vec::new(), reference_answer: None, category: Some("sft".into()) },
+                golden: GoldenQuestion::new(r.id.clone(), r.question.clone(), vec![gold_of(c_of[r.chunk_id.as_str()])]).in_category("sft"),
                 thinking: None,
                 phases: None,
                 teacher_model: "sft".into(),

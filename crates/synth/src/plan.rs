@@ -228,25 +228,7 @@ pub(crate) mod tests {
 
     /// A leaf chunk `c{i}` of `source` on page i + 1 (shared by the crate's tests).
     pub(crate) fn chunk(i: usize, source: &str, text: &str) -> ChunkRecord {
-        ChunkRecord {
-            chunk_id: format!("c{i}"),
-            doc_id: source.to_string(),
-            source: source.into(),
-            doc_type: String::new(),
-            title: "T".into(),
-            section: String::new(),
-            page_start: i as i32 + 1,
-            page_end: i as i32 + 1,
-            char_start: 0,
-            char_end: text.chars().count() as i64,
-            chunk_index: i as i32,
-            prev_chunk_id: None,
-            next_chunk_id: None,
-            text: text.into(),
-            embed_text: None,
-            level: 0,
-            children: Vec::new(),
-        }
+        ChunkRecord { title: "T".into(), chunk_index: i as i32, ..ChunkRecord::leaf(format!("c{i}"), source, i as i32 + 1, text) }
     }
 
     const LONG: &str = "The inspector shall verify that each crossing gate arm is fully lowered before the train reaches the crossing. Records are kept for two years.";

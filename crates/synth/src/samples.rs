@@ -83,7 +83,7 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
 /// An inverse-cloze row: the chunk's salient sentence as the question, the chunk as its gold.
 fn ict_row(sample: usize, sentence: String, c: &ChunkRecord) -> SynthRow {
     SynthRow {
-        golden: GoldenQuestion { qid: format!("ict-{sample}"), question: sentence, gold: vec![gold_of(c)], keywords: Vec::new(), reference_answer: None, category: Some("ict".into()) },
+        golden: GoldenQuestion::new(format!("ict-{sample}"), sentence, vec![gold_of(c)]).in_category("ict"),
         thinking: None,
         phases: None,
         teacher_model: "ict".into(),

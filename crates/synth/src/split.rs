@@ -116,14 +116,7 @@ mod tests {
 
     fn row(i: usize, q: &str, pages: &[(i32, i32)]) -> SynthRow {
         SynthRow {
-            golden: GoldenQuestion {
-                qid: format!("q{i}"),
-                question: q.into(),
-                gold: pages.iter().map(|&(a, b)| GoldItem::Span { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: Some(a), page_end: Some(b), grade: None }).collect(),
-                keywords: Vec::new(),
-                reference_answer: None,
-                category: Some("ict".into()),
-            },
+            golden: GoldenQuestion::new(format!("q{i}"), q.into(), pages.iter().map(|&(a, b)| GoldItem::Span { source: "a.pdf".into(), char_start: 0, char_end: 1, page_start: Some(a), page_end: Some(b), grade: None }).collect()).in_category("ict"),
             thinking: None,
             phases: None,
             teacher_model: "ict".into(),

@@ -6,12 +6,15 @@
 //! - [`adapter`]: LoRA adapters in PEFT's folder format.
 //! - [`matmul`]: the deterministic f32 matrix product (one summation order per output on every
 //!   CPU; scalar and AVX2 paths chosen at run time, `GAUGE_MATMUL`), and [`dense::Dense`] on it.
+//! - [`gemm`]: strided f32 products through the `gemm` crate (the decoder's host forward and the
+//!   trainers' kernels), with their thread choice.
 //! - [`cpu_path`]: run-time kernel-path selection shared by every hot loop (a path per CPU
 //!   feature level, the fastest the machine has unless an environment variable names one).
 #![deny(missing_docs)]
 pub mod adapter;
 pub mod cpu_path;
 pub mod dense;
+pub mod gemm;
 pub mod matmul;
 pub mod weights;
 

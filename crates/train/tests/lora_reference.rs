@@ -7,15 +7,13 @@ use std::path::PathBuf;
 use gauge_decoder::adapter::PROJECTIONS;
 use gauge_decoder::generate::argmax;
 use gauge_decoder::{LanguageModel, LoadOptions, ModelFiles};
-use gauge_lora::model::{LoraModule, LoraParams, LoraShape, Sequence, TrainKernels, TrainableLlama};
-use gauge_lora::optim::{global_norm, AdamWConfig, AdamWState};
-use gauge_lora::BaseStorage;
+use gauge_train::generator::model::{LoraModule, LoraParams, LoraShape, Sequence, TrainKernels, TrainableLlama};
+use gauge_train::optim::{global_norm, AdamWConfig, AdamWState};
+use gauge_train::BaseStorage;
 use serde_json::Value;
 
 fn fixture() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-llama");
-    assert!(p.join("lora-reference.jsonl").is_file(), "{}: missing; tests read ../shared beside the checkout", p.display());
-    p
+    gauge_test_support::shared_path("fixtures/tiny-llama/lora-reference.jsonl").parent().unwrap().to_path_buf()
 }
 
 fn records() -> Vec<Value> {

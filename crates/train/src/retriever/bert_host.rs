@@ -1,6 +1,6 @@
 //! The encoder trainer's CPU kernels: the BERT forward and backward pass of
-//! [`crate::bert::TrainableBert`] written by hand on host memory, as [`crate::host`] does for
-//! the Llama block (the Burn graph in [`crate::bert`] stays for CUDA and as the reference the
+//! [`crate::retriever::bert::TrainableBert`] written by hand on host memory, as [`crate::generator::host`] does for
+//! the Llama block (the Burn graph in [`crate::retriever::bert`] stays for CUDA and as the reference the
 //! tests compare these with).
 //!
 //! What differs from the Burn path besides fused, threaded element-wise kernels:
@@ -18,9 +18,10 @@
 //! Shapes: row-major; heads side by side in a row (`[T, heads · head_dim]`).
 use rayon::prelude::*;
 
-use crate::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
-use crate::host::{exp_in_place, gemm, gemm_new, project, project_backward, rows_per_task, Operand};
-use crate::LoraError;
+use crate::retriever::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
+use crate::generator::host::{exp_in_place, project, project_backward, rows_per_task, Projection, Saved};
+use gauge_tensor::gemm::{gemm, gemm_new, Operand, Product};
+use crate::TrainError;
 use gauge_encoder::{BertConfig, Pooling};
 
 /// Where each sequence's rows start in the step's `[T, H]` matrix (`starts[s]..starts[s+1]`).
@@ -212,7 +213,7 @@ fn pairs(rows: &Rows, heads: usize) -> Vec<(usize, usize, usize)> {
 fn scores(q: &[f32], k: &[f32], h: usize, hd: usize, start: usize, n: usize, head: usize) -> Vec<f32> {
     let scale = 1.0 / (hd as f32).sqrt();
     let (qs, ks) = (&q[start * h..(start + n) * h], &k[start * h..(start + n) * h]);
-    gemm_new(n, n, hd, Operand::cols_from(qs, h, head * hd), Operand::cols_from_transposed(ks, h, head * hd), scale)
+    gemm_new(Product::new(n, n, hd, Operand::cols_from(qs, h, head * hd), Operand::cols_from_transposed(ks, h, head * hd)).scaled(scale))
 }
 
 /// Bidirectional multi-head attention over each sequence's own rows: `(ctx [T, H], lse)`.
@@ -226,7 +227,7 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], rows: &Rows, h: usize, heads: usiz
             let mut p = scores(q, k, h, hd, start, n, head);
             let mut lse = vec![0f32; n];
             softmax_rows(&mut p, n, &mut lse);
-            let o = gemm_new(n, hd, n, Operand::rows(&p, n), Operand::cols_from(&v[start * h..(start + n) * h], h, head * hd), 1.0);
+            let o = gemm_new(Product::new(n, hd, n, Operand::rows(&p, n), Operand::cols_from(&v[start * h..(start + n) * h], h, head * hd)));
             (o, lse)
         })
         .collect();
@@ -244,8 +245,7 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], rows: &Rows, h: usize, heads: usiz
 
 /// The gradient of [`attention`]: `(dq, dk, dv)` from `d_ctx`, the probabilities rebuilt
 /// from the scores and the kept log-sum-exp.
-#[allow(clippy::too_many_arguments)]
-fn attention_backward(d_ctx: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32], rows: &Rows, h: usize, heads: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+fn attention_backward(d_ctx: &[f32], (q, k, v): (&[f32], &[f32], &[f32]), lse: &[f32], rows: &Rows, h: usize, heads: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let hd = h / heads;
     let work = pairs(rows, heads);
     let scale = 1.0 / (hd as f32).sqrt();
@@ -261,14 +261,14 @@ fn attention_backward(d_ctx: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
                 exp_in_place(row);
             }
             // dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − rowsum(dP ⊙ P)).
-            let dv = gemm_new(n, hd, n, Operand::transposed(&p, n), Operand::cols_from(dos, h, head * hd), 1.0);
-            let mut dp = gemm_new(n, n, hd, Operand::cols_from(dos, h, head * hd), Operand::cols_from_transposed(vs, h, head * hd), 1.0);
+            let dv = gemm_new(Product::new(n, hd, n, Operand::transposed(&p, n), Operand::cols_from(dos, h, head * hd)));
+            let mut dp = gemm_new(Product::new(n, n, hd, Operand::cols_from(dos, h, head * hd), Operand::cols_from_transposed(vs, h, head * hd)));
             for (dp, p) in dp.chunks_mut(n).zip(p.chunks(n)) {
                 let dot: f32 = dp.iter().zip(p).map(|(a, b)| a * b).sum();
                 dp.iter_mut().zip(p).for_each(|(d, &p)| *d = p * (*d - dot));
             }
-            let dq = gemm_new(n, hd, n, Operand::rows(&dp, n), Operand::cols_from(ks, h, head * hd), scale);
-            let dk = gemm_new(n, hd, n, Operand::transposed(&dp, n), Operand::cols_from(qs, h, head * hd), scale);
+            let dq = gemm_new(Product::new(n, hd, n, Operand::rows(&dp, n), Operand::cols_from(ks, h, head * hd)).scaled(scale));
+            let dk = gemm_new(Product::new(n, hd, n, Operand::transposed(&dp, n), Operand::cols_from(qs, h, head * hd)).scaled(scale));
             [dq, dk, dv]
         })
         .collect();
@@ -287,7 +287,7 @@ fn attention_backward(d_ctx: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
 
 /// `y = x Wᵀ + b (+ s · (x Aᵀ) Bᵀ)` of one module.
 fn forward_linear(x: &[f32], t: usize, m: &Linear, r: usize, scale: f32) -> (Vec<f32>, Option<Vec<f32>>) {
-    project(x, t, m.d_in, m.d_out, m.w, Some(m.b), m.lora, r, scale, None)
+    project(&Projection { w: m.w, bias: Some(m.b), lora: m.lora, d_in: m.d_in, d_out: m.d_out, r, scale }, x, t, None)
 }
 
 /// The gradient slot of each parameter (its position among the trainable ones).
@@ -327,12 +327,12 @@ impl Grads {
 
 /// The gradient of one module: `dx += dy W (+ LoRA's part)`, LoRA's A and B, and — when they
 /// train — the weight (`dyᵀ x`) and the bias (`Σ dy`).
-#[allow(clippy::too_many_arguments)]
-fn backward_linear(dy: &[f32], x: &[f32], u: Option<&[f32]>, t: usize, m: &Linear, r: usize, scale: f32, dx: &mut [f32], g: &mut Grads) {
+fn backward_linear(dy: &[f32], saved: Saved, t: usize, m: &Linear, (r, scale): (usize, f32), dx: &mut [f32], g: &mut Grads) {
+    let x = saved.x;
     let lora_grads = m.ai.and_then(|(a, b)| g.pair(a, b));
-    project_backward(dy, t, m.d_in, m.d_out, m.w, m.lora, r, scale, x, None, u, dx, lora_grads);
+    project_backward(&Projection { w: m.w, bias: None, lora: m.lora, d_in: m.d_in, d_out: m.d_out, r, scale }, dy, t, saved, dx, lora_grads);
     if let Some(gw) = g.get(m.wi) {
-        gemm(m.d_out, m.d_in, t, gw, m.d_in, true, Operand::transposed(dy, m.d_out), Operand::rows(x, m.d_in), 1.0);
+        gemm(Product::new(m.d_out, m.d_in, t, Operand::transposed(dy, m.d_out), Operand::rows(x, m.d_in)), gw, m.d_in, true);
     }
     if let Some(gb) = g.get(m.bi) {
         for row in dy.chunks(m.d_out) {
@@ -359,7 +359,7 @@ impl HostBert<'_> {
 
     /// The task's outputs `[B, d]` of `seqs` (`d` = hidden size for the embedder, 1 for the
     /// cross-encoder) and, with `keep`, what the backward pass needs.
-    pub fn forward(&self, p: &EncoderParams, seqs: &[&Encoded], keep: bool) -> Result<Kept, LoraError> {
+    pub fn forward(&self, p: &EncoderParams, seqs: &[&Encoded], keep: bool) -> Result<Kept, TrainError> {
         let c = self.config;
         let (h, heads, eps) = (c.hidden_size, c.num_attention_heads, c.layer_norm_eps as f32);
         let rows = Rows::new(seqs);
@@ -372,12 +372,12 @@ impl HostBert<'_> {
         let mut x = vec![0f32; t * h];
         for (s, e) in seqs.iter().enumerate() {
             if e.ids.len() > c.max_position_embeddings {
-                return Err(LoraError::Model(format!("a sequence of {} tokens is longer than the model's {} positions", e.ids.len(), c.max_position_embeddings)));
+                return Err(TrainError::Model(format!("a sequence of {} tokens is longer than the model's {} positions", e.ids.len(), c.max_position_embeddings)));
             }
             let start = rows.span(s).0;
             for (k, (&id, &ty)) in e.ids.iter().zip(&e.types).enumerate() {
                 if id as usize >= c.vocab_size || ty as usize >= c.type_vocab_size {
-                    return Err(LoraError::Model(format!("token id {id} (type {ty}) is outside the vocabulary ({}, {} types)", c.vocab_size, c.type_vocab_size)));
+                    return Err(TrainError::Model(format!("token id {id} (type {ty}) is outside the vocabulary ({}, {} types)", c.vocab_size, c.type_vocab_size)));
                 }
                 let row = &mut x[(start + k) * h..(start + k + 1) * h];
                 let (wr, pr, tr) = (&word[id as usize * h..][..h], &pos[k * h..][..h], &types[ty as usize * h..][..h]);
@@ -498,10 +498,10 @@ impl HostBert<'_> {
                 let cls: Vec<f32> = (0..n).flat_map(|s| { let start = rows.span(s).0; hidden[start * h..(start + 1) * h].iter().copied() }).collect();
                 let classifier = linear(p, "classifier");
                 let mut d_pooled = vec![0f32; n * h];
-                backward_linear(d_out, &pooled, None, n, &classifier, 0, 0.0, &mut d_pooled, &mut g);
+                backward_linear(d_out, Saved { x: &pooled, mask: None, u: None }, n, &classifier, (0, 0.0), &mut d_pooled, &mut g);
                 d_pooled.iter_mut().zip(&pooled).for_each(|(d, &y)| *d *= 1.0 - y * y);
                 let mut d_cls = vec![0f32; n * h];
-                backward_linear(&d_pooled, &cls, None, n, &linear(p, "pooler.dense"), 0, 0.0, &mut d_cls, &mut g);
+                backward_linear(&d_pooled, Saved { x: &cls, mask: None, u: None }, n, &linear(p, "pooler.dense"), (0, 0.0), &mut d_cls, &mut g);
                 for s in 0..n {
                     let start = rows.span(s).0;
                     dx[start * h..(start + 1) * h].copy_from_slice(&d_cls[s * h..(s + 1) * h]);
@@ -519,11 +519,11 @@ impl HostBert<'_> {
             layer_norm_backward(&dx, &a.xhat2, &a.rstd2, h, g2, &mut d_ff, g.pair(g2i, b2i));
             // ff = dense(act) + x1.
             let mut d_act = vec![0f32; t * m[5].d_in];
-            backward_linear(&d_ff, &a.act, a.u[5].as_deref(), t, &m[5], r, self.scale, &mut d_act, &mut g);
+            backward_linear(&d_ff, Saved { x: &a.act, mask: None, u: a.u[5].as_deref() }, t, &m[5], (r, self.scale), &mut d_act, &mut g);
             let d_inter = gelu_backward(&d_act, &a.inter);
             drop(d_act);
             let mut d_x1 = d_ff;
-            backward_linear(&d_inter, &a.x1, a.u[4].as_deref(), t, &m[4], r, self.scale, &mut d_x1, &mut g);
+            backward_linear(&d_inter, Saved { x: &a.x1, mask: None, u: a.u[4].as_deref() }, t, &m[4], (r, self.scale), &mut d_x1, &mut g);
             drop(d_inter);
             let (g1i, g1) = get(p, &format!("encoder.layer.{l}.attention.output.LayerNorm.weight"));
             let b1i = p.index(&format!("encoder.layer.{l}.attention.output.LayerNorm.bias")).expect("bias loaded");
@@ -532,12 +532,12 @@ impl HostBert<'_> {
             drop(d_x1);
             // attn = dense(ctx) + x.
             let mut d_ctx = vec![0f32; t * h];
-            backward_linear(&d_attn, &a.ctx, a.u[3].as_deref(), t, &m[3], r, self.scale, &mut d_ctx, &mut g);
-            let (dq, dk, dv) = attention_backward(&d_ctx, &a.q, &a.k, &a.v, &a.lse, &rows, h, heads);
+            backward_linear(&d_attn, Saved { x: &a.ctx, mask: None, u: a.u[3].as_deref() }, t, &m[3], (r, self.scale), &mut d_ctx, &mut g);
+            let (dq, dk, dv) = attention_backward(&d_ctx, (&a.q, &a.k, &a.v), &a.lse, &rows, h, heads);
             drop(d_ctx);
             let mut d_x = d_attn;
             for (i, d) in [(0, &dq), (1, &dk), (2, &dv)] {
-                backward_linear(d, &a.x, a.u[i].as_deref(), t, &m[i], r, self.scale, &mut d_x, &mut g);
+                backward_linear(d, Saved { x: &a.x, mask: None, u: a.u[i].as_deref() }, t, &m[i], (r, self.scale), &mut d_x, &mut g);
             }
             dx = d_x;
         }

@@ -18,9 +18,9 @@
 use std::time::Instant;
 
 use gauge_decoder::ModelFiles;
-use gauge_lora::model::{LoraShape, Sequence, TrainableLlama};
-use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
-use gauge_lora::BaseStorage;
+use gauge_train::generator::model::{LoraShape, Sequence, TrainableLlama};
+use gauge_train::optim::{clip_global_norm, AdamWConfig, AdamWState};
+use gauge_train::BaseStorage;
 
 fn main() -> anyhow::Result<()> {
     main_with(std::env::args().collect())
@@ -52,7 +52,7 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let seqs: Vec<Sequence> = (0..batch).map(|b| Sequence { ids: (0..seq).map(|i| ((i * 7919 + b * 104_729) % (c.vocab_size - 1)) as u32 + 1).collect(), target: vec![true; seq - 1] }).collect();
     // Which activations the step keeps, chosen as train-lora chooses (`--checkpointing`,
     // `--max-memory-mib`; defaults: train-lora's).
-    let mut tc = gauge_lora::TrainConfig { batch_size: batch, ..Default::default() };
+    let mut tc = gauge_train::TrainConfig { batch_size: batch, ..Default::default() };
     if let Some(v) = flag("--checkpointing") {
         tc.checkpointing = serde_json::from_value(serde_json::Value::String(v))?;
     }
@@ -62,7 +62,7 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     if let Some(v) = flag("--max-memory-mib") {
         tc.max_memory_mib = v.parse()?;
     }
-    let plan = gauge_lora::train::plan_checkpointing(&mut model, &tc, &seqs, params.count())?;
+    let plan = gauge_train::generator::train::plan_checkpointing(&mut model, &tc, &seqs, params.count())?;
     let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
     let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
     let mut adam = AdamWState::new(&lens);
@@ -94,13 +94,13 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     let useful = 2.0 * fwd + 2.0 * lora;
     // Executed: the recomputed layers' forward again; on the host kernels also each head's
     // scores `q kᵀ` rebuilt in the backward pass (half of `attn`) and the head in one pass.
-    let host = model.kernels() == gauge_lora::model::TrainKernels::Host;
+    let host = model.kernels() == gauge_train::generator::model::TrainKernels::Host;
     let layers = c.num_hidden_layers as f64;
     let recomputed = if host { (model.n_layers() - model.recompute_group().min(model.n_layers())) as f64 } else { layers };
     let executed = useful + 2.0 * (proj + attn + lora) * recomputed / layers + if host { attn } else { 2.0 * head };
     let (peak, peak_how) = gauge_core::machine::peak_f32_flops();
     let (base_bytes, kinds) = model.base_bytes();
-    let rss = gauge_lora::run::peak_rss_mib();
+    let rss = gauge_train::run::peak_rss_mib();
     let trainable = params.count() as f64;
     if let Some(dir) = &check_dir {
         let adapter_dir = dir.join("adapter");
@@ -156,11 +156,11 @@ fn side(args: &[String]) -> anyhow::Result<()> {
     drop(files);
     let mut params = model.init_lora(LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() }, 0);
     let seqs: Vec<Sequence> = (0..batch).map(|b| Sequence { ids: (0..seq).map(|i| ((i * 7919 + b * 104_729) % (c.vocab_size - 1)) as u32 + 1).collect(), target: vec![true; seq - 1] }).collect();
-    let mut tc = gauge_lora::TrainConfig { batch_size: batch, ..Default::default() };
+    let mut tc = gauge_train::TrainConfig { batch_size: batch, ..Default::default() };
     if let Some(v) = flag("--checkpointing") {
         tc.checkpointing = serde_json::from_value(serde_json::Value::String(v))?;
     }
-    let plan = gauge_lora::train::plan_checkpointing(&mut model, &tc, &seqs, params.count())?;
+    let plan = gauge_train::generator::train::plan_checkpointing(&mut model, &tc, &seqs, params.count())?;
     let n_targets: usize = seqs.iter().map(Sequence::n_targets).sum();
     let lens: Vec<usize> = params.tensors().iter().map(|t| t.len()).collect();
     let mut adam = AdamWState::new(&lens);
@@ -180,7 +180,7 @@ fn side(args: &[String]) -> anyhow::Result<()> {
         }
     }
     let secs = times.iter().sum::<f64>() / times.len().max(1) as f64;
-    let peak = gauge_lora::run::peak_rss_mib().unwrap_or(f64::NAN);
+    let peak = gauge_train::run::peak_rss_mib().unwrap_or(f64::NAN);
     let figures: std::collections::BTreeMap<String, f64> = [
         ("tokens_per_s", (seq * batch) as f64 / secs),
         ("seconds_per_step", secs),

@@ -3,9 +3,9 @@
 //! bottom, every activation kept — gives the same bits, and Burn's ops the same gradients
 //! within f32 rounding.
 use gauge_decoder::ModelFiles;
-use gauge_lora::model::{LoraShape, Sequence, TrainKernels, TrainableLlama};
-use gauge_lora::optim::global_norm;
-use gauge_lora::BaseStorage;
+use gauge_train::generator::model::{LoraShape, Sequence, TrainKernels, TrainableLlama};
+use gauge_train::optim::global_norm;
+use gauge_train::BaseStorage;
 
 #[test]
 fn recomputation_settings_give_the_same_bits_and_burn_agrees() {

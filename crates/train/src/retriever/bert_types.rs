@@ -1,4 +1,4 @@
-//! The encoder trainer's parameter and batch types, shared by the Burn model ([`crate::bert`])
+//! The encoder trainer's parameter and batch types, shared by the Burn model ([`crate::retriever::bert`])
 //! and the host kernels (`bert_host`): what is trained (task, tuning), the named parameters,
 //! and a tokenized sequence.
 use std::collections::HashMap;

@@ -6,7 +6,7 @@ use gauge_decoder::gguf::{self, GgmlType};
 use gauge_decoder::Checkpoint;
 use serde::{Deserialize, Serialize};
 
-use crate::LoraError;
+use crate::TrainError;
 
 /// QLoRA's NF4 code values (Dettmers et al. 2023, bitsandbytes `NF4` table).
 pub const NF4_CODE: [f32; 16] = [
@@ -121,7 +121,7 @@ fn nf4_dequantize(codes: &[u8], scales: &[f32], start: usize, out: &mut [f32]) {
 
 impl Frozen {
     /// Loads `name` (`[d_out, d_in]`) from a checkpoint, stored as `storage` asks.
-    pub fn load(ck: &Checkpoint, name: &str, d_out: usize, d_in: usize, storage: BaseStorage) -> Result<Frozen, LoraError> {
+    pub fn load(ck: &Checkpoint, name: &str, d_out: usize, d_in: usize, storage: BaseStorage) -> Result<Frozen, TrainError> {
         if storage == BaseStorage::Auto {
             if let Some((ty, bytes)) = ck.raw_blocks(name, d_out, d_in) {
                 return Ok(Frozen { matrix: FrozenMatrix::Ggml { ty, bytes }, d_out, d_in });

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::frozen::BaseStorage;
-pub use crate::host::Checkpointing;
+use crate::generator::frozen::BaseStorage;
+pub use crate::generator::host::Checkpointing;
 use crate::optim::{AdamWConfig, Decay};
 
 /// Stage name (folder under the artifact root).

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use gauge_core::stage::Built;
 
-use crate::train::{TrainLora, TrainOptions, TrainSummary};
+use crate::stage::{TrainLora, TrainOptions, TrainSummary};
 
 /// Inputs and flags of `train-lora`; config flags set one field of [`crate::TrainConfig`].
 #[derive(clap::Args, Debug, Serialize)]
@@ -106,7 +106,7 @@ impl StageCli for TrainLora {
 
     fn invocation(args: TrainArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: crate::train::TrainInputs { data: args.data, index: args.index, hold_out: args.hold_out, also: args.also }, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
+        Ok(Invocation { inputs: crate::stage::TrainInputs { data: args.data, index: args.index, hold_out: args.hold_out, also: args.also }, options: TrainOptions { device: args.device, stop_after: args.stop_after, copy_to: args.copy_to }, flags })
     }
 }
 

@@ -20,12 +20,12 @@ use gauge_tensor::device::{Device, Tensor};
 use gauge_tensor::weights::Weights;
 use gauge_encoder::{BertConfig, Pooling};
 
-use crate::model::TrainKernels;
-use crate::LoraError;
-pub use crate::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
+use crate::generator::model::TrainKernels;
+use crate::TrainError;
+pub use crate::retriever::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
 
 /// PEFT `target_modules` names of [`BERT_MODULES`] (`dense` covers the last three, as in PEFT).
-pub fn module_targets(names: &[String]) -> Result<Vec<usize>, LoraError> {
+pub fn module_targets(names: &[String]) -> Result<Vec<usize>, TrainError> {
     let mut out = Vec::new();
     for n in names {
         let idx: Vec<usize> = match n.as_str() {
@@ -34,7 +34,7 @@ pub fn module_targets(names: &[String]) -> Result<Vec<usize>, LoraError> {
             "key" => vec![1],
             "value" => vec![2],
             "dense" => vec![3, 4, 5],
-            other => return Err(LoraError::Config(format!("unknown encoder target module `{other}` (expected query, key, value, dense or all)"))),
+            other => return Err(TrainError::Config(format!("unknown encoder target module `{other}` (expected query, key, value, dense or all)"))),
         };
         out.extend(idx);
     }
@@ -78,19 +78,19 @@ impl TrainableBert {
     /// `tuning`. LoRA A matrices start Kaiming-uniform (PEFT), B at zero; a cross-encoder
     /// without a one-logit `classifier` gets a new one (normal(0, 0.02), bias 0, as
     /// `BertForSequenceClassification` initialises it) and, without a pooler, a new pooler.
-    pub fn load(dir: &Path, task: EncoderTask, tuning: Tuning, seed: u64, device: &Device) -> Result<(TrainableBert, EncoderParams), LoraError> {
-        fn model(e: impl std::fmt::Display) -> LoraError {
-            LoraError::Model(e.to_string())
+    pub fn load(dir: &Path, task: EncoderTask, tuning: Tuning, seed: u64, device: &Device) -> Result<(TrainableBert, EncoderParams), TrainError> {
+        fn model(e: impl std::fmt::Display) -> TrainError {
+            TrainError::Model(e.to_string())
         }
         let config = BertConfig::from_file(&dir.join("config.json")).map_err(model)?;
         if config.is_roberta() {
-            return Err(LoraError::Config(format!("{}: train-lora's encoder targets train BERT checkpoints; this is {}", dir.display(), config.model_type)));
+            return Err(TrainError::Config(format!("{}: train-lora's encoder targets train BERT checkpoints; this is {}", dir.display(), config.model_type)));
         }
         let weights = Weights::open(&dir.join("model.safetensors"), &["", "bert."]).map_err(model)?;
         let (h, i) = (config.hidden_size, config.intermediate_size);
         let full = matches!(tuning, Tuning::Full);
         let mut p = EncoderParams { names: vec![], shapes: vec![], values: vec![], trainable: vec![], by_name: HashMap::new() };
-        let take = |p: &mut EncoderParams, name: &str, shape: Vec<usize>, trainable: bool| -> Result<(), LoraError> {
+        let take = |p: &mut EncoderParams, name: &str, shape: Vec<usize>, trainable: bool| -> Result<(), TrainError> {
             let w = weights.get(name, &shape).map_err(model)?;
             p.push(name.to_string(), shape, w.values, trainable);
             Ok(())
@@ -143,7 +143,7 @@ impl TrainableBert {
             }
         }
         let ad_device = burn::DispatchDevice::autodiff(device.clone());
-        let kernels = crate::model::default_kernels(device);
+        let kernels = crate::generator::model::default_kernels(device);
         Ok((TrainableBert { config, task, tuning, device: device.clone(), ad_device, kernels }, p))
     }
 
@@ -154,18 +154,18 @@ impl TrainableBert {
     }
 
     /// Chooses the implementation (the host kernels need a CPU device).
-    pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), LoraError> {
-        self.kernels = crate::model::kernels_for(&self.device, kernels)?;
+    pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), TrainError> {
+        self.kernels = crate::generator::model::kernels_for(&self.device, kernels)?;
         Ok(())
     }
 
-    fn host(&self) -> crate::bert_host::HostBert<'_> {
-        crate::bert_host::HostBert { config: &self.config, task: self.task, tuning: &self.tuning, scale: self.lora_scale() as f32 }
+    fn host(&self) -> crate::retriever::bert_host::HostBert<'_> {
+        crate::retriever::bert_host::HostBert { config: &self.config, task: self.task, tuning: &self.tuning, scale: self.lora_scale() as f32 }
     }
 
     /// Host outputs of `batches` (all sequences in one pass) as one tensor per batch on `device`.
     fn host_outputs(&self, out: &[f32], batches: &[Vec<&Encoded>], device: &Device, track: bool) -> Vec<Tensor<2>> {
-        let d = crate::bert_host::output_width(self.task, self.config.hidden_size);
+        let d = crate::retriever::bert_host::output_width(self.task, self.config.hidden_size);
         let mut at = 0;
         batches
             .iter()
@@ -225,20 +225,20 @@ impl TrainableBert {
     }
 
     /// Last hidden states `[B·L, H]` of a padded batch (rows of sequence b at `b·L..`), and L.
-    fn hidden(&self, p: &EncoderParams, t: &[Tensor<2>], batch: &[&Encoded], device: &Device) -> Result<(Tensor<2>, usize), LoraError> {
+    fn hidden(&self, p: &EncoderParams, t: &[Tensor<2>], batch: &[&Encoded], device: &Device) -> Result<(Tensor<2>, usize), TrainError> {
         let c = &self.config;
         let (h, heads) = (c.hidden_size, c.num_attention_heads);
         let hd = h / heads;
         let b = batch.len();
         let l = batch.iter().map(|e| e.ids.len()).max().unwrap_or(1).max(1);
         if l > c.max_position_embeddings {
-            return Err(LoraError::Model(format!("a sequence of {l} tokens is longer than the model's {} positions", c.max_position_embeddings)));
+            return Err(TrainError::Model(format!("a sequence of {l} tokens is longer than the model's {} positions", c.max_position_embeddings)));
         }
         let (mut ids, mut types, mut pos, mut mask) = (vec![c.pad_token_id as i64; b * l], vec![0i64; b * l], vec![0i64; b * l], vec![0f32; b * l]);
         for (r, e) in batch.iter().enumerate() {
             for (k, (&id, &ty)) in e.ids.iter().zip(&e.types).enumerate() {
                 if id as usize >= c.vocab_size || ty as usize >= c.type_vocab_size {
-                    return Err(LoraError::Model(format!("token id {id} (type {ty}) is outside the vocabulary ({}, {} types)", c.vocab_size, c.type_vocab_size)));
+                    return Err(TrainError::Model(format!("token id {id} (type {ty}) is outside the vocabulary ({}, {} types)", c.vocab_size, c.type_vocab_size)));
                 }
                 ids[r * l + k] = id as i64;
                 types[r * l + k] = ty as i64;
@@ -274,7 +274,7 @@ impl TrainableBert {
 
     /// The task's output for a batch: `[B, H]` sentence vectors (embedder) or `[B, 1]` logits
     /// (cross-encoder).
-    fn output(&self, p: &EncoderParams, t: &[Tensor<2>], batch: &[&Encoded], device: &Device) -> Result<Tensor<2>, LoraError> {
+    fn output(&self, p: &EncoderParams, t: &[Tensor<2>], batch: &[&Encoded], device: &Device) -> Result<Tensor<2>, TrainError> {
         let (x, l) = self.hidden(p, t, batch, device)?;
         let (b, h) = (batch.len(), self.config.hidden_size);
         match self.task {
@@ -309,16 +309,16 @@ impl TrainableBert {
     }
 
     /// Outputs without gradients (evaluation, mining, checks), as host rows.
-    pub fn infer(&self, p: &EncoderParams, batch: &[&Encoded]) -> Result<Vec<Vec<f32>>, LoraError> {
+    pub fn infer(&self, p: &EncoderParams, batch: &[&Encoded]) -> Result<Vec<Vec<f32>>, TrainError> {
         if self.kernels == TrainKernels::Host {
             let kept = self.host().forward(p, batch, false)?;
-            let d = crate::bert_host::output_width(self.task, self.config.hidden_size);
+            let d = crate::retriever::bert_host::output_width(self.task, self.config.hidden_size);
             return Ok(kept.outputs().chunks_exact(d).map(<[f32]>::to_vec).collect());
         }
         let t = self.tensors(p, &self.device, false);
         let out = self.output(p, &t, batch, &self.device)?;
         let [_, d] = out.dims();
-        Ok(crate::model::values(out).chunks_exact(d).map(<[f32]>::to_vec).collect())
+        Ok(crate::generator::model::values(out).chunks_exact(d).map(<[f32]>::to_vec).collect())
     }
 
     /// Runs `loss_fn` on the task's outputs of every batch in `batches`, back-propagates, and
@@ -333,10 +333,10 @@ impl TrainableBert {
     /// shards' parameter gradients are summed. Exactly the gradient of one big graph, with
     /// both cores busy (burn-flex's element-wise kernels are single-threaded).
     ///
-    /// With the host kernels ([`crate::bert_host`]) every sequence of the step runs in one
+    /// With the host kernels ([`crate::retriever::bert_host`]) every sequence of the step runs in one
     /// unpadded pass; the loss and its gradient with respect to the outputs still come from
     /// `loss_fn` on Burn's autodiff device, and the host backward pass takes it from there.
-    pub fn loss_and_gradients(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<(f64, Vec<Vec<f32>>), LoraError> {
+    pub fn loss_and_gradients(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<(f64, Vec<Vec<f32>>), TrainError> {
         use rayon::prelude::*;
         if self.kernels == TrainKernels::Host {
             let seqs: Vec<&Encoded> = batches.iter().flatten().copied().collect();
@@ -344,9 +344,9 @@ impl TrainableBert {
             let kept = host.forward(p, &seqs, true)?;
             let leaves = self.host_outputs(kept.outputs(), batches, &self.ad_device, true);
             let loss = loss_fn(leaves.clone());
-            let value = crate::model::values(loss.clone().inner())[0] as f64;
+            let value = crate::generator::model::values(loss.clone().inner())[0] as f64;
             let g = loss.backward();
-            let upstream: Vec<f32> = leaves.iter().flat_map(|l| l.grad(&g).map(crate::model::values).unwrap_or_else(|| vec![0.0; l.dims().iter().product()])).collect();
+            let upstream: Vec<f32> = leaves.iter().flat_map(|l| l.grad(&g).map(crate::generator::model::values).unwrap_or_else(|| vec![0.0; l.dims().iter().product()])).collect();
             return Ok((value, host.backward(p, &seqs, kept, &upstream)));
         }
         let threads = rayon::current_num_threads().max(1).min(batches.len().max(1));
@@ -354,7 +354,7 @@ impl TrainableBert {
         let shards: Vec<&[Vec<&Encoded>]> = batches.chunks(per).collect();
         // Phase 1: forward with graphs, one shard per thread.
         type Shard = (Vec<Tensor<2>>, Vec<Tensor<2>>);
-        let forwards: Vec<Result<Shard, LoraError>> = shards
+        let forwards: Vec<Result<Shard, TrainError>> = shards
             .par_iter()
             .map(|shard| {
                 let t = self.tensors(p, &self.ad_device, true);
@@ -366,7 +366,7 @@ impl TrainableBert {
         // Phase 2: the loss on detached outputs, and its gradient with respect to each.
         let leaves: Vec<Tensor<2>> = forwards.iter().flat_map(|(_, outs)| outs.iter().map(|o| Tensor::<2>::from_data(o.clone().inner().into_data(), &self.ad_device).require_grad())).collect();
         let loss = loss_fn(leaves.clone());
-        let value = crate::model::values(loss.clone().inner())[0] as f64;
+        let value = crate::generator::model::values(loss.clone().inner())[0] as f64;
         let g = loss.backward();
         let upstream: Vec<Tensor<2>> = leaves.iter().map(|l| l.grad(&g).map(|x| Tensor::<2>::from_data(x.into_data(), &self.ad_device)).unwrap_or_else(|| l.clone().detach().zeros_like())).collect();
         // Phase 3: each shard back-propagates its outputs' gradients.
@@ -383,7 +383,7 @@ impl TrainableBert {
             .map(|((t, outs), off)| {
                 let surrogate = outs.into_iter().enumerate().map(|(j, o)| (o * upstream[off + j].clone()).sum()).reduce(|a, b| a + b).expect("a shard has outputs");
                 let grads = surrogate.backward();
-                trainable.iter().map(|&i| t[i].grad(&grads).map(crate::model::values).unwrap_or_else(|| vec![0.0; p.values[i].len()])).collect()
+                trainable.iter().map(|&i| t[i].grad(&grads).map(crate::generator::model::values).unwrap_or_else(|| vec![0.0; p.values[i].len()])).collect()
             })
             .collect();
         let mut total = parts[0].clone();
@@ -396,18 +396,18 @@ impl TrainableBert {
     }
 
     /// The loss alone (same `loss_fn`), without a graph; batches run in parallel.
-    pub fn loss(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<f64, LoraError> {
+    pub fn loss(&self, p: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>) -> Result<f64, TrainError> {
         use rayon::prelude::*;
         if self.kernels == TrainKernels::Host {
             let seqs: Vec<&Encoded> = batches.iter().flatten().copied().collect();
             let kept = self.host().forward(p, &seqs, false)?;
             let outs = self.host_outputs(kept.outputs(), batches, &self.device, false);
-            return Ok(crate::model::values(loss_fn(outs))[0] as f64);
+            return Ok(crate::generator::model::values(loss_fn(outs))[0] as f64);
         }
         let t = self.tensors(p, &self.device, false);
-        let outs: Vec<Vec<f32>> = batches.par_iter().map(|b| self.output(p, &t, b, &self.device).map(crate::model::values)).collect::<Result<_, _>>()?;
+        let outs: Vec<Vec<f32>> = batches.par_iter().map(|b| self.output(p, &t, b, &self.device).map(crate::generator::model::values)).collect::<Result<_, _>>()?;
         let outs: Vec<Tensor<2>> = outs.into_iter().zip(batches).map(|(v, b)| { let d = v.len() / b.len(); Tensor::<2>::from_data(TensorData::new(v, [b.len(), d]), &self.device) }).collect();
-        Ok(crate::model::values(loss_fn(outs))[0] as f64)
+        Ok(crate::generator::model::values(loss_fn(outs))[0] as f64)
     }
 
     /// The device losses are built on (for constants such as masks and labels): the autodiff

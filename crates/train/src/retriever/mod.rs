@@ -21,6 +21,10 @@
 //! Every page whose text was a positive goes into the manifest (`trained_pages`) and into
 //! `training_pages.json` beside the weights, so `evaluate` can keep to questions whose gold
 //! pages the model never saw as relevant.
+pub mod bert;
+mod bert_host;
+mod bert_types;
+
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -32,12 +36,12 @@ use gauge_core::schema::ChunkRecord;
 use gauge_tensor::device::Tensor;
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
-use crate::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
+use crate::retriever::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
 use crate::curve;
 use crate::steps::{optimise, StepOut, Trainee};
 use crate::run::{peak_rss_mib, sample, write_safetensors, TrainConfig, TrainInputs, TrainOptions, TrainSummary};
 pub use crate::run::{RerankLoss, RetrieverConfig, Target, TrainingPages, TuningKind, TRAINING_PAGES};
-use crate::LoraError;
+use crate::TrainError;
 
 /// One training question with its positive and mined negatives.
 #[derive(Debug, Clone)]
@@ -75,11 +79,11 @@ pub struct SourcedQuestion {
 }
 
 /// Reads golden rows (JSONL) with their `chunk_id` and `teacher_model`.
-pub fn read_questions(path: &Path) -> Result<Vec<SourcedQuestion>, LoraError> {
-    let text = std::fs::read_to_string(path).map_err(|e| LoraError::Data { path: path.to_path_buf(), message: format!("cannot read ({e})") })?;
+pub fn read_questions(path: &Path) -> Result<Vec<SourcedQuestion>, TrainError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TrainError::Data { path: path.to_path_buf(), message: format!("cannot read ({e})") })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let bad = |m: String| LoraError::Data { path: path.to_path_buf(), message: format!("line {}: {m} (pass a synth-data artifact: golden rows with `question` and `gold`)", i + 1) };
+        let bad = |m: String| TrainError::Data { path: path.to_path_buf(), message: format!("line {}: {m} (pass a synth-data artifact: golden rows with `question` and `gold`)", i + 1) };
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON ({e})")))?;
         let question: GoldenQuestion = serde_json::from_value(v.clone()).map_err(|e| bad(format!("not a golden row ({e})")))?;
         if question.gold.is_empty() {
@@ -91,7 +95,7 @@ pub fn read_questions(path: &Path) -> Result<Vec<SourcedQuestion>, LoraError> {
 }
 
 /// The training and held-out files of a synth-data artifact (or one JSONL file).
-pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError> {
+pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), TrainError> {
     if input.is_file() {
         return Ok((input.to_path_buf(), None));
     }
@@ -100,7 +104,7 @@ pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError
         let dev = input.join("dev.jsonl");
         return Ok((train, dev.is_file().then_some(dev)));
     }
-    Err(LoraError::Data { path: input.to_path_buf(), message: "holds no train.jsonl (run `synth-data --split …` and pass the directory it prints, or pass a golden JSONL file)".into() })
+    Err(TrainError::Data { path: input.to_path_buf(), message: "holds no train.jsonl (run `synth-data --split …` and pass the directory it prints, or pass a golden JSONL file)".into() })
 }
 
 /// Builds examples: positives from the index's chunks, hard negatives mined with its BM25 and
@@ -163,21 +167,21 @@ pub struct EncoderTokenizer {
 
 impl EncoderTokenizer {
     /// From a model folder's `tokenizer.json`.
-    pub fn load(dir: &Path, query_len: usize, passage_len: usize, one_type: bool) -> Result<EncoderTokenizer, LoraError> {
+    pub fn load(dir: &Path, query_len: usize, passage_len: usize, one_type: bool) -> Result<EncoderTokenizer, TrainError> {
         let path = dir.join("tokenizer.json");
-        let base = Tokenizer::from_file(&path).map_err(|e| LoraError::Data { path: path.clone(), message: format!("cannot load the tokenizer ({e})") })?;
-        let with = |strategy, max_length| -> Result<Tokenizer, LoraError> {
+        let base = Tokenizer::from_file(&path).map_err(|e| TrainError::Data { path: path.clone(), message: format!("cannot load the tokenizer ({e})") })?;
+        let with = |strategy, max_length| -> Result<Tokenizer, TrainError> {
             let mut t = base.clone();
             t.with_padding(None);
-            t.with_truncation(Some(TruncationParams { max_length, strategy, ..Default::default() })).map_err(|e| LoraError::Data { path: path.clone(), message: format!("cannot set truncation ({e})") })?;
+            t.with_truncation(Some(TruncationParams { max_length, strategy, ..Default::default() })).map_err(|e| TrainError::Data { path: path.clone(), message: format!("cannot set truncation ({e})") })?;
             Ok(t)
         };
         Ok(EncoderTokenizer { single: with(TruncationStrategy::LongestFirst, passage_len)?, pair: with(TruncationStrategy::LongestFirst, passage_len)?, query_len, one_type })
     }
 
     /// A single text, truncated to `max` tokens (with the special tokens).
-    pub fn text(&self, text: &str, max: usize) -> Result<Encoded, LoraError> {
-        let enc = self.single.encode(text, true).map_err(|e| LoraError::Model(format!("tokenization failed: {e}")))?;
+    pub fn text(&self, text: &str, max: usize) -> Result<Encoded, TrainError> {
+        let enc = self.single.encode(text, true).map_err(|e| TrainError::Model(format!("tokenization failed: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
         if ids.len() > max && max >= 2 {
             let last = *ids.last().expect("non-empty");
@@ -189,13 +193,13 @@ impl EncoderTokenizer {
     }
 
     /// A query (its own length limit).
-    pub fn query(&self, text: &str) -> Result<Encoded, LoraError> {
+    pub fn query(&self, text: &str) -> Result<Encoded, TrainError> {
         self.text(text, self.query_len)
     }
 
     /// A `[CLS] query [SEP] passage [SEP]` pair, as the cross-encoder encodes it.
-    pub fn pair(&self, query: &str, passage: &str) -> Result<Encoded, LoraError> {
-        let enc = self.pair.encode(EncodeInput::Dual(query.into(), passage.into()), true).map_err(|e| LoraError::Model(format!("tokenization failed: {e}")))?;
+    pub fn pair(&self, query: &str, passage: &str) -> Result<Encoded, TrainError> {
+        let enc = self.pair.encode(EncodeInput::Dual(query.into(), passage.into()), true).map_err(|e| TrainError::Model(format!("tokenization failed: {e}")))?;
         let types = if self.one_type { vec![0; enc.get_ids().len()] } else { enc.get_type_ids().to_vec() };
         Ok(Encoded { ids: enc.get_ids().to_vec(), types })
     }
@@ -234,7 +238,7 @@ impl StepBatch {
 }
 
 /// Tokenizes a step's examples for the target.
-pub fn step_batch(examples: &[&RetrievalExample], task: EncoderTask, tok: &EncoderTokenizer, cfg: &RetrieverConfig, prefixes: (&str, &str)) -> Result<StepBatch, LoraError> {
+pub fn step_batch(examples: &[&RetrievalExample], task: EncoderTask, tok: &EncoderTokenizer, cfg: &RetrieverConfig, prefixes: (&str, &str)) -> Result<StepBatch, TrainError> {
     match task {
         EncoderTask::Embedder { .. } => {
             let queries = examples.iter().map(|e| tok.query(&format!("{}{}", prefixes.0, e.question))).collect::<Result<Vec<_>, _>>()?;
@@ -298,7 +302,7 @@ fn gather(outs: Vec<Tensor<2>>, idx: &[Vec<usize>], device: &burn::DispatchDevic
 pub type StepLoss = (f64, Option<Vec<Vec<f32>>>);
 
 /// The step's loss (and, with `train`, gradients of every trainable parameter).
-pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: &RetrieverConfig, train: bool) -> Result<StepLoss, LoraError> {
+pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatch, cfg: &RetrieverConfig, train: bool) -> Result<StepLoss, TrainError> {
     let device = model.device(train).clone();
     match batch {
         StepBatch::Contrastive { queries, passages, masked } => {
@@ -349,7 +353,7 @@ pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatc
     }
 }
 
-fn run(model: &TrainableBert, params: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>, train: bool) -> Result<StepLoss, LoraError> {
+fn run(model: &TrainableBert, params: &EncoderParams, batches: &[Vec<&Encoded>], loss_fn: impl FnOnce(Vec<Tensor<2>>) -> Tensor<1>, train: bool) -> Result<StepLoss, TrainError> {
     if train {
         let (loss, grads) = model.loss_and_gradients(params, batches, loss_fn)?;
         Ok((loss, Some(grads)))
@@ -402,7 +406,7 @@ pub fn save_model(model: &TrainableBert, params: &EncoderParams, base: &Path, di
 }
 
 /// Mean held-out loss over the dev examples in steps of `window`.
-fn eval_loss(model: &TrainableBert, params: &EncoderParams, dev: &[StepBatch], cfg: &RetrieverConfig) -> Result<Option<f64>, LoraError> {
+fn eval_loss(model: &TrainableBert, params: &EncoderParams, dev: &[StepBatch], cfg: &RetrieverConfig) -> Result<Option<f64>, TrainError> {
     if dev.is_empty() {
         return Ok(None);
     }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use gauge_decoder::{ChatTemplate, Message};
 
-use crate::model::Sequence;
-use crate::LoraError;
+use crate::generator::model::Sequence;
+use crate::TrainError;
 
 /// One tokenised example.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,8 +28,8 @@ pub struct ReadStats {
 }
 
 /// Reads a chat JSONL file and tokenises every row (`max_seq_len` tokens at most).
-pub fn read_chat_jsonl(path: &Path, tokenizer: &tokenizers::Tokenizer, template: &ChatTemplate, max_seq_len: usize) -> Result<(Vec<Example>, ReadStats), LoraError> {
-    let err = |message: String| LoraError::Data { path: path.to_path_buf(), message };
+pub fn read_chat_jsonl(path: &Path, tokenizer: &tokenizers::Tokenizer, template: &ChatTemplate, max_seq_len: usize) -> Result<(Vec<Example>, ReadStats), TrainError> {
+    let err = |message: String| TrainError::Data { path: path.to_path_buf(), message };
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read ({e})")))?;
     let mut out = Vec::new();
     let mut stats = ReadStats::default();
@@ -71,12 +71,12 @@ pub fn tokenize(messages: &[Message], tokenizer: &tokenizers::Tokenizer, templat
 /// The train and (optional) held-out files of an input: a `synth-data` artifact directory
 /// (LLM mode: `sft-train.jsonl` and `sft-dev.jsonl`; SFT mode: `train.jsonl` and `dev.jsonl`;
 /// unsplit: `sft.jsonl`), or one JSONL file.
-pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError> {
+pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), TrainError> {
     if input.is_file() {
         return Ok((input.to_path_buf(), None));
     }
     if !input.is_dir() {
-        return Err(LoraError::Data { path: input.to_path_buf(), message: "no such file or directory (pass the directory `synth-data --mode sft` printed, or a chat JSONL file)".into() });
+        return Err(TrainError::Data { path: input.to_path_buf(), message: "no such file or directory (pass the directory `synth-data --mode sft` printed, or a chat JSONL file)".into() });
     }
     let teacher = input.join("sft-train.jsonl");
     if teacher.is_file() {
@@ -92,14 +92,14 @@ pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), LoraError
     if all.is_file() {
         return Ok((all, None));
     }
-    Err(LoraError::Data { path: input.to_path_buf(), message: "holds neither train.jsonl nor sft.jsonl (run `synth-data --mode sft` and pass the directory it prints)".into() })
+    Err(TrainError::Data { path: input.to_path_buf(), message: "holds neither train.jsonl nor sft.jsonl (run `synth-data --mode sft` and pass the directory it prints)".into() })
 }
 
 /// The `source#page` of every page the rows of a chat JSONL were made from (`source`,
 /// `page_start`, `page_end`, as `synth-data --mode sft` writes them; rows without a source,
 /// such as out-of-corpus refusals, add none), sorted.
-pub fn example_pages(path: &Path) -> Result<Vec<String>, LoraError> {
-    let err = |message: String| LoraError::Data { path: path.to_path_buf(), message };
+pub fn example_pages(path: &Path) -> Result<Vec<String>, TrainError> {
+    let err = |message: String| TrainError::Data { path: path.to_path_buf(), message };
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read ({e})")))?;
     let mut pages = std::collections::BTreeSet::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn only_the_last_assistant_turn_is_learned() {
-        let tok = tokenizers::Tokenizer::from_file(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/tiny-llama/tokenizer.json")).unwrap();
+        let tok = tokenizers::Tokenizer::from_file(gauge_test_support::shared_path("fixtures/tiny-llama/tokenizer.json")).unwrap();
         let t = ChatTemplate::new("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}", "", "");
         let msgs = vec![Message::new("user", "what is the speed limit"), Message::new("assistant", "ten miles per hour")];
         let s = tokenize(&msgs, &tok, &t).unwrap();

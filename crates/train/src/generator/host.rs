@@ -1,5 +1,5 @@
 //! The training step's CPU kernels: a Llama decoder block with LoRA, forward and backward,
-//! written out by hand on host memory (the Burn path in [`crate::model`] stays for CUDA and
+//! written out by hand on host memory (the Burn path in [`crate::generator::model`] stays for CUDA and
 //! as the reference these are tested against).
 //!
 //! Why by hand: on burn-flex the element-wise work of the step (RMSNorm, RoPE, SiLU·gate, the
@@ -231,105 +231,7 @@ pub fn exp_in_place(xs: &mut [f32]) {
 // ---------------------------------------------------------------------------------------------
 // matrix products
 
-/// Below this many multiply-adds a product runs on the calling thread.
-const GEMM_PARALLEL_MIN: usize = 1 << 18;
-
-/// A matrix operand: values, row stride and column stride (element `(i, j)` at
-/// `i · rs + j · cs`).
-#[derive(Clone, Copy)]
-pub(crate) struct Operand<'a> {
-    pub v: &'a [f32],
-    pub rs: usize,
-    pub cs: usize,
-}
-
-impl<'a> Operand<'a> {
-    /// Row-major `[rows, cols]`.
-    pub fn rows(v: &'a [f32], cols: usize) -> Self {
-        Operand { v, rs: cols, cs: 1 }
-    }
-    /// The transpose of row-major `[rows, cols]` (read as `[cols, rows]`).
-    pub fn transposed(v: &'a [f32], cols: usize) -> Self {
-        Operand { v, rs: 1, cs: cols }
-    }
-    /// Columns `c0..` of a row-major matrix with `cols` columns.
-    pub fn cols_from(v: &'a [f32], cols: usize, c0: usize) -> Self {
-        Operand { v: &v[c0..], rs: cols, cs: 1 }
-    }
-    /// The transpose of columns `c0..` of a row-major matrix with `cols` columns.
-    pub fn cols_from_transposed(v: &'a [f32], cols: usize, c0: usize) -> Self {
-        Operand { v: &v[c0..], rs: 1, cs: cols }
-    }
-    fn check(&self, rows: usize, cols: usize, what: &str) {
-        if rows > 0 && cols > 0 {
-            let last = (rows - 1) * self.rs + (cols - 1) * self.cs;
-            assert!(last < self.v.len(), "gemm {what}: element ({}, {}) at {last} outside {} values", rows - 1, cols - 1, self.v.len());
-        }
-    }
-}
-
-/// `dst[m, n] ← (dst if accumulate) + beta · lhs[m, k] · rhs[k, n]`; `dst` row-major with row
-/// stride `dst_rs`. Threaded over `gemm`'s blocks when large (each output element is summed in
-/// one fixed order whatever the thread count).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize, accumulate: bool, lhs: Operand, rhs: Operand, beta: f32) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(m > 0 && (m - 1) * dst_rs + n <= dst.len(), "gemm dst: {m}×{n} (row stride {dst_rs}) outside {} values", dst.len());
-    if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
-            }
-        }
-        return;
-    }
-    // SAFETY: `dst` holds every element of the m × n block (asserted above).
-    unsafe { gemm_raw(m, n, k, dst.as_mut_ptr(), dst_rs, accumulate, lhs, rhs, beta) }
-}
-
-/// The one call into the `gemm` crate, threaded when large; checks both operands' extents.
-///
-/// # Safety
-/// `dst` must be valid for writes (and, with `accumulate`, reads) of the m × n elements at
-/// `i · dst_rs + j`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_raw(m: usize, n: usize, k: usize, dst: *mut f32, dst_rs: usize, accumulate: bool, lhs: Operand, rhs: Operand, beta: f32) {
-    lhs.check(m, k, "lhs");
-    rhs.check(k, n, "rhs");
-    let par = if m * n * k >= GEMM_PARALLEL_MIN { ::gemm::Parallelism::Rayon(0) } else { ::gemm::Parallelism::None };
-    // SAFETY: the operands' elements are inside their slices (checked above), `dst` is the
-    // caller's promise; with `accumulate` false gemm writes `dst` without reading it.
-    unsafe {
-        ::gemm::gemm(
-            m, n, k,
-            dst, 1, dst_rs as isize, accumulate,
-            lhs.v.as_ptr(), lhs.cs as isize, lhs.rs as isize,
-            rhs.v.as_ptr(), rhs.cs as isize, rhs.rs as isize,
-            1.0, beta, false, false, false, par,
-        );
-    }
-}
-
-/// `beta · lhs[m, k] · rhs[k, n]` into a new row-major `[m, n]` buffer that is never
-/// zero-filled first (`gemm` writes every element without reading it): the step's largest
-/// fresh buffers — attention scores, the head's logits slices, projection outputs — skip the
-/// `memset` a `vec![0; m·n]` would cost.
-pub(crate) fn gemm_new(m: usize, n: usize, k: usize, lhs: Operand, rhs: Operand, beta: f32) -> Vec<f32> {
-    let len = m * n;
-    if k == 0 || len == 0 {
-        return vec![0f32; len];
-    }
-    let mut dst: Vec<f32> = Vec::with_capacity(len);
-    // SAFETY: `dst` has room for `len` elements; without `accumulate` gemm writes each of the
-    // m × n (row stride n) once and reads none, so all are initialised before `set_len`.
-    unsafe {
-        gemm_raw(m, n, k, dst.as_mut_ptr(), n, false, lhs, rhs, beta);
-        dst.set_len(len);
-    }
-    dst
-}
+pub(crate) use gauge_tensor::gemm::{gemm, gemm_new, Operand, Product};
 
 // ---------------------------------------------------------------------------------------------
 // element-wise kernels (threaded over rows)
@@ -472,24 +374,46 @@ fn causal_probabilities(p: &mut [f32], t: usize, lse: &[f32]) {
 // ---------------------------------------------------------------------------------------------
 // projections
 
+/// One projection: `y = x Wᵀ (+ b) + scale · (drop(x) Aᵀ) Bᵀ` — its weight `[d_out, d_in]`,
+/// bias, and LoRA pair (`A [r, d_in]`, `B [d_out, r]`) with its rank and scale.
+#[derive(Clone, Copy)]
+pub(crate) struct Projection<'a> {
+    pub w: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+    pub lora: Option<(&'a [f32], &'a [f32])>,
+    pub d_in: usize,
+    pub d_out: usize,
+    pub r: usize,
+    pub scale: f32,
+}
+
+/// What a projection's forward kept for its gradient: its input, the dropout mask on LoRA's
+/// input, and LoRA's intermediate `u = drop(x) Aᵀ`.
+#[derive(Clone, Copy)]
+pub(crate) struct Saved<'a> {
+    pub x: &'a [f32],
+    pub mask: Option<&'a [f32]>,
+    pub u: Option<&'a [f32]>,
+}
+
 /// `y = x Wᵀ (+ bias) + s · (drop(x) Aᵀ) Bᵀ` over `[t, d_in]`; returns `y` and `drop(x) Aᵀ`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], bias: Option<&[f32]>, lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, mask: Option<&[f32]>) -> (Vec<f32>, Option<Vec<f32>>) {
+pub(crate) fn project(p: &Projection, x: &[f32], t: usize, mask: Option<&[f32]>) -> (Vec<f32>, Option<Vec<f32>>) {
+    let Projection { w, bias, lora, d_in, d_out, r, scale } = *p;
     let mut y = match bias {
         Some(b) => {
             let mut y: Vec<f32> = b.iter().copied().cycle().take(t * d_out).collect();
-            gemm(t, d_out, d_in, &mut y, d_out, true, Operand::rows(x, d_in), Operand::transposed(w, d_in), 1.0);
+            gemm(Product::new(t, d_out, d_in, Operand::rows(x, d_in), Operand::transposed(w, d_in)), &mut y, d_out, true);
             y
         }
-        None => gemm_new(t, d_out, d_in, Operand::rows(x, d_in), Operand::transposed(w, d_in), 1.0),
+        None => gemm_new(Product::new(t, d_out, d_in, Operand::rows(x, d_in), Operand::transposed(w, d_in))),
     };
     let u = lora.map(|(a, b)| {
         let dropped: Cow<[f32]> = match mask {
             Some(m) => Cow::Owned(x.iter().zip(m).map(|(x, m)| x * m).collect()),
             None => Cow::Borrowed(x),
         };
-        let u = gemm_new(t, r, d_in, Operand::rows(&dropped, d_in), Operand::transposed(a, d_in), 1.0);
-        gemm(t, d_out, r, &mut y, d_out, true, Operand::rows(&u, r), Operand::transposed(b, r), scale);
+        let u = gemm_new(Product::new(t, r, d_in, Operand::rows(&dropped, d_in), Operand::transposed(a, d_in)));
+        gemm(Product::new(t, d_out, r, Operand::rows(&u, r), Operand::transposed(b, r)).scaled(scale), &mut y, d_out, true);
         u
     });
     (y, u)
@@ -497,22 +421,23 @@ pub(crate) fn project(x: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32],
 
 /// The gradient of [`project`]: `dx += dy W + ((s · dy B) A) ⊙ mask`, and the adapter's
 /// `dA += (s · dy B)ᵀ drop(x)`, `dB += s · dyᵀ u`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn project_backward(dy: &[f32], t: usize, d_in: usize, d_out: usize, w: &[f32], lora: Option<(&[f32], &[f32])>, r: usize, scale: f32, x: &[f32], mask: Option<&[f32]>, u: Option<&[f32]>, dx: &mut [f32], grads: Option<(&mut [f32], &mut [f32])>) {
-    gemm(t, d_in, d_out, dx, d_in, true, Operand::rows(dy, d_out), Operand::rows(w, d_in), 1.0);
+pub(crate) fn project_backward(p: &Projection, dy: &[f32], t: usize, saved: Saved, dx: &mut [f32], grads: Option<(&mut [f32], &mut [f32])>) {
+    let Projection { w, lora, d_in, d_out, r, scale, .. } = *p;
+    let Saved { x, mask, u } = saved;
+    gemm(Product::new(t, d_in, d_out, Operand::rows(dy, d_out), Operand::rows(w, d_in)), dx, d_in, true);
     let (Some((a, b)), Some(u), Some((ga, gb))) = (lora, u, grads) else { return };
-    let du = gemm_new(t, r, d_out, Operand::rows(dy, d_out), Operand::rows(b, r), scale);
-    gemm(d_out, r, t, gb, r, true, Operand::transposed(dy, d_out), Operand::rows(u, r), scale);
+    let du = gemm_new(Product::new(t, r, d_out, Operand::rows(dy, d_out), Operand::rows(b, r)).scaled(scale));
+    gemm(Product::new(d_out, r, t, Operand::transposed(dy, d_out), Operand::rows(u, r)).scaled(scale), gb, r, true);
     match mask {
         Some(m) => {
             let dropped: Vec<f32> = x.iter().zip(m).map(|(x, m)| x * m).collect();
-            gemm(r, d_in, t, ga, d_in, true, Operand::transposed(&du, r), Operand::rows(&dropped, d_in), 1.0);
-            let dxl = gemm_new(t, d_in, r, Operand::rows(&du, r), Operand::rows(a, d_in), 1.0);
+            gemm(Product::new(r, d_in, t, Operand::transposed(&du, r), Operand::rows(&dropped, d_in)), ga, d_in, true);
+            let dxl = gemm_new(Product::new(t, d_in, r, Operand::rows(&du, r), Operand::rows(a, d_in)));
             dx.iter_mut().zip(dxl).zip(m).for_each(|((dx, g), m)| *dx += g * m);
         }
         None => {
-            gemm(r, d_in, t, ga, d_in, true, Operand::transposed(&du, r), Operand::rows(x, d_in), 1.0);
-            gemm(t, d_in, r, dx, d_in, true, Operand::rows(&du, r), Operand::rows(a, d_in), 1.0);
+            gemm(Product::new(r, d_in, t, Operand::transposed(&du, r), Operand::rows(x, d_in)), ga, d_in, true);
+            gemm(Product::new(t, d_in, r, Operand::rows(&du, r), Operand::rows(a, d_in)), dx, d_in, true);
         }
     }
 }
@@ -533,7 +458,7 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, d: &Dims) -> (Vec<f32>, 
         .map(|(head, lse)| {
             let mut p = scores(q, k, t, d, head);
             causal_softmax(&mut p, t, lse);
-            gemm_new(t, hd, t, Operand::rows(&p, t), Operand::cols_from(v, kw, (head / group) * hd), 1.0)
+            gemm_new(Product::new(t, hd, t, Operand::rows(&p, t), Operand::cols_from(v, kw, (head / group) * hd)))
         })
         .collect();
     let mut out = vec![0f32; t * qw];
@@ -549,11 +474,10 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], t: usize, d: &Dims) -> (Vec<f32>, 
 fn scores(q: &[f32], k: &[f32], t: usize, d: &Dims, head: usize) -> Vec<f32> {
     let g = head / (d.nh / d.nkv);
     let scale = 1.0 / (d.hd as f32).sqrt();
-    gemm_new(t, t, d.hd, Operand::cols_from(q, d.nh * d.hd, head * d.hd), Operand::cols_from_transposed(k, d.nkv * d.hd, g * d.hd), scale)
+    gemm_new(Product::new(t, t, d.hd, Operand::cols_from(q, d.nh * d.hd, head * d.hd), Operand::cols_from_transposed(k, d.nkv * d.hd, g * d.hd)).scaled(scale))
 }
 
 /// The gradient of [`attention`]: `(dq, dk, dv)` from `d_out`.
-#[allow(clippy::too_many_arguments)]
 fn attention_backward(d_out: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32], t: usize, d: &Dims) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let (nh, nkv, hd) = (d.nh, d.nkv, d.hd);
     let (qw, kw) = (nh * hd, nkv * hd);
@@ -568,8 +492,8 @@ fn attention_backward(d_out: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
             let ph = &p[..];
             let d_o = Operand::cols_from(d_out, qw, head * hd);
             // dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − rowsum(dP ⊙ P)).
-            let dv = gemm_new(t, hd, t, Operand::transposed(ph, t), d_o, 1.0);
-            let mut ds = gemm_new(t, t, hd, d_o, Operand::cols_from_transposed(v, kw, g * hd), 1.0);
+            let dv = gemm_new(Product::new(t, hd, t, Operand::transposed(ph, t), d_o));
+            let mut ds = gemm_new(Product::new(t, t, hd, d_o, Operand::cols_from_transposed(v, kw, g * hd)));
             for (i, (ds, pr)) in ds.chunks_mut(t).zip(ph.chunks(t)).enumerate() {
                 let dot: f32 = ds[..=i].iter().zip(&pr[..=i]).map(|(a, b)| a * b).sum();
                 for (x, &pv) in ds[..=i].iter_mut().zip(&pr[..=i]) {
@@ -578,8 +502,8 @@ fn attention_backward(d_out: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
                 ds[i + 1..].fill(0.0);
             }
             // dQ = dS K · scale; dK = dSᵀ Q · scale.
-            let dq = gemm_new(t, hd, t, Operand::rows(&ds, t), Operand::cols_from(k, kw, g * hd), scale);
-            let dk = gemm_new(t, hd, t, Operand::transposed(&ds, t), Operand::cols_from(q, qw, head * hd), scale);
+            let dq = gemm_new(Product::new(t, hd, t, Operand::rows(&ds, t), Operand::cols_from(k, kw, g * hd)).scaled(scale));
+            let dk = gemm_new(Product::new(t, hd, t, Operand::transposed(&ds, t), Operand::cols_from(q, qw, head * hd)).scaled(scale));
             (dq, dk, dv)
         })
         .collect();
@@ -602,12 +526,22 @@ fn attention_backward(d_out: &[f32], q: &[f32], k: &[f32], v: &[f32], lse: &[f32
 // ---------------------------------------------------------------------------------------------
 // the block
 
+/// One decoder block's parameters: its dimensions, frozen weights, adapter and rotary table.
+#[derive(Clone, Copy)]
+pub(crate) struct Block<'a> {
+    pub d: &'a Dims,
+    pub w: &'a HostWeights<'a>,
+    pub lora: &'a HostLora<'a>,
+    pub rope: &'a HostRope,
+}
+
 /// One decoder block over `x` `[t, h]`: its output and its intermediate values.
-pub(crate) fn block_forward(d: &Dims, w: &HostWeights, lora: &HostLora, x: Vec<f32>, masks: Vec<Option<Vec<f32>>>, rope_tab: &HostRope) -> (Vec<f32>, Acts) {
+pub(crate) fn block_forward(b: &Block, x: Vec<f32>, masks: Vec<Option<Vec<f32>>>) -> (Vec<f32>, Acts) {
+    let Block { d, w, lora, rope: rope_tab } = *b;
     let t = x.len() / d.h;
     let proj = |p: usize, input: &[f32]| {
         let (d_in, d_out) = d.proj(p);
-        project(input, t, d_in, d_out, &w.w[p], w.bias[p], lora.ab[p], lora.r, lora.scale, masks[p].as_deref())
+        project(&Projection { w: &w.w[p], bias: w.bias[p], lora: lora.ab[p], d_in, d_out, r: lora.r, scale: lora.scale }, input, t, masks[p].as_deref())
     };
     let (a, rstd1) = rms_norm(&x, d.h, w.n1, d.eps);
     let (mut q, uq) = proj(0, &a);
@@ -635,13 +569,14 @@ pub(crate) fn block_forward(d: &Dims, w: &HostWeights, lora: &HostLora, x: Vec<f
 /// The gradient of [`block_forward`]: from `d_out` (`[t, h]`), adds each adapter's gradient into
 /// `grads[p]` (`(dA, dB)` of projection `p`, when adapted) and returns the gradient at the
 /// block's input when `need_dx`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn block_backward(d: &Dims, w: &HostWeights, lora: &HostLora, acts: &Acts, d_out: &[f32], rope_tab: &HostRope, grads: &mut [Option<(&mut [f32], &mut [f32])>], need_dx: bool) -> Option<Vec<f32>> {
+pub(crate) fn block_backward(b: &Block, acts: &Acts, d_out: &[f32], grads: &mut [Option<(&mut [f32], &mut [f32])>], need_dx: bool) -> Option<Vec<f32>> {
+    let Block { d, w, lora, rope: rope_tab } = *b;
     let t = acts.x.len() / d.h;
     let mut back = |p: usize, dy: &[f32], input: &[f32], dx: &mut [f32]| {
         let (d_in, d_out) = d.proj(p);
         let g = grads[p].as_mut().map(|(a, b)| (&mut **a, &mut **b));
-        project_backward(dy, t, d_in, d_out, &w.w[p], lora.ab[p], lora.r, lora.scale, input, acts.masks[p].as_deref(), acts.u[p].as_deref(), dx, g);
+        let projection = Projection { w: &w.w[p], bias: None, lora: lora.ab[p], d_in, d_out, r: lora.r, scale: lora.scale };
+        project_backward(&projection, dy, t, Saved { x: input, mask: acts.masks[p].as_deref(), u: acts.u[p].as_deref() }, dx, g);
     };
     // out = x2 + down(z), z = silu(g)·up (recomputed): dx2 = d_out; dz = d_out ∂down.
     let sig = sigmoid(&acts.g, d.ff);
@@ -699,7 +634,7 @@ pub(crate) fn head_loss<'w>(sel: &[f32], h: usize, vocab: usize, next: &[u32], w
         let b = (a + slice).min(vocab);
         let w = rows(a, b);
         let vs = b - a;
-        let mut logits = gemm_new(n, vs, h, sel_op, Operand::transposed(&w, h), 1.0);
+        let mut logits = gemm_new(Product::new(n, vs, h, sel_op, Operand::transposed(&w, h)));
         for (i, &tok) in next.iter().enumerate() {
             let tok = tok as usize;
             if (a..b).contains(&tok) {
@@ -725,7 +660,7 @@ pub(crate) fn head_loss<'w>(sel: &[f32], h: usize, vocab: usize, next: &[u32], w
             .collect();
         if let Some(g) = g.as_mut() {
             g.par_chunks_mut(h).zip(&factors).for_each(|(g, &f)| g.iter_mut().for_each(|x| *x *= f));
-            gemm(n, h, vs, g, h, true, Operand::rows(&logits, vs), Operand::rows(&w, h), 1.0);
+            gemm(Product::new(n, h, vs, Operand::rows(&logits, vs), Operand::rows(&w, h)), g, h, true);
         }
     }
     let lse: Vec<f64> = max.iter().zip(&sum).map(|(&m, &s)| m as f64 + s.ln()).collect();
@@ -870,34 +805,5 @@ mod tests {
         }
         let g = g_whole.unwrap();
         check_grad("head_loss", &sel, &|s| 0.5 * head_loss(s, h, vocab, &next, None, 3, &rows).0, &g);
-    }
-
-    #[test]
-    fn gemm_reads_every_layout() {
-        let (m, n, k) = (3, 4, 5);
-        let a = noise(m * k, 9);
-        let b = noise(k * n, 10);
-        let want: Vec<f32> = (0..m * n).map(|ij| (0..k).map(|p| a[(ij / n) * k + p] * b[p * n + ij % n]).sum()).collect();
-        let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
-        let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
-        for (lhs, rhs) in [(Operand::rows(&a, k), Operand::rows(&b, n)), (Operand::transposed(&at, m), Operand::transposed(&bt, k))] {
-            let mut c = vec![1f32; m * n];
-            gemm(m, n, k, &mut c, n, true, lhs, rhs, 2.0);
-            for (c, w) in c.iter().zip(&want) {
-                assert!((c - (1.0 + 2.0 * w)).abs() < 1e-5);
-            }
-            // Into a new buffer (no zero-fill): the same bits as into a zeroed one.
-            let mut z = vec![0f32; m * n];
-            gemm(m, n, k, &mut z, n, false, lhs, rhs, 2.0);
-            assert_eq!(gemm_new(m, n, k, lhs, rhs, 2.0), z);
-        }
-        // Large enough to run threaded, and the empty inner dimension.
-        let (m, n, k) = (96, 80, 64);
-        let (a, b) = (noise(m * k, 11), noise(k * n, 12));
-        let mut z = vec![0f32; m * n];
-        gemm(m, n, k, &mut z, n, false, Operand::rows(&a, k), Operand::rows(&b, n), 0.5);
-        assert!(m * n * k >= GEMM_PARALLEL_MIN);
-        assert_eq!(gemm_new(m, n, k, Operand::rows(&a, k), Operand::rows(&b, n), 0.5), z);
-        assert_eq!(gemm_new(2, 3, 0, Operand::rows(&a, 0), Operand::rows(&b, 3), 1.0), vec![0f32; 6]);
     }
 }

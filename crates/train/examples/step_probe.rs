@@ -1,7 +1,7 @@
 //! Probe: time of the parts of one training step on SmolLM2.
 use gauge_decoder::ModelFiles;
-use gauge_lora::model::{LoraShape, Sequence, TrainableLlama};
-use gauge_lora::BaseStorage;
+use gauge_train::generator::model::{LoraShape, Sequence, TrainableLlama};
+use gauge_train::BaseStorage;
 use std::time::Instant;
 fn main() {
     let files = ModelFiles::open("SmolLM2-135M-Instruct.Q4_1.gguf", false).unwrap();
@@ -10,7 +10,7 @@ fn main() {
     println!("load {:.2}s", t.elapsed().as_secs_f64());
     let params = model.init_lora(LoraShape { r: 16, alpha: 16.0, rslora: false, targets: (0..7).collect() }, 0);
     {
-        use gauge_lora::frozen::Frozen;
+        use gauge_train::generator::frozen::Frozen;
         let t = Instant::now();
         let f = Frozen::load(&files.checkpoint, "model.layers.0.mlp.up_proj.weight", 1536, 576, BaseStorage::Auto).unwrap();
         println!("kind {}", f.kind());

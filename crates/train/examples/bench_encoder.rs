@@ -18,10 +18,10 @@
 use std::time::Instant;
 
 use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
-use gauge_lora::bert::{EncoderTask, Encoded, TrainableBert, Tuning};
-use gauge_lora::model::TrainKernels;
-use gauge_lora::optim::{clip_global_norm, AdamWConfig, AdamWState};
-use gauge_lora::retriever::{step_loss, RetrieverConfig, StepBatch};
+use gauge_train::retriever::bert::{EncoderTask, Encoded, TrainableBert, Tuning};
+use gauge_train::generator::model::TrainKernels;
+use gauge_train::optim::{clip_global_norm, AdamWConfig, AdamWState};
+use gauge_train::retriever::{step_loss, RetrieverConfig, StepBatch};
 
 fn main() -> anyhow::Result<()> {
     let mut args: Vec<String> = std::env::args().collect();
@@ -45,7 +45,7 @@ fn main() -> anyhow::Result<()> {
     let picked: Vec<&str> = (0..64).map(|i| chunks[(i * stride) % chunks.len()].text.as_str()).collect();
     let queries: Vec<String> = picked[..16].iter().map(|t| t.split(['.', '?', '!']).next().unwrap_or(t).chars().take(300).collect()).collect();
     // The trainer's own tokenization (truncation keeps the final [SEP]).
-    let tokenizer = gauge_lora::retriever::EncoderTokenizer::load(&dir, 64, 256, false)?;
+    let tokenizer = gauge_train::retriever::EncoderTokenizer::load(&dir, 64, 256, false)?;
     let tok = |texts: &[&str], max: usize| -> anyhow::Result<Vec<Encoded>> { Ok(texts.iter().map(|t| tokenizer.text(t, max)).collect::<Result<_, _>>()?) };
     let q = tok(&queries.iter().map(String::as_str).collect::<Vec<_>>(), 64)?;
     let p = tok(&picked[16..], 256)?;
@@ -116,7 +116,7 @@ fn main() -> anyhow::Result<()> {
             "kernels": format!("{kernels:?}").to_lowercase(),
             "first_step_loss": first_loss,
             "baseline_rss_mib": baseline_rss_mib,
-            "peak_rss_mib": gauge_lora::run::peak_rss_mib(),
+            "peak_rss_mib": gauge_train::run::peak_rss_mib(),
             "trainable_parameters": params.trainable_count(),
             "seconds_per_step": secs,
             "tokens_per_s": tokens as f64 / secs,

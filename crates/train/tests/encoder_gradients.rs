@@ -20,12 +20,12 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 use gauge_encoder::{Embedder, EmbedderOptions, ModelSource, Pooling};
-use gauge_lora::bert::{EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
-use gauge_lora::model::TrainKernels;
-use gauge_lora::retriever::{step_loss, RerankLoss, RetrieverConfig, StepBatch};
+use gauge_train::retriever::bert::{EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
+use gauge_train::generator::model::TrainKernels;
+use gauge_train::retriever::{step_loss, RerankLoss, RetrieverConfig, StepBatch};
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/tiny-bert-cross-encoder")
+    gauge_test_support::shared_path("fixtures/tiny-bert-cross-encoder")
 }
 
 fn reference() -> Vec<(Encoded, f32)> {
@@ -263,7 +263,7 @@ fn saved_cross_encoder_and_full_embedder_give_the_trained_outputs() {
     params.values[c].iter_mut().enumerate().for_each(|(i, w)| *w += 0.05 * (i as f32).sin());
     let want = model.infer(&params, &pairs).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    gauge_lora::retriever::save_model(&model, &params, &fixture(), dir.path()).unwrap();
+    gauge_train::retriever::save_model(&model, &params, &fixture(), dir.path()).unwrap();
     let ce = gauge_encoder::CrossEncoder::load(&ModelSource { id: "saved".into(), dir: dir.path().to_path_buf() }, &gauge_encoder::CrossEncoderOptions::default(), &device).unwrap();
     let got = ce.logits(&refs.iter().map(|(e, _)| gauge_encoder::PairEncoding { ids: e.ids.clone(), types: e.types.clone() }).collect::<Vec<_>>());
     for (g, w) in got.iter().zip(&want) {
@@ -276,7 +276,7 @@ fn saved_cross_encoder_and_full_embedder_give_the_trained_outputs() {
     let w = fp.index("encoder.layer.0.attention.self.query.weight").unwrap();
     fp.values[w].iter_mut().enumerate().for_each(|(i, x)| *x += 0.02 * (i as f32).cos());
     let dir = tempfile::tempdir().unwrap();
-    gauge_lora::retriever::save_model(&full, &fp, &fixture(), dir.path()).unwrap();
+    gauge_train::retriever::save_model(&full, &fp, &fixture(), dir.path()).unwrap();
     let embedder = Embedder::load(&ModelSource { id: "saved".into(), dir: dir.path().to_path_buf() }, &EmbedderOptions { pooling: Some(Pooling::Mean), normalize: Some(true), ..Default::default() }, &device).unwrap();
     let texts = ["Crossing gate arms must be fully lowered."];
     let ids = embedder.tokenize(&texts).unwrap();

@@ -1,4 +1,4 @@
-//! The Llama network for training: the frozen base (4-bit, see [`crate::frozen`]) with LoRA
+//! The Llama network for training: the frozen base (4-bit, see [`crate::generator::frozen`]) with LoRA
 //! on any of the seven projections, run in Burn with autodiff.
 //!
 //! Memory is bounded by *layer-wise recomputation*: the forward pass runs without a graph and
@@ -19,9 +19,9 @@ use gauge_decoder::adapter::{module_path, PROJECTIONS};
 use gauge_decoder::{Checkpoint, LlamaConfig};
 use gauge_tensor::device::{Device, Tensor};
 
-use crate::frozen::{BaseStorage, Frozen};
-use crate::host;
-use crate::LoraError;
+use crate::generator::frozen::{BaseStorage, Frozen};
+use crate::generator::host;
+use crate::TrainError;
 
 /// Projection indices in [`PROJECTIONS`] order.
 const N_PROJ: usize = 7;
@@ -171,7 +171,7 @@ pub struct TrainableLlama {
 /// Which implementation runs the training step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TrainKernels {
-    /// [`crate::host`]: fused, threaded CPU kernels and `gemm` on host memory (CPU devices).
+    /// [`crate::generator::host`]: fused, threaded CPU kernels and `gemm` on host memory (CPU devices).
     Host,
     /// Burn ops with autodiff on the device (CUDA, and the reference on the CPU); always
     /// recomputes layer by layer.
@@ -188,9 +188,9 @@ pub(crate) fn default_kernels(device: &Device) -> TrainKernels {
 }
 
 /// `kernels` if `device` can run them (the host kernels need a CPU device).
-pub(crate) fn kernels_for(device: &Device, kernels: TrainKernels) -> Result<TrainKernels, LoraError> {
+pub(crate) fn kernels_for(device: &Device, kernels: TrainKernels) -> Result<TrainKernels, TrainError> {
     if kernels == TrainKernels::Host && !gauge_tensor::device::is_host_cpu(device) {
-        return Err(LoraError::Config("the host training kernels run on the CPU; use the Burn kernels on this device".into()));
+        return Err(TrainError::Config("the host training kernels run on the CPU; use the Burn kernels on this device".into()));
     }
     Ok(kernels)
 }
@@ -231,8 +231,8 @@ struct LayerLora {
 
 impl TrainableLlama {
     /// Builds the trainable network from a checkpoint; matrices held as `storage` says.
-    pub fn load(config: LlamaConfig, ck: &Checkpoint, storage: BaseStorage, device: &Device) -> Result<TrainableLlama, LoraError> {
-        config.validate().map_err(LoraError::Model)?;
+    pub fn load(config: LlamaConfig, ck: &Checkpoint, storage: BaseStorage, device: &Device) -> Result<TrainableLlama, TrainError> {
+        config.validate().map_err(TrainError::Model)?;
         let (h, hd, nh, nkv, ff, v) = (config.hidden_size, config.head_dim(), config.num_attention_heads, config.kv_heads(), config.intermediate_size, config.vocab_size);
         let dims = [(h, nh * hd), (h, nkv * hd), (h, nkv * hd), (nh * hd, h), (h, ff), (h, ff), (ff, h)];
         let embed = Frozen::load(ck, "model.embed_tokens.weight", v, h, storage)?;
@@ -269,7 +269,7 @@ impl TrainableLlama {
     }
 
     /// Runs the step on `kernels` (the host kernels need a CPU device).
-    pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), LoraError> {
+    pub fn set_kernels(&mut self, kernels: TrainKernels) -> Result<(), TrainError> {
         self.kernels = kernels_for(&self.device, kernels)?;
         Ok(())
     }
@@ -432,8 +432,8 @@ impl TrainableLlama {
     }
 
     /// One decoder block.
-    #[allow(clippy::too_many_arguments)]
-    fn block(&self, x: Tensor<2>, w: &LayerWeights, lora: &LayerLora, scale: f64, masks: &Masks, rope: &Rope, mask: &Tensor<3>) -> Tensor<2> {
+    /// (`rope`, `mask`: the positions' rotary table and the causal mask.)
+    fn block(&self, x: Tensor<2>, w: &LayerWeights, lora: &LayerLora, scale: f64, masks: &Masks, (rope, mask): (&Rope, &Tensor<3>)) -> Tensor<2> {
         let c = &self.config;
         let (hd, nh, nkv) = (c.head_dim(), c.num_attention_heads, c.kv_heads());
         let [t, _] = x.dims();
@@ -452,12 +452,12 @@ impl TrainableLlama {
         x + Self::project(&gated, 6, w, lora, scale, masks)
     }
 
-    fn embed(&self, ids: &[u32]) -> Result<Vec<f32>, LoraError> {
+    fn embed(&self, ids: &[u32]) -> Result<Vec<f32>, TrainError> {
         let h = self.config.hidden_size;
         let mut rows = vec![0f32; ids.len() * h];
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= self.config.vocab_size {
-                return Err(LoraError::Model(format!("token id {id} is outside the vocabulary ({})", self.config.vocab_size)));
+                return Err(TrainError::Model(format!("token id {id} is outside the vocabulary ({})", self.config.vocab_size)));
             }
             self.embed.row(id as usize, &mut rows[i * h..(i + 1) * h]);
         }
@@ -490,10 +490,10 @@ impl TrainableLlama {
 
     /// Forward without a graph: each layer's input per sequence (`inputs[l][s]`, `[T, h]`) and
     /// the last hidden states.
-    fn forward_saving(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>) -> Result<(Vec<Vec<Tensor<2>>>, Vec<Tensor<2>>), LoraError> {
+    fn forward_saving(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>) -> Result<(Vec<Vec<Tensor<2>>>, Vec<Tensor<2>>), TrainError> {
         let h = self.config.hidden_size;
         let scale = self.scale(params);
-        let mut xs: Vec<Tensor<2>> = seqs.iter().map(|s| Ok(t2(self.embed(&s.ids)?, [s.ids.len(), h], &self.device))).collect::<Result<_, LoraError>>()?;
+        let mut xs: Vec<Tensor<2>> = seqs.iter().map(|s| Ok(t2(self.embed(&s.ids)?, [s.ids.len(), h], &self.device))).collect::<Result<_, TrainError>>()?;
         let mut inputs = Vec::with_capacity(self.layers.len());
         let tables: Vec<(Rope, Tensor<3>)> = seqs.iter().map(|s| (self.rope_tables(s.ids.len(), &self.device), self.causal_mask(s.ids.len(), &self.device))).collect();
         for l in 0..self.layers.len() {
@@ -507,7 +507,7 @@ impl TrainableLlama {
                     let t = seqs[s].ids.len();
                     let (rope, mask) = &tables[s];
                     let masks = self.masks(params, dropout, s, l, t, &self.device);
-                    self.block(x.clone(), &w, &lora, scale, &masks, rope, mask)
+                    self.block(x.clone(), &w, &lora, scale, &masks, (rope, mask))
                 })
                 .collect();
             inputs.push(std::mem::replace(&mut xs, next));
@@ -523,10 +523,10 @@ impl TrainableLlama {
         params.shape.scale()
     }
 
-    fn check(&self, seqs: &[Sequence]) -> Result<(), LoraError> {
+    fn check(&self, seqs: &[Sequence]) -> Result<(), TrainError> {
         for s in seqs {
             if s.ids.len() < 2 || s.target.len() != s.ids.len() - 1 {
-                return Err(LoraError::Model(format!("a training sequence needs ≥ 2 tokens and one target flag per position but the last (got {} ids, {} flags)", s.ids.len(), s.target.len())));
+                return Err(TrainError::Model(format!("a training sequence needs ≥ 2 tokens and one target flag per position but the last (got {} ids, {} flags)", s.ids.len(), s.target.len())));
             }
         }
         Ok(())
@@ -603,7 +603,7 @@ impl TrainableLlama {
 
     /// Summed NLL over the target positions of `seqs` and their count, without gradients
     /// (evaluation loss).
-    pub fn nll(&self, params: &LoraParams, seqs: &[Sequence]) -> Result<(f64, usize), LoraError> {
+    pub fn nll(&self, params: &LoraParams, seqs: &[Sequence]) -> Result<(f64, usize), TrainError> {
         self.check(seqs)?;
         if self.kernels == TrainKernels::Host {
             return self.host_step(params, seqs, None, None);
@@ -624,7 +624,7 @@ impl TrainableLlama {
     /// Summed NLL of `seqs` (see the module doc) and the gradient of `weight × NLL` with
     /// respect to every adapter tensor, added into `grads` (laid out like
     /// [`LoraParams::tensors`]). `dropout`: (probability, seed of this step's masks).
-    pub fn accumulate_gradients(&self, params: &LoraParams, seqs: &[Sequence], weight: f64, dropout: Option<(f64, u64)>, grads: &mut [Vec<f32>]) -> Result<f64, LoraError> {
+    pub fn accumulate_gradients(&self, params: &LoraParams, seqs: &[Sequence], weight: f64, dropout: Option<(f64, u64)>, grads: &mut [Vec<f32>]) -> Result<f64, TrainError> {
         self.check(seqs)?;
         if self.kernels == TrainKernels::Host {
             return self.host_step(params, seqs, dropout, Some((weight, grads))).map(|(nll, _)| nll);
@@ -681,7 +681,7 @@ impl TrainableLlama {
                     let masks = self.masks(params, dropout, s, l, t, ad);
                     let leaf = Tensor::<2>::from_data(x.clone().into_data(), ad);
                     let leaf = if l > 0 { leaf.require_grad() } else { leaf };
-                    let out = self.block(leaf.clone(), &w, &lora, scale, &masks, rope, mask);
+                    let out = self.block(leaf.clone(), &w, &lora, scale, &masks, (rope, mask));
                     let g_out = Tensor::<2>::from_data(g_out.into_data(), ad);
                     let g = (out * g_out).sum().backward();
                     let mut got = Vec::new();
@@ -735,7 +735,7 @@ impl TrainableLlama {
     /// [`Self::recompute_group`] counted from the top: the forward pass keeps each group's input
     /// (and the top group's activations); the backward pass recomputes one group at a time from
     /// its input.
-    fn host_step(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>, grads: Option<(f64, &mut [Vec<f32>])>) -> Result<(f64, usize), LoraError> {
+    fn host_step(&self, params: &LoraParams, seqs: &[Sequence], dropout: Option<(f64, u64)>, grads: Option<(f64, &mut [Vec<f32>])>) -> Result<(f64, usize), TrainError> {
         let d = self.dims();
         let n_layers = self.layers.len();
         let training = grads.is_some();
@@ -755,7 +755,7 @@ impl TrainableLlama {
             let mut kept = Vec::new();
             for (s, x) in xs.iter_mut().enumerate() {
                 let masks = self.mask_values(params, dropout, s, l, seqs[s].ids.len());
-                let (out, acts) = host::block_forward(&d, &w, &lora, std::mem::take(x), masks, &ropes[s]);
+                let (out, acts) = host::block_forward(&host::Block { d: &d, w: &w, lora: &lora, rope: &ropes[s] }, std::mem::take(x), masks);
                 *x = out;
                 if !training {
                     continue;
@@ -828,7 +828,7 @@ impl TrainableLlama {
                             continue;
                         };
                         let masks = self.mask_values(params, dropout, s, l, seqs[s].ids.len());
-                        let (y, a) = host::block_forward(&d, &w, &lora, input, masks, &ropes[s]);
+                        let (y, a) = host::block_forward(&host::Block { d: &d, w: &w, lora: &lora, rope: &ropes[s] }, input, masks);
                         *x = Some(y);
                         kept.push(Some(a));
                     }
@@ -850,7 +850,7 @@ impl TrainableLlama {
                             g[m.proj] = Some((ga[0].as_mut_slice(), gb[0].as_mut_slice()));
                         }
                     }
-                    upstream[s] = host::block_backward(&d, &w, &lora, &a, &up, &ropes[s], &mut g, l > 0);
+                    upstream[s] = host::block_backward(&host::Block { d: &d, w: &w, lora: &lora, rope: &ropes[s] }, &a, &up, &mut g, l > 0);
                 }
             }
         }
@@ -859,20 +859,20 @@ impl TrainableLlama {
 }
 
 /// Projection indices of `targets` names (`q_proj`, …, or `all`).
-pub fn target_indices(targets: &[String]) -> Result<Vec<usize>, LoraError> {
+pub fn target_indices(targets: &[String]) -> Result<Vec<usize>, TrainError> {
     let mut out = Vec::new();
     for t in targets {
         if t == "all" || t == "all-linear" {
             out.extend(0..N_PROJ);
             continue;
         }
-        let i = PROJECTIONS.iter().position(|p| p == t).ok_or_else(|| LoraError::Config(format!("unknown target module `{t}` (use q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or all)")))?;
+        let i = PROJECTIONS.iter().position(|p| p == t).ok_or_else(|| TrainError::Config(format!("unknown target module `{t}` (use q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or all)")))?;
         out.push(i);
     }
     out.sort_unstable();
     out.dedup();
     if out.is_empty() {
-        return Err(LoraError::Config("no target modules".into()));
+        return Err(TrainError::Config("no target modules".into()));
     }
     Ok(out)
 }

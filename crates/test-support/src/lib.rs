@@ -1,0 +1,38 @@
+//! What the crates' own tests share: where the shared test data lives. Tests and benchmarks
+//! read `../shared/` beside the checkout (the FRA corpus, the golden sets, the model fixtures),
+//! never a copy in the repository; `GAUGE_SHARED` names another folder.
+//!
+//! (Record and golden-question builders are constructors on the types themselves, in
+//! `gauge-core`: `ChunkRecord::new`, `GoldenQuestion::new`; the end-to-end tests' pipeline
+//! builder is the root package's `gauge::pipeline`.)
+use std::path::PathBuf;
+
+/// The shared data folder: `$GAUGE_SHARED`, or `../shared` beside the workspace.
+pub fn shared() -> PathBuf {
+    match std::env::var_os("GAUGE_SHARED") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    }
+}
+
+/// `relative` under the shared data folder; panics with one line naming the path and the fix
+/// when it is missing.
+pub fn shared_path(relative: &str) -> PathBuf {
+    let p = shared().join(relative);
+    assert!(p.exists(), "{}: missing; the tests read ../shared beside the checkout (or set GAUGE_SHARED)", p.display());
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_folder_is_beside_the_checkout_and_a_missing_file_is_named() {
+        assert!(shared().join("golden/fra-dev.jsonl").is_file(), "{}", shared().display());
+        assert!(shared_path("golden/fra-dev.jsonl").is_file());
+        let err = std::panic::catch_unwind(|| shared_path("no/such/file")).unwrap_err();
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("no/such/file") && msg.contains("GAUGE_SHARED"), "{msg}");
+    }
+}
