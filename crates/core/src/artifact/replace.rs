@@ -1,0 +1,233 @@
+//! Replacing a result folder in place (`--copy-to`, adapters and models kept outside the
+//! artifact root): a copy written beside it, swapped in atomically, refused when the folder
+//! there is not a result of the same kind.
+use std::path::{Path, PathBuf};
+
+use super::{fsync_dir, Manifest, MANIFEST_FILE};
+use crate::CoreError;
+
+/// Copies a folder recursively, leaving out every entry whose name `skip` accepts.
+pub fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> Result<(), CoreError> {
+    std::fs::create_dir_all(to).map_err(|e| CoreError::io(to, e))?;
+    for entry in std::fs::read_dir(from).map_err(|e| CoreError::io(from, e))? {
+        let entry = entry.map_err(|e| CoreError::io(from, e))?;
+        let name = entry.file_name();
+        if skip(&name.to_string_lossy()) {
+            continue;
+        }
+        let dest = to.join(&name);
+        if entry.file_type().map_err(|e| CoreError::io(entry.path(), e))?.is_dir() {
+            copy_tree(&entry.path(), &dest, skip)?;
+        } else {
+            std::fs::copy(entry.path(), &dest).map_err(|e| CoreError::io(&dest, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// What a destination folder must already be for [`replace_dir_with_copy`] to replace it: a
+/// previous result of the same kind.
+pub struct ResultKind<'a> {
+    /// What the folder holds, for messages (`an evaluation folder`, `a LoRA adapter`).
+    pub what: &'a str,
+    /// Whether an existing folder is a previous result of this kind.
+    pub holds: &'a dyn Fn(&Path) -> bool,
+}
+
+/// Replaces the folder `dest` with a copy of `from` so that `dest` is at every moment either
+/// the old folder or the complete new one: the copy goes to `.tmp-<name>-<owner>-<pid>` beside
+/// it (removed again when the copy fails), the old folder is moved to `.old-<name>-<owner>-<pid>`,
+/// the copy renamed in, and the old one removed. A process that died between the two renames
+/// left its old folder aside: the next call (for the same `dest`) puts it back first, and
+/// removes this host's dead processes' temporaries (never another host's: [`crate::owner`]).
+///
+/// `dest` is replaced only when it is absent, an empty folder, or what `kind` accepts (a
+/// previous result of the same kind); anything else — another kind of folder, a file — is
+/// refused, naming it. When two processes race, each retries; one whose copy finds the same
+/// manifest (byte for byte: the same commit of the same artifact) already in place stops there. (`dest` may hold dots: nothing is
+/// derived from its extension.)
+pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) -> Result<(), CoreError> {
+    let name = match dest.components().next_back() {
+        Some(std::path::Component::Normal(n)) => n.to_string_lossy().to_string(),
+        _ => return Err(CoreError::Artifact { path: dest.to_path_buf(), message: "not a folder name (it ends in `.`, `..` or a root); name the folder to write".into() }),
+    };
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dest = parent.join(&name);
+    let dest = dest.as_path();
+    refuse_unless_replaceable(dest, kind)?;
+    std::fs::create_dir_all(&parent).map_err(|e| CoreError::io(&parent, e))?;
+    // What a dead process left for this destination.
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for entry in entries.flatten() {
+            let n = entry.file_name().to_string_lossy().to_string();
+            for (prefix, recover) in [(".old-", true), (".tmp-", false)] {
+                let Some(owned) = n.strip_prefix(prefix).and_then(crate::owner::parse) else { continue };
+                if owned.base != name || !crate::owner::is_dead(owned.owner, owned.pid) {
+                    continue;
+                }
+                if recover && !dest.exists() && std::fs::rename(entry.path(), dest).is_ok() {
+                    continue;
+                }
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let suffix = crate::owner::suffix();
+    let tmp = parent.join(format!(".tmp-{name}-{suffix}"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    if let Err(e) = copy_tree(from, &tmp, &|_| false) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    fsync_dir(&tmp);
+    let old = parent.join(format!(".old-{name}-{suffix}"));
+    // The same commit of the same artifact (its manifest byte for byte, times included: a
+    // `--force` rerun of one fingerprint is a new result and does replace the old copy).
+    let fingerprint = |dir: &Path| std::fs::read(dir.join(MANIFEST_FILE)).ok();
+    let ours = fingerprint(&tmp);
+    // A concurrent writer can move `dest` between any two steps: retry a few times.
+    let mut last_error = None;
+    for _ in 0..16 {
+        if ours.is_some() && fingerprint(dest) == ours {
+            // Another process put this very result in place: done.
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Ok(());
+        }
+        let had_old = match std::fs::rename(dest, &old) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(CoreError::io(dest, e));
+            }
+        };
+        if had_old {
+            crate::failpoint("replace-between-renames");
+        }
+        match std::fs::rename(&tmp, dest) {
+            Ok(()) => {
+                fsync_dir(&parent);
+                let _ = std::fs::remove_dir_all(&old);
+                return Ok(());
+            }
+            Err(e) => {
+                let raced = matches!(e.kind(), std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists) && dest.exists();
+                if had_old {
+                    if raced {
+                        // Someone else's copy took the place between the two renames: ours goes
+                        // back round (theirs, now in place, is a result of the same kind).
+                        let _ = std::fs::remove_dir_all(&old);
+                    } else {
+                        // Any other failure (a full disk, a stale NFS handle): the previous
+                        // result goes back in place, and the error is reported.
+                        let _ = std::fs::rename(&old, dest);
+                    }
+                }
+                if !raced {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                    return Err(CoreError::io(dest, e));
+                }
+                last_error = Some(e);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    Err(CoreError::io(dest, last_error.unwrap_or_else(|| std::io::Error::other("kept being replaced by another process"))))
+}
+
+/// Refuses a destination that is neither absent, an empty folder, nor a previous result of
+/// `kind`.
+fn refuse_unless_replaceable(dest: &Path, kind: &ResultKind<'_>) -> Result<(), CoreError> {
+    let Ok(meta) = std::fs::symlink_metadata(dest) else { return Ok(()) };
+    let refuse = |what: &str| {
+        Err(CoreError::Artifact {
+            path: dest.to_path_buf(),
+            message: format!("{what}, not {}; gauge replaces only a previous result of the same kind: choose another destination or remove it", kind.what),
+        })
+    };
+    if meta.file_type().is_symlink() {
+        return refuse("is a symbolic link");
+    }
+    if !meta.is_dir() {
+        return refuse("is a file");
+    }
+    let empty = std::fs::read_dir(dest).map(|mut d| d.next().is_none()).unwrap_or(false);
+    if empty || (kind.holds)(dest) {
+        Ok(())
+    } else {
+        refuse("exists and holds something else")
+    }
+}
+
+/// A [`ResultKind`] test: the folder's `manifest.json` was written by `stage`.
+pub fn manifest_of_stage(dir: &Path, stage: &str) -> bool {
+    Manifest::read(dir).is_ok_and(|m| m.stage == stage)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_is_replaced_whole_and_recovered_after_a_death_between_renames() {
+        let root = tempfile::tempdir().unwrap();
+        let (src, dest) = (root.path().join("src"), root.path().join("adapters/v1.2"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/a.txt"), "new").unwrap();
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::write(dest.join("old.txt"), "old").unwrap();
+        // A sibling whose name a `with_extension` would have produced is not touched.
+        let sibling = root.path().join("adapters/v1.partial");
+        std::fs::create_dir_all(&sibling).unwrap();
+        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("sub").is_dir() || d.join("old.txt").is_file() };
+        replace_dir_with_copy(&src, &dest, &kind).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
+        assert!(!dest.join("old.txt").exists() && sibling.exists());
+        assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "no temporaries left");
+        // A dead process's old folder moved aside comes back; its temporary goes.
+        std::fs::rename(&dest, root.path().join("adapters/.old-v1.2-4000000000")).unwrap();
+        std::fs::create_dir_all(root.path().join("adapters/.tmp-v1.2-4000000000")).unwrap();
+        std::fs::write(src.join("sub/a.txt"), "newer").unwrap();
+        std::fs::remove_dir_all(src.join("sub")).unwrap();
+        // A copy that fails (its source is gone) leaves the recovered folder in place.
+        assert!(replace_dir_with_copy(&root.path().join("nope"), &dest, &kind).is_err());
+        assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "nothing left beside it");
+    }
+
+    #[test]
+    fn only_a_previous_result_of_the_same_kind_is_replaced() {
+        let root = tempfile::tempdir().unwrap();
+        let src = root.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("adapter_config.json"), "{}").unwrap();
+        let kind = ResultKind { what: "a LoRA adapter", holds: &|d: &Path| d.join("adapter_config.json").is_file() };
+        // A folder of other things (the parent of every adapter): refused, untouched.
+        let shelf = root.path().join("adapters");
+        std::fs::create_dir_all(shelf.join("other")).unwrap();
+        std::fs::write(shelf.join("other/adapter_config.json"), "{}").unwrap();
+        let e = replace_dir_with_copy(&src, &shelf, &kind).unwrap_err().to_string();
+        assert!(e.contains("holds something else") && e.contains("adapters") && !e.contains('\n'), "{e}");
+        assert!(shelf.join("other/adapter_config.json").is_file());
+        // A regular file: refused, still a file.
+        let file = root.path().join("notes.txt");
+        std::fs::write(&file, "keep").unwrap();
+        assert!(replace_dir_with_copy(&src, &file, &kind).unwrap_err().to_string().contains("is a file"));
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+        // `.` and `..` name no folder.
+        assert!(replace_dir_with_copy(&src, &shelf.join(".."), &kind).is_err());
+        assert!(replace_dir_with_copy(&src, &shelf.join("."), &kind).is_err());
+        // An empty folder and a previous adapter are replaced.
+        let empty = root.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        replace_dir_with_copy(&src, &empty, &kind).unwrap();
+        replace_dir_with_copy(&src, &shelf.join("other"), &kind).unwrap();
+        assert!(empty.join("adapter_config.json").is_file());
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with('.')).count(), 0, "no temporaries");
+    }
+}
