@@ -38,40 +38,10 @@ pub struct AnswerArgs {
     /// Prompt template: plain or four_phase (`template`).
     #[arg(long)]
     pub template: Option<String>,
-    /// New tokens at most (`generation.max_new_tokens`).
-    #[arg(long)]
-    #[serde(rename = "generation.max_new_tokens")]
-    pub max_new_tokens: Option<usize>,
-    /// Sampling temperature, 0: greedy (`generation.temperature`).
-    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
-    #[serde(rename = "generation.temperature")]
-    pub temperature: Option<f32>,
-    /// Repetition penalty over the last `generation.repeat_last_n` tokens, 1: off
-    /// (`generation.repetition_penalty`).
-    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
-    #[serde(rename = "generation.repetition_penalty")]
-    pub repetition_penalty: Option<f32>,
-    /// OpenAI frequency penalty (`generation.frequency_penalty`).
-    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
-    #[serde(rename = "generation.frequency_penalty")]
-    pub frequency_penalty: Option<f32>,
-    /// OpenAI presence penalty (`generation.presence_penalty`).
-    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
-    #[serde(rename = "generation.presence_penalty")]
-    pub presence_penalty: Option<f32>,
-    /// No n-gram of this size twice, 0: off (`generation.no_repeat_ngram_size`).
-    #[arg(long)]
-    #[serde(rename = "generation.no_repeat_ngram_size")]
-    pub no_repeat_ngram_size: Option<usize>,
-    /// min-p sampling, 0: off (`generation.min_p`).
-    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
-    #[serde(rename = "generation.min_p")]
-    pub min_p: Option<f32>,
-    /// DRY penalty multiplier, 0: off (`generation.dry_multiplier`; base, allowed length,
-    /// window and breakers via --set generation.dry_*).
-    #[arg(long, value_parser = gauge_core::cli::finite_f32)]
-    #[serde(rename = "generation.dry_multiplier")]
-    pub dry_multiplier: Option<f32>,
+    /// Generation settings (`generation.*`).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub generation: gauge_core::cli::GenerationFlags,
     /// Passages given to the model (`retrieval.k`).
     #[arg(short)]
     #[serde(rename = "retrieval.k")]

@@ -96,6 +96,47 @@ pub fn stage_main<S: StageCli>() {
     });
 }
 
+/// The generation flags of a stage whose config has a `generation` table (gauge-chat's
+/// `GenerateOptions`): each sets one `generation.*` field; the rest go through
+/// `--set generation.…`. Flattened into a stage's flags (`answer`, `synth-data`).
+#[derive(clap::Args, Debug, Clone, Default, serde::Serialize)]
+pub struct GenerationFlags {
+    /// New tokens at most (`generation.max_new_tokens`).
+    #[arg(long)]
+    #[serde(rename = "generation.max_new_tokens", skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<usize>,
+    /// Sampling temperature, 0: greedy (`generation.temperature`).
+    #[arg(long, value_parser = finite_f32)]
+    #[serde(rename = "generation.temperature", skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Repetition penalty over the last `generation.repeat_last_n` tokens, 1: off
+    /// (`generation.repetition_penalty`).
+    #[arg(long, value_parser = finite_f32)]
+    #[serde(rename = "generation.repetition_penalty", skip_serializing_if = "Option::is_none")]
+    pub repetition_penalty: Option<f32>,
+    /// OpenAI frequency penalty (`generation.frequency_penalty`).
+    #[arg(long, value_parser = finite_f32)]
+    #[serde(rename = "generation.frequency_penalty", skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    /// OpenAI presence penalty (`generation.presence_penalty`).
+    #[arg(long, value_parser = finite_f32)]
+    #[serde(rename = "generation.presence_penalty", skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    /// No n-gram of this size twice, 0: off (`generation.no_repeat_ngram_size`).
+    #[arg(long)]
+    #[serde(rename = "generation.no_repeat_ngram_size", skip_serializing_if = "Option::is_none")]
+    pub no_repeat_ngram_size: Option<usize>,
+    /// min-p sampling, 0: off (`generation.min_p`).
+    #[arg(long, value_parser = finite_f32)]
+    #[serde(rename = "generation.min_p", skip_serializing_if = "Option::is_none")]
+    pub min_p: Option<f32>,
+    /// DRY penalty multiplier, 0: off (`generation.dry_multiplier`; base, allowed length,
+    /// window and breakers via --set generation.dry_*).
+    #[arg(long, value_parser = finite_f32)]
+    #[serde(rename = "generation.dry_multiplier", skip_serializing_if = "Option::is_none")]
+    pub dry_multiplier: Option<f32>,
+}
+
 /// A flag's number, refusing NaN and infinities: a config layer would drop them silently and
 /// leave the default in place (`--alpha nan` meaning 0.5).
 pub fn finite_f32(s: &str) -> Result<f32, String> {

@@ -63,10 +63,10 @@ pub struct SynthArgs {
     #[arg(long)]
     #[serde(rename = "teacher.api_key_env")]
     pub api_key_env: Option<String>,
-    /// Teacher reply length in tokens (`generation.max_new_tokens`).
-    #[arg(long)]
-    #[serde(rename = "generation.max_new_tokens")]
-    pub max_new_tokens: Option<usize>,
+    /// The teacher's generation settings (`generation.*`; `--max-new-tokens`: its reply length).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub generation: gauge_core::cli::GenerationFlags,
     /// Device of a local teacher: cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     #[serde(skip)]
