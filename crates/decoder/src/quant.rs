@@ -252,7 +252,7 @@ impl QuantMatrix {
                 }
             }
             // lhs rows × d_in; rhs the tile viewed as [d_in, o1 - o0] (column stride d_in).
-            let p = Product::new(rows, o1 - o0, d_in, Operand::rows(x, d_in), Operand::transposed(&w, d_in)).on(Threads::Caller);
+            let p = Product::new(rows, o1 - o0, d_in, Operand::rows(x, d_in), Operand::transposed(w, d_in)).on(Threads::Caller);
             // SAFETY: dst is columns o0..o1 of `out` (rows × d_out, row stride d_out), which
             // only this tile writes.
             unsafe { gemm_raw(p, ptr.get().add(o0), d_out, false) }
