@@ -285,6 +285,10 @@ llama-cpp:
 llm-server action="start": setup models
     scripts/llm-server.sh {{action}}
 
+# gauge's reading of a GGUF against llama.cpp's on the same file (default: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, fetched if missing): token ids on every FRA page and golden question, the chat template against /apply-template, greedy continuations of 20 prompts with llama.cpp's top-2 margins → eval/llamacpp/<model>.json and the decoder's CI fixture. ~10 min on 2 cores.
+check-llamacpp model="models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" tokens="32": setup models bench-venv
+    scripts/check-llamacpp.sh {{model}} {{tokens}}
+
 # Structured outputs against the real server: `synth-data --mode llm` keeps ≥ 90 % of samples with them (and how many without), a killed run resumes, the local decoder as teacher; `answer` through the API → bench/structured-outputs.json.
 check-llm-server: setup models bench-venv
     scripts/llm-server-check.sh

@@ -162,7 +162,14 @@ impl ModelFiles {
         let config = LlamaConfig::from_gguf(&file).map_err(|e| DecoderError::file(path, e))?;
         let tokenizer = tokenizer::from_gguf(&file)?;
         let chat = file.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(|t| ChatTemplate::new(t, &file_token(&file, "bos"), &file_token(&file, "eos")));
-        let eos_ids = config.eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
+        // The declared end of sequence first (constrained decoding ends documents with it), then
+        // the other end-of-generation tokens llama.cpp stops on (Qwen's `<|endoftext|>`).
+        let mut eos_ids = config.eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
+        for id in tokenizer::end_of_generation_ids(&file) {
+            if !eos_ids.contains(&id) {
+                eos_ids.push(id);
+            }
+        }
         let permuted_qk = config.model_type != "qwen2";
         let checkpoint = Checkpoint::Gguf { file: Box::new(file), permuted_qk, heads: (config.num_attention_heads, config.kv_heads()), keep_quantized };
         Ok(ModelFiles { config, tokenizer, chat, eos_ids, checkpoint, source: path.to_path_buf() })
