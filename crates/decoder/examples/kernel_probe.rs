@@ -27,9 +27,10 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         for _ in 0..bytes {
             out.push(next() as u8);
         }
-        // Sane f16 scales (and Q4_1's minimum).
+        // Sane f16 scales (and Q4_1's minimum; Q6_K's scale ends its block).
         let d = half::f16::from_f32(0.01 + (next() % 100) as f32 * 1e-4).to_le_bytes();
-        out[start..start + 2].copy_from_slice(&d);
+        let at = if ty == GgmlType::Q6K { start + 208 } else { start };
+        out[at..at + 2].copy_from_slice(&d);
         if ty == GgmlType::Q4_1 {
             let m = half::f16::from_f32(-0.05).to_le_bytes();
             out[start + 2..start + 4].copy_from_slice(&m);
@@ -40,11 +41,15 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
 
 fn main() {
     let ms: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(300);
-    let shapes = [("q4_1 gate_up 3072x576", GgmlType::Q4_1, 3072, 576), ("q4_1 down 576x1536", GgmlType::Q4_1, 576, 1536), ("q8_0 head 49152x576", GgmlType::Q8_0, 49152, 576)];
+    let shapes = [("q4_1 gate_up 3072x576", GgmlType::Q4_1, 3072, 576), ("q4_1 down 576x1536", GgmlType::Q4_1, 576, 1536), ("q8_0 head 49152x576", GgmlType::Q8_0, 49152, 576), ("q4_k gate_up 512x1536", GgmlType::Q4K, 512, 1536), ("q6_k down 256x8960", GgmlType::Q6K, 256, 8960)];
+    let only = std::env::args().nth(2);
     for (name, ty, rows, cols) in shapes {
+        if only.as_deref().is_some_and(|o| !name.starts_with(o)) {
+            continue;
+        }
         let w = random_matrix(ty, rows, cols, 7);
         let packed = repack::pack(ty, &w, rows);
-        let rb = cols / 32 * ty.block().1;
+        let rb = cols / ty.block().0 * ty.block().1;
         for n in [1usize, 4] {
             let x: Vec<f32> = (0..n * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let mut q8 = Q8Rows::default();
@@ -54,7 +59,7 @@ fn main() {
             for (path, layout) in KernelPath::available().into_iter().flat_map(|p| [(p, "rows"), (p, "packed")]) {
                 let run = |out: &mut [f32]| match layout {
                     "rows" => dot_matrix(path, ty, &w, rb, &xs, out),
-                    _ => repack::dot_packed(path, ty, &packed, cols / 32, &xs, out),
+                    _ => repack::dot_packed(path, ty, &packed, cols / ty.block().0, &xs, out),
                 };
                 run(&mut out);
                 // The thread's CPU time advances in scheduler ticks: run until ≥ `ms` of it.
@@ -64,6 +69,7 @@ fn main() {
                     runs += 1;
                 }
                 let ns = (cpu_ns() - t0) as f64 / runs as f64;
+                // Per 32 weights, whatever the format's block.
                 let blocks = (rows * cols / 32) as f64;
                 println!("{name:24} rows {n}  {:10} {layout:6}  {:6.2} ns/block  {:6.2} ns/block/row  {:5.1} GB/s of weights", path.name(), ns / blocks, ns / blocks / n as f64, w.len() as f64 / ns);
             }

@@ -75,20 +75,25 @@ impl HostLinear {
                 out.push(p);
                 continue;
             };
-            let merged = match (&last.w, &p.w) {
-                (Weight::F32(a), Weight::F32(b)) if last.d_in == p.d_in => Some(Weight::F32([a.as_slice(), b.as_slice()].concat())),
-                (Weight::Quant(a), Weight::Quant(b)) => a.stacked(b).map(Weight::Quant),
-                _ => None,
-            };
-            match merged {
-                Some(w) => {
-                    let bias = match (&last.bias, &p.bias) {
-                        (None, None) => None,
-                        (a, b) => Some([a.clone().unwrap_or_else(|| vec![0.0; last.d_out]), b.clone().unwrap_or_else(|| vec![0.0; p.d_out])].concat()),
-                    };
-                    *last = HostLinear { w, d_in: last.d_in, d_out: last.d_out + p.d_out, bias };
+            let same_width = last.d_in == p.d_in;
+            // The first matrix grows in place (a model's largest allocations are not copied).
+            let merged = match (&mut last.w, &p.w) {
+                (Weight::F32(a), Weight::F32(b)) if same_width => {
+                    a.extend_from_slice(b);
+                    true
                 }
-                None => out.push(p),
+                (Weight::Quant(a), Weight::Quant(b)) => a.append(b),
+                _ => false,
+            };
+            if merged {
+                let bias = match (&last.bias, &p.bias) {
+                    (None, None) => None,
+                    (a, b) => Some([a.clone().unwrap_or_else(|| vec![0.0; last.d_out]), b.clone().unwrap_or_else(|| vec![0.0; p.d_out])].concat()),
+                };
+                last.d_out += p.d_out;
+                last.bias = bias;
+            } else {
+                out.push(p);
             }
         }
         out

@@ -16,6 +16,10 @@
 //! (so the compiler vectorises it for each).
 use crate::gguf::GgmlType;
 
+/// Weight rows per repacked group ([`crate::repack`], [`crate::repack_k`]): one per 32-bit lane of a
+/// 256-bit vector.
+pub const GROUP: usize = 8;
+
 /// Which implementation of the integer dot products runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,6 +105,8 @@ pub struct Q8Rows {
     pub d: Vec<f32>,
     /// Each block's `Σ (256·q + r)`.
     pub sum: Vec<i32>,
+    /// The same sum over each block's two halves of 16 (Q6_K's scales cover 16 weights).
+    pub sum16: Vec<i32>,
     /// Both levels in one 16-bit value, `256·q + r` (`|·| ≤ 32,639`), `rows × cols`: the AVX2
     /// Q8_0 kernel multiplies it by the sign-extended weights with `vpmaddwd`.
     pub x16: Vec<i16>,
@@ -128,15 +134,18 @@ impl Q8Rows {
         self.r.resize(x.len(), 0);
         self.d.resize(nb, 0.0);
         self.sum.resize(nb, 0);
+        self.sum16.resize(2 * nb, 0);
         self.x16.resize(x.len(), 0);
         #[cfg(target_arch = "x86_64")]
         if avx2 {
             // SAFETY: the callers pass `avx2` only where AVX2 and FMA are present.
             unsafe { quantize_blocks_avx2(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum) };
+            halves(&self.x16, &mut self.sum16);
             return;
         }
         let _ = avx2;
         quantize_blocks(x, &mut self.q, &mut self.r, &mut self.x16, &mut self.d, &mut self.sum);
+        halves(&self.x16, &mut self.sum16);
     }
 
     /// Blocks per row.
@@ -148,7 +157,14 @@ impl Q8Rows {
     pub fn row(&self, r: usize) -> Row<'_> {
         let nb = self.blocks_per_row();
         let span = r * self.cols..(r + 1) * self.cols;
-        Row { q: &self.q[span.clone()], r: &self.r[span.clone()], x16: &self.x16[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb] }
+        Row { q: &self.q[span.clone()], r: &self.r[span.clone()], x16: &self.x16[span], d: &self.d[r * nb..(r + 1) * nb], sum: &self.sum[r * nb..(r + 1) * nb], sum16: &self.sum16[2 * r * nb..2 * (r + 1) * nb] }
+    }
+}
+
+/// The sums of `256·q + r` over every 16 values.
+fn halves(x16: &[i16], sum16: &mut [i32]) {
+    for (h, s) in x16.chunks_exact(16).zip(sum16.iter_mut()) {
+        *s = h.iter().map(|&v| v as i32).sum();
     }
 }
 
@@ -204,6 +220,8 @@ pub struct Row<'a> {
     pub d: &'a [f32],
     /// Block sums of `256·q + r`.
     pub sum: &'a [i32],
+    /// Half-block sums of `256·q + r` (two per block).
+    pub sum16: &'a [i32],
 }
 
 impl Row<'_> {

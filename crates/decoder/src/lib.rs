@@ -37,6 +37,7 @@ pub mod llama;
 pub mod pool;
 pub mod quant;
 pub mod repack;
+pub mod repack_k;
 pub mod sampling;
 pub mod tokenizer;
 

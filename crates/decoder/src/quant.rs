@@ -54,8 +54,7 @@ impl QuantMatrix {
         let mut bytes = bytes;
         if packed_rows > 0 {
             let rb = d_in / ty.block().0 * ty.block().1;
-            let packed = crate::repack::pack(ty, &bytes[..packed_rows * rb], packed_rows);
-            bytes[..packed_rows * rb].copy_from_slice(&packed);
+            crate::repack::pack_in_place(ty, &mut bytes[..packed_rows * rb], packed_rows);
         }
         QuantMatrix { ty, d_in, d_out, bytes, packed_rows }
     }
@@ -110,10 +109,34 @@ impl QuantMatrix {
     /// widths differ.
     pub fn stacked(&self, other: &QuantMatrix) -> Option<QuantMatrix> {
         (self.ty == other.ty && self.d_in == other.d_in).then(|| {
+            if self.packed_rows == self.d_out {
+                // Whole groups: `other`'s groups (and plain tail) follow as they are.
+                let mut bytes = Vec::with_capacity(self.bytes.len() + other.bytes.len());
+                bytes.extend_from_slice(&self.bytes);
+                bytes.extend_from_slice(&other.bytes);
+                return QuantMatrix { ty: self.ty, d_in: self.d_in, d_out: self.d_out + other.d_out, bytes, packed_rows: self.d_out + other.packed_rows };
+            }
             let mut bytes = self.plain_bytes();
             bytes.extend_from_slice(&other.plain_bytes());
             QuantMatrix::new(self.ty, bytes, self.d_out + other.d_out, self.d_in)
         })
+    }
+
+    /// Stacks `other` below this matrix in place ([`Self::stacked`] without a copy of `self`
+    /// when its rows are whole groups: the allocation grows, which for a large one moves no
+    /// bytes). `false` (and no change) when the types or widths differ.
+    pub fn append(&mut self, other: &QuantMatrix) -> bool {
+        if self.ty != other.ty || self.d_in != other.d_in {
+            return false;
+        }
+        if self.packed_rows == self.d_out {
+            self.bytes.extend_from_slice(&other.bytes);
+            self.packed_rows = self.d_out + other.packed_rows;
+            self.d_out += other.d_out;
+        } else {
+            *self = self.stacked(other).expect("checked above");
+        }
+        true
     }
 
     /// `x · Wᵀ` for the quantised activation rows `x` (`rows × d_in`), into `out`
@@ -347,6 +370,31 @@ mod tests {
                         let want: f32 = (0..d_in).map(|k| w[k] * x[r * d_in + k]).sum();
                         assert!((got[r * d_out + o] - want).abs() <= 1e-4 * (1.0 + want.abs()), "{ty:?} rows {rows}: {} vs {want}", got[r * d_out + o]);
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stacked_matrices_keep_every_row() {
+        // Whole groups above (rows a multiple of 8: concatenated as they are) and a ragged one
+        // (unpacked and packed again), on a repacked and a K-quant type.
+        for ty in [GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
+            let d_in = 512;
+            for (top, below) in [(16, 12), (13, 8)] {
+                let per_row = d_in / ty.block().0;
+                let a = QuantMatrix::new(ty, crate::kernels::tests::random_blocks(ty, top * per_row, 5), top, d_in);
+                let b = QuantMatrix::new(ty, crate::kernels::tests::random_blocks(ty, below * per_row, 6), below, d_in);
+                let s = a.stacked(&b).expect("same type and width");
+                let mut appended = a.clone();
+                assert!(appended.append(&b));
+                assert_eq!((appended.bytes.clone(), appended.packed_rows, appended.d_out), (s.bytes.clone(), s.packed_rows, s.d_out), "{ty:?}: append = stacked");
+                assert_eq!((s.d_out(), s.n_bytes()), (top + below, a.n_bytes() + b.n_bytes()));
+                let (mut want, mut got) = (vec![0f32; d_in], vec![0f32; d_in]);
+                for o in 0..top + below {
+                    if o < top { a.dequantize_row(o, &mut want) } else { b.dequantize_row(o - top, &mut want) }
+                    s.dequantize_row(o, &mut got);
+                    assert_eq!(got, want, "{ty:?} {top}+{below}: row {o}");
                 }
             }
         }

@@ -26,11 +26,15 @@ use crate::gguf::GgmlType;
 use crate::kernels::{KernelPath, Row};
 
 /// Rows per group.
-pub const GROUP: usize = 8;
+pub use crate::kernels::GROUP;
 
-/// Whether `ty` is repacked (Q4_0, Q4_1, Q8_0; the K-quants keep their blocks).
+/// Whether `ty` is repacked (Q4_0, Q4_1, Q8_0 here; Q4_K and Q6_K in [`crate::repack_k`]).
 pub fn packs(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q4K | GgmlType::Q6K)
+}
+
+fn k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4K | GgmlType::Q6K)
 }
 
 /// (bytes of a block before its quants, bytes of quants) in ggml's block, and the offset of
@@ -46,34 +50,61 @@ fn layout(ty: GgmlType) -> (usize, usize, usize) {
 
 /// Packs `rows` rows of ggml blocks (row-major, `rows` a multiple of [`GROUP`]).
 pub fn pack(ty: GgmlType, plain: &[u8], rows: usize) -> Vec<u8> {
-    assert!(packs(ty) && rows.is_multiple_of(GROUP) && plain.len().is_multiple_of(rows.max(1)));
+    let mut out = plain.to_vec();
+    pack_in_place(ty, &mut out, rows);
+    out
+}
+
+/// [`pack`] in place, a group at a time through one group's scratch (a model's matrices are
+/// packed where the file's bytes were read: no second copy of the weights is allocated).
+pub fn pack_in_place(ty: GgmlType, bytes: &mut [u8], rows: usize) {
+    assert!(packs(ty) && rows.is_multiple_of(GROUP) && bytes.len().is_multiple_of(rows.max(1)));
+    let rb = bytes.len().checked_div(rows).unwrap_or(0);
+    let mut plain = vec![0u8; GROUP * rb];
+    for dst_group in bytes.chunks_exact_mut(GROUP * rb.max(1)) {
+        plain.copy_from_slice(dst_group);
+        pack_group(ty, &plain, rb, dst_group);
+    }
+}
+
+/// One group of eight rows (`plain`, row-major, `rb` bytes a row) into `dst`.
+fn pack_group(ty: GgmlType, plain: &[u8], rb: usize, dst_group: &mut [u8]) {
     let bs = ty.block().1;
-    let rb = plain.len().checked_div(rows).unwrap_or(0);
-    let nb = rb / bs;
-    let (head, nq, qoff) = layout(ty);
-    let mut out = vec![0u8; plain.len()];
-    for (gi, dst_group) in out.chunks_exact_mut(GROUP * rb.max(1)).enumerate() {
+    if k_quant(ty) {
         for (i, dst) in dst_group.chunks_exact_mut(GROUP * bs).enumerate() {
-            for k in 0..GROUP {
-                let src = &plain[(gi * GROUP + k) * rb + i * bs..][..bs];
-                dst[2 * k..2 * k + 2].copy_from_slice(&src[0..2]);
-                if ty == GgmlType::Q4_1 {
-                    dst[16 + 2 * k..16 + 2 * k + 2].copy_from_slice(&src[2..4]);
-                }
-                for c in 0..nq / 4 {
-                    dst[qoff + 32 * c + 4 * k..][..4].copy_from_slice(&src[head + 4 * c..][..4]);
-                }
+            crate::repack_k::pack_block(ty, |k| &plain[k * rb + i * bs..][..bs], dst);
+        }
+        return;
+    }
+    let (head, nq, qoff) = layout(ty);
+    for (i, dst) in dst_group.chunks_exact_mut(GROUP * bs).enumerate() {
+        for k in 0..GROUP {
+            let src = &plain[k * rb + i * bs..][..bs];
+            dst[2 * k..2 * k + 2].copy_from_slice(&src[0..2]);
+            if ty == GgmlType::Q4_1 {
+                dst[16 + 2 * k..16 + 2 * k + 2].copy_from_slice(&src[2..4]);
+            }
+            for c in 0..nq / 4 {
+                dst[qoff + 32 * c + 4 * k..][..4].copy_from_slice(&src[head + 4 * c..][..4]);
             }
         }
-        debug_assert_eq!(dst_group.len(), GROUP * nb * bs);
     }
-    out
 }
 
 /// The eight rows of a packed group (`nb` group-blocks) dequantised into `out` (`8 × nb·32`,
 /// row-major), read straight from the interleaved bytes; each value is computed as
 /// [`crate::gguf::dequantize`] computes it (`d·q`, `d·(n − 8)`, `d·n + m`), so the same bits.
 pub fn dequantize_group(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f32]) {
+    if k_quant(ty) {
+        // Row by row through ggml's blocks (prompts only; the same bits as the GGUF's).
+        let d_in = out.len() / GROUP;
+        let mut row = Vec::new();
+        for (k, o) in out.chunks_exact_mut(d_in).enumerate() {
+            unpack_row(ty, group, k, &mut row);
+            o.copy_from_slice(&crate::gguf::dequantize(ty, &row, d_in));
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if KernelPath::Avx2.supported() {
         // SAFETY: AVX2, FMA and F16C are present (checked at run time).
@@ -129,8 +160,16 @@ fn dequantize_group_generic(ty: GgmlType, group: &[u8], nb: usize, out: &mut [f3
 /// Row `k` (0..8) of a packed group (`nb` group-blocks) as ggml blocks, into `out`.
 pub fn unpack_row(ty: GgmlType, group: &[u8], k: usize, out: &mut Vec<u8>) {
     let bs = ty.block().1;
-    let (head, nq, qoff) = layout(ty);
     out.clear();
+    if k_quant(ty) {
+        for src in group.chunks_exact(GROUP * bs) {
+            let start = out.len();
+            out.resize(start + bs, 0);
+            crate::repack_k::unpack_block(ty, src, k, &mut out[start..]);
+        }
+        return;
+    }
+    let (head, nq, qoff) = layout(ty);
     for src in group.chunks_exact(GROUP * bs) {
         let start = out.len();
         out.resize(start + bs, 0);
@@ -152,8 +191,10 @@ pub fn unpack_row(ty: GgmlType, group: &[u8], k: usize, out: &mut Vec<u8>) {
 pub fn dot_packed(path: KernelPath, ty: GgmlType, w: &[u8], nb: usize, xs: &[Row<'_>], out: &mut [f32]) {
     let gbytes = GROUP * nb * ty.block().1;
     assert!(packs(ty) && gbytes > 0 && w.len().is_multiple_of(gbytes) && out.len() == w.len() / gbytes * GROUP * xs.len());
+    // Activation blocks of 32 per weight block (8 per K-quant super-block).
+    let n32 = nb * ty.block().0 / 32;
     for x in xs {
-        assert!(x.q.len() >= nb * 32 && x.r.len() >= nb * 32 && x.x16.len() >= nb * 32 && x.d.len() >= nb && x.sum.len() >= nb, "activation row shorter than the weights");
+        assert!(x.q.len() >= n32 * 32 && x.r.len() >= n32 * 32 && x.x16.len() >= n32 * 32 && x.d.len() >= n32 && x.sum.len() >= n32 && x.sum16.len() >= 2 * n32, "activation row shorter than the weights");
     }
     match path {
         #[cfg(target_arch = "x86_64")]
@@ -205,6 +246,11 @@ mod x86 {
     /// `out[r][k]` = row `k` · activation `r`.
     #[inline(always)]
     unsafe fn group<const R: usize>(ty: GgmlType, g: *const u8, nb: usize, xs: &[Row<'_>; R], out: &mut [[f32; GROUP]; R], dot: DotAcc, vnni: bool) {
+        match ty {
+            GgmlType::Q4K => return crate::repack_k::x86::group_q4k::<R>(g, nb, xs, out, dot, vnni),
+            GgmlType::Q6K => return crate::repack_k::x86::group_q6k::<R>(g, nb, xs, out, dot, vnni),
+            _ => {}
+        }
         let gb = GROUP * ty.block().1;
         let zero = _mm256_setzero_si256();
         let mut acc = [_mm256_setzero_ps(); R];
@@ -368,21 +414,25 @@ mod tests {
 
     #[test]
     fn a_packed_group_dequantises_to_the_gguf_values() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K] {
             let (rows, nb) = (16, 5);
+            let per = ty.block().0;
             let plain = crate::kernels::tests::random_blocks(ty, rows * nb, 3);
             let packed = pack(ty, &plain, rows);
-            let want = crate::gguf::dequantize(ty, &plain, rows * nb * 32);
+            let want = crate::gguf::dequantize(ty, &plain, rows * nb * per);
             let gbytes = GROUP * nb * ty.block().1;
             let run = |f: fn(GgmlType, &[u8], usize, &mut [f32])| {
-                let mut out = vec![0f32; rows * nb * 32];
-                for (g, o) in out.chunks_exact_mut(GROUP * nb * 32).enumerate() {
+                let mut out = vec![0f32; rows * nb * per];
+                for (g, o) in out.chunks_exact_mut(GROUP * nb * per).enumerate() {
                     f(ty, &packed[g * gbytes..(g + 1) * gbytes], nb, o);
                 }
                 out
             };
             let got = run(dequantize_group);
             assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?}");
+            if k_quant(ty) {
+                continue;
+            }
             // The portable body too (the call above takes AVX2 where the machine has it).
             let portable = run(dequantize_group_generic);
             assert_eq!(portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty:?} portable");
@@ -391,7 +441,7 @@ mod tests {
 
     #[test]
     fn pack_then_unpack_gives_every_row_back() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K] {
             let (rows, nb) = (16, 5);
             let plain = crate::kernels::tests::random_blocks(ty, rows * nb, 9);
             let packed = pack(ty, &plain, rows);
@@ -407,24 +457,35 @@ mod tests {
 
     #[test]
     fn every_path_matches_the_row_major_kernels_and_is_batch_invariant() {
-        let (rows, d_in) = (24, 320);
-        let nb = d_in / 32;
+        let (rows, d_in) = (24, 768);
         let n = 6;
         let x: Vec<f32> = (0..n * d_in).map(|i| (((i * 7919) % 2001) as f32 - 1000.0) / 613.0).collect();
         let mut q8 = Q8Rows::default();
         q8.quantize(&x, d_in);
         let xs: Vec<Row<'_>> = (0..n).map(|r| q8.row(r)).collect();
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K] {
+            let nb = d_in / ty.block().0;
             let plain = crate::kernels::tests::random_blocks(ty, rows * nb, 21);
             let packed = pack(ty, &plain, rows);
             let rb = nb * ty.block().1;
             let mut reference = vec![0f32; rows * n];
             crate::kernels::dot_matrix(KernelPath::Scalar, ty, &plain, rb, &xs, &mut reference);
+            // Σ |w·x| of each output: random weights cancel to sums far below their terms, and
+            // float order (per sub-block here, per super-block in the reference) moves the last
+            // bits of the terms.
+            let per = ty.block().0;
+            let norms: Vec<f32> = (0..rows * n)
+                .map(|i| {
+                    let (o, r) = (i / n, i % n);
+                    let w = crate::gguf::dequantize(ty, &plain[o * rb..(o + 1) * rb], nb * per);
+                    w.iter().enumerate().map(|(j, v)| (v * x[r * d_in + j]).abs()).sum()
+                })
+                .collect();
             for path in KernelPath::available() {
                 let mut got = vec![0f32; rows * n];
                 dot_packed(path, ty, &packed, nb, &xs, &mut got);
-                for (g, r) in got.iter().zip(&reference) {
-                    assert!((g - r).abs() <= 1e-5 * (1.0 + r.abs()), "{ty:?} {}: {g} vs scalar {r}", path.name());
+                for ((g, r), norm) in got.iter().zip(&reference).zip(&norms) {
+                    assert!((g - r).abs() <= 1e-5 * (1.0 + r.abs()) + 1e-7 * norm, "{ty:?} {}: {g} vs scalar {r} (Σ|w·x| {norm})", path.name());
                 }
                 for r in 0..n {
                     let mut alone = vec![0f32; rows];
