@@ -158,8 +158,9 @@ test-store: setup models
     {{build}}
     scripts/test-store.sh
 
-# Answer rows: SmolLM2 (local Burn decoder) answers 12 FRA dev questions from two retrieval configs; citations checked; SmolLM2 as the judge → eval/fra-answers/.
+# Answer rows: SmolLM2-135M and Qwen2.5-Coder-1.5B (local Burn decoder; the 1.5B fetched on first use) answer the 41 FRA dev questions from two retrieval configs on the same passages, paired; citations checked; SmolLM2 as the judge → eval/fra-answers/. ~40 min on 2 cores.
 ablate-answers: setup models
+    scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
 
 # Sampling controls against loops on the 41 FRA dev questions (greedy, loop stop, repetition, frequency, n-gram, DRY; 256 tokens, four-phase), each paired with greedy, on two page-group halves → eval/fra-sampling/. ~40 min cold on 2 cores.
@@ -209,7 +210,7 @@ bench-embed: setup models bench-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PYTHON={{venv}}/bin/python3 scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
-# Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream → bench/generate.json. ~20 min on 2 cores.
+# Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream; then Qwen2.5-Coder-1.5B-Instruct Q4_K_M (fetched on first use): decode, prefill, batched 1/4/8 → bench/generate.json. ~30 min on 2 cores.
 bench-generate: setup models
     scripts/bench-generate.sh
 

@@ -193,7 +193,7 @@ impl Stage for Answer {
         let started = std::time::Instant::now();
         let root = run.final_dir().parent().and_then(Path::parent).expect("an artifact lives at <root>/<stage>/<fingerprint>");
         let cache = Arc::new(gauge_generator::cache::CallCache::new(root.join("llm-cache")));
-        let (rows, cut_passages) = answer_all(&state, config, inputs, options, &cache)?;
+        let (rows, cut_passages, prefix) = answer_all(&state, config, inputs, options, &cache)?;
         run.set_stat("model_calls", cache.misses());
         run.set_stat("model_calls_cached", cache.hits());
         let n = write_answers(&run.path("answers.parquet"), &rows)?;
@@ -205,6 +205,11 @@ impl Stage for Answer {
         run.set_stat("refused", summary.refused);
         run.set_stat("loops", summary.loops);
         run.set_stat("passages_cut_to_fit_context", cut_passages);
+        if let Some((prompt, reused)) = prefix {
+            // The local decoder's prefix cache: prompt tokens taken from a prompt run before.
+            run.set_stat("prompt_tokens_prefilled", prompt - reused);
+            run.set_stat("prompt_tokens_reused", reused);
+        }
         run.set_stat("citations", citations);
         run.set_stat("invented_citations", invented);
         run.set_stat("completion_tokens", rows.iter().map(|r| r.completion_tokens).sum::<usize>());
@@ -223,8 +228,9 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
     Ok(gauge_cite::render_answer_prompt(template, question, &ps)?)
 }
 
-/// The answers, and how many passage cuts fitting the prompts to the context took.
-fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &Arc<gauge_generator::cache::CallCache>) -> anyhow::Result<(Vec<AnswerRow>, usize)> {
+/// The answers, how many passage cuts fitting the prompts to the context took, and (local
+/// decoder) the prompt tokens seen and reused by its prefix cache.
+fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &Arc<gauge_generator::cache::CallCache>) -> anyhow::Result<(Vec<AnswerRow>, usize, Option<(u64, u64)>)> {
     let cfg = config.retrieval.clone().normalize();
     // Everything the config names (a rewriter's calls through the run's cache).
     let engine = Engine::assemble(&cfg, &gauge_engine::IndexOptions::one(&inputs.index, &options.device), cache.clone())?;
@@ -322,7 +328,11 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     if cut_passages > 0 {
         tracing::info!("{cut_passages} passage cut(s) to fit {}'s context", generator.name());
     }
-    Ok((rows, cut_passages))
+    let prefix = generator.local_model().map(|lm| {
+        let kept = lm.prefix_cache.lock().expect("prefix cache lock");
+        (kept.prompt_tokens, kept.reused_tokens)
+    });
+    Ok((rows, cut_passages, prefix))
 }
 
 /// Writes `answers.parquet` (columns in [`gauge_core::schema::ANSWER_COLUMNS`]).

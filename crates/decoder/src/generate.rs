@@ -242,13 +242,28 @@ impl LanguageModel {
                 }
             }
         }
+        let kept = self.prefix_cache.lock().expect("prefix cache lock");
+        if kept.reused_tokens > 0 {
+            tracing::debug!("prefix cache: {} of {} prompt tokens reused so far", kept.reused_tokens, kept.prompt_tokens);
+        }
+        drop(kept);
         results.into_iter().map(|r| r.expect("every item finishes")).collect()
     }
 
     fn prefill<'a>(&self, index: usize, item: BatchItem<'a>, opts: &GenerateOptions) -> Result<Active<'a>, DecoderError> {
-        let mut cache = self.model.new_cache_with_capacity(item.prompt_ids.len() + opts.max_new_tokens);
+        let ids = item.prompt_ids;
+        let capacity = ids.len() + opts.max_new_tokens;
         let started = std::time::Instant::now();
-        let logits = self.model.forward(item.prompt_ids, &mut cache)?;
+        // The longest kept prompt this one begins with ([`crate::prefix`]), else an empty cache.
+        let reused = self.prefix_cache.lock().expect("prefix cache lock").lookup(ids).and_then(|(n, c)| Some((n, c.prefix(n, capacity)?)));
+        let (start, mut cache) = reused.unwrap_or_else(|| (0, self.model.new_cache_with_capacity(capacity)));
+        let logits = self.model.forward(&ids[start..], &mut cache)?;
+        {
+            let mut kept = self.prefix_cache.lock().expect("prefix cache lock");
+            if kept.enabled() {
+                kept.store(ids, &cache);
+            }
+        }
         let prefill_seconds = started.elapsed().as_secs_f64();
         Ok(Active {
             index,

@@ -227,6 +227,22 @@ impl KvStore {
         }
     }
 
+    /// Its first `values` values, in a buffer with room for `capacity` values.
+    fn prefix(&self, values: usize, capacity: usize) -> KvStore {
+        match self {
+            KvStore::F32(v) => {
+                let mut out = Vec::with_capacity(capacity.max(values));
+                out.extend_from_slice(&v[..values]);
+                KvStore::F32(out)
+            }
+            KvStore::F16(v) => {
+                let mut out = Vec::with_capacity(capacity.max(values));
+                out.extend_from_slice(&v[..values]);
+                KvStore::F16(out)
+            }
+        }
+    }
+
     /// Values held (positions × width).
     fn len_f(&self) -> usize {
         match self {
@@ -278,6 +294,14 @@ impl HostCache {
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// A copy of the first `n` positions (`0 < n ≤ len`), with room for `capacity` positions.
+    pub(crate) fn prefix(&self, n: usize, capacity: usize) -> HostCache {
+        assert!(n > 0 && n <= self.len, "a prefix of {n} positions of {}", self.len);
+        let width = self.k.first().map_or(0, |s| s.len_f() / self.len);
+        let copy = |stores: &[KvStore]| stores.iter().map(|s| s.prefix(n * width, capacity * width)).collect();
+        HostCache { k: copy(&self.k), v: copy(&self.v), len: n, scratch: Scratch::default() }
     }
 
     /// Bytes of keys and values held.

@@ -19,6 +19,7 @@
 //!   [`repack`]: weight rows interleaved eight at a time for them.
 //! - [`quant`]: linear layers over quantised blocks.
 //! - [`pool`]: the spinning thread pool a decoding step runs on.
+//! - [`prefix`]: prompts that begin alike reuse the keys and values of what they share.
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
 //! - [`chat`]: chat templates.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
@@ -35,6 +36,7 @@ pub mod host;
 pub mod kernels;
 pub mod llama;
 pub mod pool;
+pub mod prefix;
 pub mod quant;
 pub mod repack;
 pub mod repack_k;
@@ -113,6 +115,8 @@ pub struct LanguageModel {
     pub source: PathBuf,
     /// DRY's sequence breakers resolved against the vocabulary (the last list asked for).
     dry_cache: std::sync::Mutex<Option<(Vec<String>, std::sync::Arc<sampling::Dry>)>>,
+    /// Prompts' keys and values kept for the prompts that begin alike ([`prefix`]).
+    pub prefix_cache: std::sync::Mutex<prefix::PrefixCache>,
 }
 
 /// Finds a model: a GGUF file, a model folder, or a name in the models directory / Hugging
@@ -228,7 +232,7 @@ impl LanguageModel {
             model.set_kernel_path(k)?;
         }
         model.set_kv_f16(options.kv_f16);
-        Ok(LanguageModel { model, tokenizer: files.tokenizer, chat: files.chat, eos_ids: files.eos_ids, source: files.source, dry_cache: Default::default() })
+        Ok(LanguageModel { model, tokenizer: files.tokenizer, chat: files.chat, eos_ids: files.eos_ids, source: files.source, dry_cache: Default::default(), prefix_cache: Default::default() })
     }
 }
 

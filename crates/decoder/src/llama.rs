@@ -124,6 +124,16 @@ impl KvCache {
         self.len() == 0
     }
 
+    /// A copy of the first `n` positions (`0 < n ≤ len`) as a cache of their own, with room for
+    /// `capacity` positions: the start of another prompt that shares them. `None` on Burn
+    /// devices (their caches are not copied).
+    pub fn prefix(&self, n: usize, capacity: usize) -> Option<KvCache> {
+        match &self.inner {
+            CacheInner::Host(h) => Some(KvCache { inner: CacheInner::Host(Box::new(h.prefix(n, capacity))) }),
+            CacheInner::Burn { .. } => None,
+        }
+    }
+
     /// Bytes of keys and values held (host caches; 0 on Burn devices).
     pub fn n_bytes(&self) -> usize {
         match &self.inner {

@@ -7,12 +7,20 @@
 //! builder is the root package's `gauge::pipeline`.)
 use std::path::PathBuf;
 
-/// The shared data folder: `$GAUGE_SHARED`, or `../shared` beside the workspace.
+/// The shared data folder: `$GAUGE_SHARED`, or `../shared` beside the workspace — found from
+/// where this crate was compiled, else from the working directory up (a test runs in its
+/// package's folder): a build cache shared by checkouts at other paths may hold this crate
+/// compiled elsewhere.
 pub fn shared() -> PathBuf {
-    match std::env::var_os("GAUGE_SHARED") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    if let Some(dir) = std::env::var_os("GAUGE_SHARED").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
     }
+    let compiled = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
+    if compiled.is_dir() {
+        return compiled;
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    cwd.ancestors().find(|a| a.join("Cargo.lock").is_file()).map_or(compiled, |root| root.join("../shared"))
 }
 
 /// `relative` under the shared data folder; panics with one line naming the path and the fix
