@@ -230,7 +230,9 @@ pub fn render_prompt(template: &str, question: &str, passages: &[(GivenPassage, 
 
 /// The answers, how many passage cuts fitting the prompts to the context took, and (local
 /// decoder) the prompt tokens seen and reused by its prefix cache.
-fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &Arc<gauge_generator::cache::CallCache>) -> anyhow::Result<(Vec<AnswerRow>, usize, Option<(u64, u64)>)> {
+type Answered = (Vec<AnswerRow>, usize, Option<(u64, u64)>);
+
+fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs, options: &AnswerOptions, cache: &Arc<gauge_generator::cache::CallCache>) -> anyhow::Result<Answered> {
     let cfg = config.retrieval.clone().normalize();
     // Everything the config names (a rewriter's calls through the run's cache).
     let engine = Engine::assemble(&cfg, &gauge_engine::IndexOptions::one(&inputs.index, &options.device), cache.clone())?;
