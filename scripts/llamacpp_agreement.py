@@ -20,6 +20,7 @@ and template renderings, which `crates/decoder/tests/llamacpp_fixture.rs` checks
 
 Usage: llamacpp_agreement.py MODEL.gguf PAGES.parquet GOLDEN.jsonl ANSWER_CACHE_DIR EXAMPLE URL
        N_TOKENS REPORT.json FIXTURE.json
+       llamacpp_agreement.py --render REPORT.json   (rewrites REPORT.md from the report)
 """
 import glob
 import json
@@ -31,7 +32,32 @@ import tempfile
 import time
 import urllib.request
 
-import pyarrow.parquet as pq
+
+
+def render(report_path):
+    """REPORT.md: the report's tables, for readers and for the results pages' figure check."""
+    r = json.load(open(report_path))
+    t, c, g = r["tokenize"], r["template"], r["greedy"]
+    lines = [f"# {r['model']} read by gauge and by llama.cpp", "",
+             f"Written by `just check-llamacpp` (scripts/llamacpp_agreement.py) from `{os.path.basename(report_path)}`; tokenizer `{r['tokenizer_pre']}`. Passed: **{'yes' if r['passed'] else 'no'}**.", "",
+             "| Check | Compared | Equal |", "|---|---|---|",
+             f"| token ids (`/tokenize`) | {t['texts']} texts: {t['pages']} pages, {t['questions']} questions, {t['edge_cases']} edge cases; {t['tokens']} tokens | {t['equal']} |",
+             f"| chat template (`/apply-template`) | {c['conversations']} conversations | {c['equal']} |",
+             f"| greedy continuation, {g['tokens']} tokens | {g['prompts']} prompts | {g['equal']} ({g['near_ties']} diverge at a near tie, {len(g['failed'])} fail) |", "",
+             f"Noise: {g['noise_how']}: max {g['noise_margin']:.3f}, median {g['noise_median']:.3f} over {g['steps_compared']} steps. A divergence passes where llama.cpp's own margin is at most the max.", "",
+             "| Prompt | Prompt tokens | Equal tokens | llama.cpp margin at divergence | gauge margin there | Verdict |", "|---|---|---|---|---|---|"]
+    for w in g["walks"]:
+        fmt = lambda v: "" if v is None else f"{v:.3f}"
+        lines.append(f"| {w['id']} | {w['prompt_tokens']} | {w['equal_tokens']} of {max(w['llama_cpp_tokens'], w['gauge_tokens'])} | {fmt(w['llama_cpp_margin_at_divergence'])} | {fmt(w['gauge_margin_at_divergence'])} | {w['verdict']} |")
+    with open(report_path[:-5] + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if len(sys.argv) == 3 and sys.argv[1] == "--render":
+    render(sys.argv[2])
+    sys.exit(0)
+
+import pyarrow.parquet as pq  # noqa: E402
 
 model, pages_path, golden_path, cache_dir, example, url, n_tokens, report_path, fixture_path = sys.argv[1:]
 n_tokens = int(n_tokens)
@@ -198,6 +224,7 @@ with open(report_path + ".partial", "w") as f:
     json.dump(report, f, indent=1, ensure_ascii=False)
     f.write("\n")
 os.replace(report_path + ".partial", report_path)
+render(report_path)
 
 # The CI fixture: questions, edge cases and three page openings, with the merges they use.
 fixture_texts = [t for t in texts if not t["id"].startswith("page:")]
