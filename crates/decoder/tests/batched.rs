@@ -7,25 +7,15 @@
 use gauge_decoder::generate::BatchItem;
 use gauge_decoder::{GenerateOptions, LanguageModel, Message};
 
+mod common;
+
 fn model() -> LanguageModel {
-    let path = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.is_file(), "{}: missing; run `just models`", path.display());
-    LanguageModel::load(path.to_str().unwrap(), &gauge_tensor::device::cpu()).unwrap()
+    common::smollm2()
 }
 
 /// The FRA dev questions as chat prompts.
 fn prompts(lm: &LanguageModel) -> Vec<Vec<u32>> {
-    let golden = gauge_test_support::shared_path("golden/fra-dev.jsonl");
-    let text = std::fs::read_to_string(&golden).unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
-    let chat = lm.chat.as_ref().unwrap();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let r: serde_json::Value = serde_json::from_str(l).unwrap();
-            let m = vec![Message::new("system", "Answer in one short paragraph."), Message::new("user", r["question"].as_str().unwrap())];
-            lm.tokenizer.encode(chat.render(&m, true).unwrap().as_str(), false).unwrap().get_ids().to_vec()
-        })
-        .collect()
+    common::fra_prompts(lm, "Answer in one short paragraph.")
 }
 
 fn batch(lm: &LanguageModel, prompts: &[Vec<u32>], opts: &GenerateOptions, size: usize) -> Vec<(Vec<u32>, String)> {

@@ -4,28 +4,19 @@
 //! dev questions token for token, alone and in batches. Needs `just models` and `../shared`.
 use gauge_decoder::generate::BatchItem;
 use gauge_decoder::prefix::{PrefixCache, MIN_REST, MIN_SHARED};
-use gauge_decoder::{GenerateOptions, LanguageModel, Message};
+use gauge_decoder::{GenerateOptions, LanguageModel};
 
 const SYSTEM: &str = "You answer questions about regulatory and technical documents using only the passages given. Each passage starts with its tag, such as [manual.pdf p. 12]. Cite every claim with the tag of the passage it comes from, written exactly as the tag. If the passages do not contain the answer, say: \"The provided documents do not contain this information.\"";
 
+mod common;
+
 fn model() -> LanguageModel {
-    let path = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.is_file(), "{}: missing; run `just models`", path.display());
-    LanguageModel::load(path.to_str().unwrap(), &gauge_tensor::device::cpu()).unwrap()
+    common::smollm2()
 }
 
+/// The FRA dev questions as chat prompts.
 fn prompts(lm: &LanguageModel) -> Vec<Vec<u32>> {
-    let golden = gauge_test_support::shared_path("golden/fra-dev.jsonl");
-    let text = std::fs::read_to_string(&golden).unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
-    let chat = lm.chat.as_ref().unwrap();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let r: serde_json::Value = serde_json::from_str(l).unwrap();
-            let m = vec![Message::new("system", SYSTEM), Message::new("user", r["question"].as_str().unwrap())];
-            lm.tokenizer.encode(chat.render(&m, true).unwrap().as_str(), false).unwrap().get_ids().to_vec()
-        })
-        .collect()
+    common::fra_prompts(lm, SYSTEM)
 }
 
 fn set_budget(lm: &LanguageModel, bytes: usize) {
