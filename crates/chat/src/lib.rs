@@ -94,6 +94,11 @@ pub struct GenerateOptions {
     /// setting it for one is refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loop_stop: Option<LoopStop>,
+    /// Answers only (the layer whose replies cite passages), local decoder only: inside a
+    /// bracket, the reply may write only the page tags of the passages it was given (each
+    /// passage's tag, or one page of a range), so no citation can be invented. Off by default.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub constrain_citations: bool,
     /// Sequences the local decoder decodes in lock-step when a stage has several prompts
     /// (continuous batching; replies are identical at any size). 8 measured fastest per
     /// token on 2 cores (README, "generation speed"); endpoints ignore it.
@@ -127,6 +132,7 @@ impl Default for GenerateOptions {
             dry_penalty_last_n: 64,
             dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
             loop_stop: None,
+            constrain_citations: false,
             batch_size: DEFAULT_BATCH_SIZE,
             stream: false,
         }
@@ -201,6 +207,9 @@ impl GenerateOptions {
             Some(l) if !l.enabled() => out.push("loop_stop off".into()),
             Some(l) if l != LoopStop::default() => out.push(format!("loop_stop {} copies ≥ {} tokens", l.repeats, l.min_tokens)),
             _ => {}
+        }
+        if self.constrain_citations {
+            out.push("citations constrained to the given tags".into());
         }
         if out.is_empty() {
             "default controls".into()

@@ -83,6 +83,22 @@ impl GivenPassage {
     }
 }
 
+/// The tags a reply given `passages` may cite: each passage's own tag and, for a passage
+/// spanning pages, each of its pages alone — every one of them verified by [`check`].
+pub fn citable_tags(passages: &[GivenPassage]) -> Vec<String> {
+    let mut tags = Vec::new();
+    for p in passages {
+        tags.push(p.tag());
+        if p.page_end > p.page_start {
+            // A range of at most a few pages; a malformed one is capped.
+            tags.extend((p.page_start..=p.page_end.min(p.page_start + 64)).map(|n| page_tag(&p.source, n, n)));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    tags.retain(|t| seen.insert(t.clone()));
+    tags
+}
+
 /// One citation found in an answer (a row of the `citations` list `answers.parquet` stores).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Citation {
@@ -151,6 +167,22 @@ mod tests {
             GivenPassage { chunk_id: "a".into(), source: "FRA-HRGC.pdf".into(), page_start: 12, page_end: 13 },
             GivenPassage { chunk_id: "b".into(), source: "manuals/Track.pdf".into(), page_start: 4, page_end: 4 },
         ]
+    }
+
+    #[test]
+    fn every_citable_tag_verifies_and_no_other_page_does() {
+        let given = given();
+        let tags = citable_tags(&given);
+        assert!(!tags.is_empty());
+        for t in &tags {
+            let c = check(t, &given);
+            assert!(c.len() == 1 && c[0].verified, "{t} parses and verifies");
+        }
+        // One tag per passage plus each page of a range, no duplicates.
+        let ranges: usize = given.iter().map(|p| if p.page_end > p.page_start { (p.page_end - p.page_start + 1) as usize } else { 0 }).sum();
+        assert_eq!(tags.len(), given.len() + ranges);
+        let outside = page_tag(&given[0].source, given[0].page_end + 1, given[0].page_end + 1);
+        assert!(!tags.contains(&outside) && !check(&outside, &given)[0].verified);
     }
 
     #[test]

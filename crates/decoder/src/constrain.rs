@@ -140,6 +140,16 @@ pub struct JsonConstraint {
     eos: u32,
 }
 
+impl crate::citation::TokenConstraint for JsonConstraint {
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), DecoderError> {
+        JsonConstraint::mask(self, logits)
+    }
+
+    fn advance(&mut self, token: u32) -> Result<(), DecoderError> {
+        JsonConstraint::advance(self, token)
+    }
+}
+
 impl JsonConstraint {
     /// Sets the logits of every token that cannot come next to −∞ (only end-of-sequence
     /// once the document is complete).

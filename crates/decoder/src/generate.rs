@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 
 use crate::sampling::{self, Dry, LoopDetector};
-use crate::{DecoderError, JsonConstraint, LanguageModel};
+use crate::{DecoderError, LanguageModel, TokenConstraint};
 
 pub use gauge_chat::{GenerateOptions, DEFAULT_BATCH_SIZE};
 
@@ -102,13 +102,13 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// One prompt of a batch: its token ids and, when the reply must be JSON of a schema, the
-/// constraint that keeps it so.
+/// One prompt of a batch: its token ids and, when the reply is constrained (JSON of a schema,
+/// citations of the passages given), the constraint that keeps it so.
 pub struct BatchItem<'a> {
     /// The rendered chat prompt, tokenised.
     pub prompt_ids: &'a [u32],
     /// Constrained decoding for this prompt.
-    pub constraint: Option<&'a mut JsonConstraint>,
+    pub constraint: Option<&'a mut (dyn TokenConstraint + 'static)>,
 }
 
 /// A sequence being decoded.
@@ -123,7 +123,7 @@ struct Active<'a> {
     keep: Option<usize>,
     text: String,
     logits: Vec<f32>,
-    constraint: Option<&'a mut JsonConstraint>,
+    constraint: Option<&'a mut (dyn TokenConstraint + 'static)>,
     prompt_tokens: usize,
     prefill_seconds: f64,
     started: std::time::Instant,
@@ -153,7 +153,7 @@ impl LanguageModel {
     /// Generates after `prompt_ids`; with a constraint, every token is picked among those
     /// that keep the reply a valid document of its schema, and generation ends when the
     /// document is complete.
-    pub fn generate_with(&self, prompt_ids: &[u32], opts: &GenerateOptions, constraint: Option<&mut JsonConstraint>) -> Result<Generation, DecoderError> {
+    pub fn generate_with(&self, prompt_ids: &[u32], opts: &GenerateOptions, constraint: Option<&mut (dyn TokenConstraint + 'static)>) -> Result<Generation, DecoderError> {
         self.generate_batch(vec![BatchItem { prompt_ids, constraint }], opts, 1).pop().expect("one result per item")
     }
 

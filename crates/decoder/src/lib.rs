@@ -22,12 +22,15 @@
 //! - [`prefix`]: prompts that begin alike reuse the keys and values of what they share.
 //! - [`tokenizer`]: GGUF tokenizers as `tokenizers` BPE.
 //! - [`chat`]: chat templates.
+//! - [`constrain`]: replies held to a JSON Schema; [`citation`]: citations held to the tags of
+//!   the passages given.
 //! - [`generate`]: greedy and seeded sampling with stop conditions.
 //! - [`sampling`]: repetition, frequency/presence, n-gram, min-p and DRY controls; the loop stop.
 #![deny(missing_docs)]
 pub mod adapter;
 pub mod chat;
 pub mod checkpoint;
+pub mod citation;
 pub mod config;
 pub mod constrain;
 pub mod generate;
@@ -49,6 +52,7 @@ pub use adapter::{AdapterConfig, LoraAdapter, LoraPair};
 pub use chat::{ChatTemplate, Message};
 pub use checkpoint::Checkpoint;
 pub use config::LlamaConfig;
+pub use citation::{CitationConstraint, CitationVocab, TokenConstraint};
 pub use constrain::{JsonConstraint, SchemaCompiler};
 pub use generate::{GenerateOptions, Generation};
 pub use kernels::KernelPath;

@@ -118,7 +118,7 @@ fn score_run(a: &AnswerRun, golden: &[GoldenQuestion], section: &AnswerSection, 
 /// The judge's verdict on every answered question of one row, with a progress bar; `None`
 /// for refusals.
 fn grade(judge: &Judge, a: &AnswerRun, answered: &[AnsweredQuestion], golden: &[GoldenQuestion], retrieved: &Retrieved) -> Vec<Option<Verdict>> {
-    let bar = gauge_core::progress::bar(answered.len() as u64, &format!("judge: {}", a.name()));
+    let bar = gauge_core::progress::ReplyBar::new(answered.len() as u64, &format!("judge: {}", a.name()));
     let passages: Vec<Vec<crate::judge::JudgedPassage>> = answered.iter().map(|aq| retrieved.contexts.get(&(a.config.clone(), aq.qid.clone())).cloned().unwrap_or_default()).collect();
     let items: Vec<crate::judge::Graded<'_>> = answered
         .iter()
@@ -129,8 +129,8 @@ fn grade(judge: &Judge, a: &AnswerRun, answered: &[AnsweredQuestion], golden: &[
             crate::judge::Graded { question: q.map_or("", |q| q.question.as_str()), reference: q.and_then(|q| q.reference_answer.as_deref()), passages: p, answer: &aq.answer }
         })
         .collect();
-    bar.inc((answered.len() - items.len()) as u64);
-    let mut graded = judge.grade_all(&items, &|| bar.inc(1)).into_iter();
+    bar.bar.inc((answered.len() - items.len()) as u64);
+    let mut graded = judge.grade_all(&items, &|tokens| bar.reply(tokens)).into_iter();
     let mut verdicts = Vec::new();
     for aq in answered {
         let verdict = (!aq.refused).then(|| graded.next().expect("one verdict per answered question"));
@@ -139,7 +139,7 @@ fn grade(judge: &Judge, a: &AnswerRun, answered: &[AnsweredQuestion], golden: &[
         }
         verdicts.push(verdict);
     }
-    bar.finish_and_clear();
+    bar.bar.finish_and_clear();
     verdicts
 }
 

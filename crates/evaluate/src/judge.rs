@@ -190,14 +190,15 @@ impl Judge {
 
     /// Grades one answer. Never fails: a grade that cannot be had is a [`Verdict`] with the reason.
     pub fn grade(&self, question: &str, reference: Option<&str>, passages: &[JudgedPassage], answer: &str) -> Verdict {
-        self.grade_all(&[Graded { question, reference, passages, answer }], &|| {}).remove(0)
+        self.grade_all(&[Graded { question, reference, passages, answer }], &|_| {}).remove(0)
     }
 
     /// Grades several answers: the first round of every prompt goes to the model at once (the
     /// local decoder batches them), then each reply is parsed and, when invalid, repaired on
-    /// its own. `done` is called once per answer. Grades, cache keys and call counts are those
+    /// its own. `done` is called once per answer, with the tokens its first reply generated (0
+    /// from the cache), as that reply comes. Grades, cache keys and call counts are those
     /// of [`Self::grade`] one by one.
-    pub fn grade_all(&self, items: &[Graded<'_>], done: &(dyn Fn() + Sync)) -> Vec<Verdict> {
+    pub fn grade_all(&self, items: &[Graded<'_>], done: &(dyn Fn(usize) + Sync)) -> Vec<Verdict> {
         let schema = ResponseSchema::of::<JudgeReply>("judge_reply");
         let opts = gauge_chat::GenerateOptions {
             max_new_tokens: self.section.max_new_tokens,
@@ -210,13 +211,16 @@ impl Judge {
         };
         let prompts: Vec<anyhow::Result<Vec<Message>>> = items.iter().map(|g| self.prompt(g.question, g.reference, g.passages, g.answer).map(|p| vec![Message::user(p)])).collect();
         let chats: Vec<Vec<Message>> = prompts.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
-        let mut firsts = self.cache.complete_batch(&self.generator, &self.identity, &chats, &opts, Some(&schema), &|| {}).into_iter();
+        let mut firsts = self.cache.complete_batch(&self.generator, &self.identity, &chats, &opts, Some(&schema), done).into_iter();
         prompts
             .into_iter()
             .map(|p| {
                 let messages = match p {
                     Ok(m) => m,
-                    Err(e) => return Verdict { reply: None, error: Some(e.to_string()), model_calls: 0 },
+                    Err(e) => {
+                        done(0);
+                        return Verdict { reply: None, error: Some(e.to_string()), model_calls: 0 };
+                    }
                 };
                 let mut first = firsts.next();
                 let mut calls = 0;
@@ -233,7 +237,6 @@ impl Judge {
                     parse_judge_reply,
                     |reply, error| Ok(repair_conversation(&messages, reply, render(&self.repair, minijinja::context! { error => error }).map_err(|e| e.to_string())?)),
                 );
-                done();
                 match out.result {
                     Ok(r) => Verdict { reply: Some(r), error: None, model_calls: calls },
                     Err(e) => Verdict { reply: None, error: Some(e), model_calls: calls },

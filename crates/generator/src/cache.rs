@@ -63,6 +63,9 @@ struct KeyParts<'a> {
     /// Every setting that changes a reply (the batch size does not; the loop stop resolved).
     generation: GenerateOptions,
     schema: Option<&'a serde_json::Value>,
+    /// The page tags a reply's citations are held to (absent when they are free).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    citation_tags: Option<&'a [String]>,
 }
 
 /// The identity of a generator config for cache keys: the local model's file hashes (model
@@ -90,8 +93,13 @@ impl CallCache {
 
     /// The key of a call.
     pub fn key(model: &str, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>) -> String {
+        Self::key_with(model, messages, opts, schema, None)
+    }
+
+    /// The key of a call whose citations are held to `citation_tags`.
+    pub fn key_with(model: &str, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>, citation_tags: Option<&[String]>) -> String {
         let generation = GenerateOptions { batch_size: 0, loop_stop: Some(opts.local_loop_stop()), ..opts.clone() };
-        let parts = KeyParts { model, messages, generation, schema: schema.map(|s| &s.schema) };
+        let parts = KeyParts { model, messages, generation, schema: schema.map(|s| &s.schema), citation_tags };
         gauge_core::hash::bytes_hash(serde_json::to_string(&parts).expect("key parts serialise").as_bytes())
     }
 
@@ -150,9 +158,16 @@ impl CallCache {
     /// Replies to several chats: those in the cache from it, the others from
     /// [`Generator::complete_batch`] (batched on the local decoder), each stored as it would
     /// be by [`Self::complete`] (its latency is its own prefill and decoding). `done` is
-    /// called once per chat.
-    pub fn complete_batch(&self, generator: &Generator, model: &str, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, done: &dyn Fn()) -> Vec<Result<CachedReply, GeneratorError>> {
-        let keys: Vec<String> = chats.iter().map(|m| Self::key(model, m, opts, schema)).collect();
+    /// called once per chat with the tokens generated for it (0 when served from the cache).
+    pub fn complete_batch(&self, generator: &Generator, model: &str, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, done: &dyn Fn(usize)) -> Vec<Result<CachedReply, GeneratorError>> {
+        self.complete_batch_constrained(generator, model, chats, opts, schema, None, done)
+    }
+
+    /// [`Self::complete_batch`] with each reply's citations held to its list of page tags
+    /// ([`Generator::complete_batch_constrained`]; the tags are part of the key).
+    #[allow(clippy::too_many_arguments)]
+    pub fn complete_batch_constrained(&self, generator: &Generator, model: &str, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, citations: Option<&[Vec<String>]>, done: &dyn Fn(usize)) -> Vec<Result<CachedReply, GeneratorError>> {
+        let keys: Vec<String> = chats.iter().enumerate().map(|(i, m)| Self::key_with(model, m, opts, schema, citations.and_then(|c| c.get(i)).map(Vec::as_slice))).collect();
         let mut out: Vec<Option<Result<CachedReply, GeneratorError>>> = (0..chats.len()).map(|_| None).collect();
         let mut missing = Vec::new();
         for (i, key) in keys.iter().enumerate() {
@@ -161,13 +176,14 @@ impl CallCache {
                     self.hits.fetch_add(1, Ordering::Relaxed);
                     let completion = Completion { text: c.text, prompt_tokens: c.prompt_tokens, completion_tokens: c.completion_tokens, finish_reason: c.finish_reason, attempts: 0, seconds: 0.0 };
                     out[i] = Some(Ok(CachedReply { completion, hit: true, original_latency_ms: c.latency_ms }));
-                    done();
+                    done(0);
                 }
                 None => missing.push(i),
             }
         }
         let asked: Vec<Vec<Message>> = missing.iter().map(|&i| chats[i].clone()).collect();
-        let replies = generator.complete_batch(&asked, opts, schema, done);
+        let asked_tags: Option<Vec<Vec<String>>> = citations.map(|c| missing.iter().map(|&i| c.get(i).cloned().unwrap_or_default()).collect());
+        let replies = generator.complete_batch_constrained(&asked, opts, schema, asked_tags.as_deref(), &|_, r| done(r.as_ref().map_or(0, |c| c.completion_tokens)));
         for (&i, reply) in missing.iter().zip(replies) {
             out[i] = Some(reply.and_then(|completion| {
                 self.misses.fetch_add(1, Ordering::Relaxed);

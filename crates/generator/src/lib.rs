@@ -13,10 +13,10 @@ pub mod cache;
 pub mod structured;
 
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gauge_chat::GenerateOptions;
-use gauge_decoder::{DecoderError, LanguageModel, SchemaCompiler};
+use gauge_decoder::{CitationVocab, DecoderError, LanguageModel, SchemaCompiler, TokenConstraint};
 use gauge_chat_client::{ChatClient, ChatConfig, LlmError, Message, ResponseSchema, RetryPolicy, Sampling};
 use serde::{Deserialize, Serialize};
 
@@ -91,6 +91,9 @@ pub fn api_sampling(opts: &GenerateOptions) -> Result<Sampling, GeneratorError> 
     opts.validate()?;
     if opts.no_repeat_ngram_size > 0 {
         return Err(GeneratorError::Unsupported("generation.no_repeat_ngram_size is applied by the local decoder only (OpenAI-compatible servers have no such field); use dry_multiplier or frequency_penalty with an endpoint".into()));
+    }
+    if opts.constrain_citations {
+        return Err(GeneratorError::Unsupported("generation.constrain_citations masks the local decoder's tokens (an endpoint's cannot be); set it to false with an endpoint".into()));
     }
     if opts.loop_stop.is_some_and(|l| l.enabled()) {
         return Err(GeneratorError::Unsupported("generation.loop_stop is applied by the local decoder only (an endpoint returns whole replies); remove it, or use dry_multiplier or frequency_penalty with an endpoint".into()));
@@ -181,7 +184,7 @@ pub struct Completion {
 }
 
 enum Backend {
-    Local { lm: Box<LanguageModel>, compiler: OnceLock<Result<SchemaCompiler, String>>, busy: Mutex<()> },
+    Local { lm: Box<LanguageModel>, compiler: OnceLock<Result<SchemaCompiler, String>>, citations: OnceLock<Result<Arc<CitationVocab>, String>>, busy: Mutex<()> },
     Api(Box<ChatClient>),
 }
 
@@ -202,7 +205,7 @@ impl Generator {
                 if lm.chat.is_none() {
                     return Err(GeneratorError::Tokenizer(format!("{}: the model has no chat template; use an instruction-tuned model", lm.source.display())));
                 }
-                Generator { backend: Backend::Local { lm: Box::new(lm), compiler: OnceLock::new(), busy: Mutex::new(()) }, name: match adapter { Some(a) => format!("{model} + {a}"), None => model.clone() } }
+                Generator { backend: Backend::Local { lm: Box::new(lm), compiler: OnceLock::new(), citations: OnceLock::new(), busy: Mutex::new(()) }, name: match adapter { Some(a) => format!("{model} + {a}"), None => model.clone() } }
             }
             GeneratorConfig::Api(chat) => Generator { backend: Backend::Api(Box::new(ChatClient::new(chat.clone(), retry))), name: chat.model.clone() },
         })
@@ -237,7 +240,7 @@ impl Generator {
     /// constrained decoding locally; by the endpoint when it honours `response_format`).
     pub fn complete(&self, messages: &[Message], opts: &GenerateOptions, schema: Option<&ResponseSchema>) -> Result<Completion, GeneratorError> {
         match &self.backend {
-            Backend::Local { lm, compiler, busy } => {
+            Backend::Local { lm, compiler, busy, .. } => {
                 let ids = Self::local_prompt(lm, messages)?;
                 let mut constraint = match schema {
                     Some(s) => {
@@ -247,7 +250,7 @@ impl Generator {
                     None => None,
                 };
                 let _one_at_a_time = busy.lock().expect("generator lock");
-                let g = lm.generate_with(&ids, opts, constraint.as_mut())?;
+                let g = lm.generate_with(&ids, opts, constraint.as_mut().map(|c| c as &mut dyn TokenConstraint))?;
                 Ok(Self::local_completion(&g))
             }
             Backend::Api(client) => {
@@ -286,18 +289,35 @@ impl Generator {
     /// the order they finish), so a caller can journal it before the batch ends. A local
     /// decoder error reaches `each` as its message (the returned vector keeps the error itself).
     pub fn complete_batch_each(&self, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, each: &dyn Fn(usize, &Result<Completion, GeneratorError>)) -> Vec<Result<Completion, GeneratorError>> {
+        self.complete_batch_constrained(chats, opts, schema, None, each)
+    }
+
+    /// [`Self::complete_batch_each`]; with `citations` (one list of page tags per chat, local
+    /// decoder only), every bracket a reply writes must be one of its chat's tags
+    /// ([`gauge_decoder::citation`]): a reply cannot cite a passage it was not given.
+    pub fn complete_batch_constrained(&self, chats: &[Vec<Message>], opts: &GenerateOptions, schema: Option<&ResponseSchema>, citations: Option<&[Vec<String>]>, each: &dyn Fn(usize, &Result<Completion, GeneratorError>)) -> Vec<Result<Completion, GeneratorError>> {
+        if let Some(tags) = citations {
+            if tags.len() != chats.len() || schema.is_some() {
+                let r = || Err(GeneratorError::Schema(format!("citation constraints: {} tag lists for {} chats{}", tags.len(), chats.len(), if schema.is_some() { ", with a schema (one constraint per reply)" } else { "" })));
+                return (0..chats.len()).map(|i| { let e = r(); each(i, &e); e }).collect();
+            }
+        }
         match &self.backend {
-            Backend::Local { lm, compiler, busy } => {
+            Backend::Local { lm, compiler, citations: vocab, busy } => {
                 let mut out: Vec<Option<Result<Completion, GeneratorError>>> = (0..chats.len()).map(|_| None).collect();
                 let mut prompts = Vec::new();
                 for (i, m) in chats.iter().enumerate() {
                     let prepared = Self::local_prompt(lm, m).and_then(|ids| {
-                        let constraint = match schema {
-                            Some(s) => {
+                        let constraint: Option<Box<dyn TokenConstraint>> = match (schema, citations) {
+                            (Some(s), _) => {
                                 let compiler = compiler.get_or_init(|| SchemaCompiler::new(&lm.tokenizer, &lm.eos_ids).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Schema(e.clone()))?;
-                                Some(compiler.constraint(&s.schema)?)
+                                Some(Box::new(compiler.constraint(&s.schema)?))
                             }
-                            None => None,
+                            (None, Some(tags)) => {
+                                let vocab = vocab.get_or_init(|| CitationVocab::new(&lm.tokenizer).map(Arc::new).map_err(|e| e.to_string())).as_ref().map_err(|e| GeneratorError::Schema(e.clone()))?;
+                                Some(Box::new(vocab.constraint(&tags[i])))
+                            }
+                            (None, None) => None,
                         };
                         Ok((ids, constraint))
                     });
@@ -311,8 +331,8 @@ impl Generator {
                     }
                 }
                 let index: Vec<usize> = prompts.iter().map(|(i, _)| *i).collect();
-                let mut held: Vec<(Vec<u32>, Option<gauge_decoder::JsonConstraint>)> = prompts.into_iter().map(|(_, p)| p).collect();
-                let items = held.iter_mut().map(|(ids, c)| gauge_decoder::generate::BatchItem { prompt_ids: ids, constraint: c.as_mut() }).collect();
+                let mut held: Vec<(Vec<u32>, Option<Box<dyn TokenConstraint>>)> = prompts.into_iter().map(|(_, p)| p).collect();
+                let items = held.iter_mut().map(|(ids, c)| gauge_decoder::generate::BatchItem { prompt_ids: ids, constraint: c.as_deref_mut() }).collect();
                 let _one_batch_at_a_time = busy.lock().expect("generator lock");
                 let results = lm.generate_batch_observed(items, opts, opts.batch_size, &|j, r| {
                     let reply = r.as_ref().map(Self::local_completion).map_err(|e| GeneratorError::Decoder(gauge_decoder::DecoderError::Model(e.to_string())));
@@ -323,6 +343,13 @@ impl Generator {
                 }
                 out.into_iter().map(|r| r.expect("every chat answered")).collect()
             }
+            Backend::Api(_) if citations.is_some() => (0..chats.len())
+                .map(|i| {
+                    let r = Err(GeneratorError::Schema(format!("{}: citation constraints need the local decoder (an endpoint's tokens cannot be masked); set constrain_citations = false", self.name)));
+                    each(i, &r);
+                    r
+                })
+                .collect(),
             Backend::Api(_) => chats
                 .iter()
                 .enumerate()

@@ -208,7 +208,7 @@ impl Level<'_> {
         let k = nodes.len().div_ceil(self.cfg.cluster_size);
         let clusters = kmeans::spherical_kmeans(vectors, dim, k, self.cfg.iterations, self.cfg.seed.wrapping_add(level as u64));
         let groups = ordered_groups(vectors, dim, &clusters);
-        let bar = gauge_core::progress::bar(groups.len() as u64, &format!("level-{level} summaries"));
+        let bar = gauge_core::progress::ReplyBar::new(groups.len() as u64, &format!("level-{level} summaries"));
         let opts = gauge_chat::GenerateOptions {
             max_new_tokens: self.cfg.max_new_tokens,
             temperature: self.cfg.temperature,
@@ -229,7 +229,7 @@ impl Level<'_> {
                 let prompt = render_prompt(self.template, &members, self.cfg).map_err(|e| e.context(format!("level-{level} summary {} of {}", g + 1, groups.len())))?;
                 chats.push(vec![Message::user(prompt)]);
             }
-            let results = self.cache.complete_batch(self.generator, self.identity, &chats, &opts, None, &|| bar.inc(1));
+            let results = self.cache.complete_batch(self.generator, self.identity, &chats, &opts, None, &|tokens| bar.reply(tokens));
             let mut slots = replies.lock().expect("lock");
             for (g, r) in results.into_iter().enumerate() {
                 match r {
@@ -251,19 +251,22 @@ impl Level<'_> {
                     let members: Vec<(String, String)> = groups[g].members.iter().map(|&i| (label(&nodes[i]), nodes[i].text.clone())).collect();
                     let result = render_prompt(self.template, &members, self.cfg).and_then(|prompt| {
                         let reply = self.cache.complete(self.generator, self.identity, &[Message::user(prompt)], &opts, None)?;
-                        Ok(reply.completion.text)
+                        Ok((reply.completion.text, if reply.hit { 0 } else { reply.completion.completion_tokens }))
                     });
                     match result {
-                        Ok(text) => replies.lock().expect("lock")[g] = Some(text),
+                        Ok((text, tokens)) => {
+                            replies.lock().expect("lock")[g] = Some(text);
+                            bar.reply(tokens);
+                        }
                         Err(e) => {
                             failure.lock().expect("lock").get_or_insert(e.context(format!("level-{level} summary {} of {}", g + 1, groups.len())));
+                            bar.reply(0);
                         }
                     }
-                    bar.inc(1);
                 });
             }
         });
-        bar.finish_and_clear();
+        bar.bar.finish_and_clear();
         if let Some(e) = failure.into_inner().expect("lock") {
             return Err(e);
         }

@@ -105,8 +105,8 @@ fn ask(generator: &Generator, format: ReplyFormat, chunks: &[ChunkRecord], plan:
     }
     let pending: Vec<&plan::PlannedSample> = planned.iter().filter(|s| !done.contains_key(&s.index)).collect();
     let chats: Vec<Vec<Message>> = pending.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk, format))]).collect();
-    let bar = gauge_core::progress::bar(planned.len() as u64, "passages");
-    bar.inc(resumed as u64);
+    let bar = gauge_core::progress::ReplyBar::new(planned.len() as u64, "passages");
+    bar.bar.inc(resumed as u64);
     let journal = Journal::open(&journal_path)?;
     let entries = Mutex::new(done);
     let journal_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
@@ -129,10 +129,10 @@ fn ask(generator: &Generator, format: ReplyFormat, chunks: &[ChunkRecord], plan:
             }
             entries.lock().expect("lock").insert(passage, entry);
         }
-        bar.inc(1);
+        bar.reply(reply.as_ref().map_or(0, |c| c.completion_tokens));
     });
     let seconds = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+    bar.bar.finish_and_clear();
     drop(journal);
     if let Some(e) = journal_error.into_inner().expect("lock") {
         return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
