@@ -158,10 +158,15 @@ test-store: setup models
     {{build}}
     scripts/test-store.sh
 
-# Answer rows: SmolLM2-135M and Qwen2.5-Coder-1.5B (local Burn decoder; the 1.5B fetched on first use) answer the 41 FRA dev questions from two retrieval configs on the same passages, paired; citations checked; SmolLM2 as the judge → eval/fra-answers/. ~40 min on 2 cores.
+# Answer rows: SmolLM2-135M and Qwen2.5-Coder-1.5B, free and with its citations constrained to the given tags (local Burn decoder; the 1.5B fetched on first use), answer the 41 FRA dev questions from two retrieval configs on the same passages, paired; citations checked; SmolLM2 as the judge → eval/fra-answers/. ~65 min on 2 cores.
 ablate-answers: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
+
+# The judge at 1.5B: Qwen2.5-Coder-1.5B grades the three answer rows of fra-answers' baseline retrieval (SmolLM2-135M, Qwen2.5-1.5B free and cite-constrained; their answers reused from `just ablate-answers` when present), its faithfulness set against the citation check → eval/fra-judge/. ~40 min on 2 cores.
+ablate-judge: setup models
+    scripts/fetch-models.sh qwen2.5-1.5b
+    {{bin}}/evaluate pipelines/fra-judge.toml --artifacts {{artifacts}}
 
 # Sampling controls against loops on the 41 FRA dev questions (greedy, loop stop, repetition, frequency, n-gram, DRY; 256 tokens, four-phase), each paired with greedy, on two page-group halves → eval/fra-sampling/. ~40 min cold on 2 cores.
 ablate-sampling: setup models

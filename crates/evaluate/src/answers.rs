@@ -53,6 +53,10 @@ pub struct NamedGenerator {
     /// Generation settings replacing the section's `generation` for this row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<GenerateOptions>,
+    /// The generator (by name) this row is paired against (default: the first): an option's
+    /// row against the same model without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare_to: Option<String>,
 }
 
 /// An answer row: the retrieval config, the generator's name (`None` for a single
@@ -63,6 +67,8 @@ pub struct AnswerRun {
     pub config: String,
     /// Generator name, when the section names several.
     pub generator: Option<String>,
+    /// The generator its paired differences are against (`None`: the first).
+    pub compare_to: Option<String>,
     /// The answer artifact.
     pub dir: std::path::PathBuf,
 }
@@ -88,6 +94,11 @@ impl AnswerSection {
     /// The answer stage's config for a retrieval config, a generator and its settings.
     pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig, generator: &GeneratorConfig, generation: &GenerateOptions) -> AnswerConfig {
         AnswerConfig { retrieval: retrieval.clone(), generator: generator.clone(), template: self.template.clone(), generation: generation.clone(), refusal: self.refusal.clone() }
+    }
+
+    /// The generator a named row is paired against, when not the first.
+    pub fn compare_to(&self, name: &Option<String>) -> Option<String> {
+        self.generators.iter().find(|g| Some(&g.name) == name.as_ref()).and_then(|g| g.compare_to.clone())
     }
 
     /// The generators to run with their settings: the named list, or `generator` alone
@@ -254,7 +265,11 @@ pub type RunMetrics = (AnswerRun, Vec<AnsweredQuestion>, Vec<(&'static str, &'st
 pub fn paired_deltas(runs: &[RunMetrics], resamples: usize, seed: u64) -> Vec<AnswerDelta> {
     let mut out = Vec::new();
     for (run, answered, metrics) in runs {
-        let Some((base, base_answered, base_metrics)) = runs.iter().find(|(r, _, _)| r.config == run.config && r.generator.is_some()) else { continue };
+        let base = match &run.compare_to {
+            Some(g) => runs.iter().find(|(r, _, _)| r.config == run.config && r.generator.as_ref() == Some(g)),
+            None => runs.iter().find(|(r, _, _)| r.config == run.config && r.generator.is_some()),
+        };
+        let Some((base, base_answered, base_metrics)) = base else { continue };
         if base.name() == run.name() {
             continue;
         }
@@ -375,7 +390,7 @@ mod tests {
         assert_eq!(m.iter().find(|x| x.0 == "loop_rate").unwrap().2[0], Some(1.0));
         assert!(!says_refusal("anything", ""));
         // A restricted run keeps the questions asked for and drops the others' values.
-        let run: RunMetrics = (AnswerRun { config: "c".into(), generator: None, dir: std::path::PathBuf::new() }, [answers.clone(), declined.clone()].concat().into_iter().enumerate().map(|(i, mut a)| { a.qid = format!("q{i}"); a }).collect(), vec![("x", "X", vec![Some(1.0), Some(0.0)])]);
+        let run: RunMetrics = (AnswerRun { config: "c".into(), generator: None, compare_to: None, dir: std::path::PathBuf::new() }, [answers.clone(), declined.clone()].concat().into_iter().enumerate().map(|(i, mut a)| { a.qid = format!("q{i}"); a }).collect(), vec![("x", "X", vec![Some(1.0), Some(0.0)])]);
         let only = restrict(&run, &["q1".to_string()].into_iter().collect());
         assert_eq!(only.2[0].2, vec![None, Some(0.0)]);
     }

@@ -293,6 +293,10 @@ impl Pipeline {
                     if let Some(gen) = &g.generation {
                         gen.validate().map_err(|e| err(format!("[[answer.generators]] `{}`: {e}", g.name)))?;
                     }
+                    if let Some(c) = &g.compare_to {
+                        let known: Vec<&str> = section.generators.iter().map(|o| o.name.as_str()).filter(|n| *n != g.name).collect();
+                        ensure_or(known.contains(&c.as_str()), || err(format!("[[answer.generators]] `{}`: compare_to = `{c}` names no other generator (known: {})", g.name, known.join(", "))))?;
+                    }
                 }
                 if let Some(unknown) = section.configs.iter().find(|c| !variants.iter().any(|v: &Variant| &v.name == *c)) {
                     return Err(err(format!("[answer] names config `{unknown}`, which is not defined")));
@@ -452,6 +456,7 @@ chunk = {{ size = 500 }}
             ("[baseline]\n[judge]\n", "add an [answer] section"),
             ("[baseline]\n[answer]\n[judge]\nfaithful_at = 9\n", "faithful_at = 9"),
             ("[baseline]\n[answer]\n[judge]\nrubric = \"x.md\"\n", "rubric"),
+            ("[baseline]\n[answer]\n[[answer.generators]]\nname = \"a\"\n[[answer.generators]]\nname = \"b\"\ncompare_to = \"b\"\n", "compare_to = `b` names no other generator (known: a)"),
             // A name is one folder under eval/, never a path.
             ("name = \"\"\n[baseline]\n", "`name` is empty"),
             ("name = \".\"\n[baseline]\n", "`name` `.` is not a name"),

@@ -214,7 +214,7 @@ fn build_answer_runs(pipeline: &Pipeline, ups: &[Upstream], dag: &mut Dag<'_>, o
         let (v, u) = (&pipeline.variants[i], &ups[i]);
         let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, limit: section.limit };
         for (generator_name, generator, generation) in section.generator_list() {
-            let row = crate::answers::AnswerRun { config: name.clone(), generator: generator_name, dir: PathBuf::new() };
+            let row = crate::answers::AnswerRun { config: name.clone(), compare_to: section.compare_to(&generator_name), generator: generator_name, dir: PathBuf::new() };
             let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator, &generation), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;
             answers.push(crate::answers::AnswerRun { dir, ..row });
         }

@@ -443,7 +443,12 @@ fn answer_rows_markdown(tables: &[crate::answers::AnswerTable], deltas: &[crate:
         s.push_str(&format!("| {} | {n} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
     }
     if !deltas.is_empty() {
-        s.push_str(&format!("\n### {deltas_title}\n\nEach generator against the first one on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval, a two-sided sign-flip randomisation p, and that p adjusted over the {} comparisons of this table (the pipeline's `stats.correction`); `*` marks an adjusted p < 0.05.\n\n| Row | vs | Metric | n | Δ | 95 % interval | p | p adjusted |\n|---|---|---|---|---|---|---|---|\n", deltas.len()));
+        // Rows paired with another generator than the first (`compare_to`): more baselines
+        // than retrieval configs.
+        let baselines: std::collections::BTreeSet<&str> = deltas.iter().map(|d| d.baseline.as_str()).collect();
+        let configs: std::collections::BTreeSet<&str> = deltas.iter().map(|d| d.baseline.split(" · ").next().unwrap_or("")).collect();
+        let against = if baselines.len() > configs.len() { "the first one, or the one its `compare_to` names," } else { "the first one" };
+        s.push_str(&format!("\n### {deltas_title}\n\nEach generator against {against} on the same retrieved contexts, over the questions where the metric applies to both: mean difference with its paired-bootstrap 95 % interval, a two-sided sign-flip randomisation p, and that p adjusted over the {} comparisons of this table (the pipeline's `stats.correction`); `*` marks an adjusted p < 0.05.\n\n| Row | vs | Metric | n | Δ | 95 % interval | p | p adjusted |\n|---|---|---|---|---|---|---|---|\n", deltas.len()));
         for d in deltas {
             let c = &d.comparison;
             let adj = c.p_adjusted.map_or("–".to_string(), |a| format!("{a:.3}"));
