@@ -183,21 +183,32 @@ impl CallCache {
         }
         let asked: Vec<Vec<Message>> = missing.iter().map(|&i| chats[i].clone()).collect();
         let asked_tags: Option<Vec<Vec<String>>> = citations.map(|c| missing.iter().map(|&i| c.get(i).cloned().unwrap_or_default()).collect());
-        let replies = generator.complete_batch_constrained(&asked, opts, schema, asked_tags.as_deref(), &|_, r| done(r.as_ref().map_or(0, |c| c.completion_tokens)));
-        for (&i, reply) in missing.iter().zip(replies) {
+        // Each reply is stored as it finishes, so a run stopped part-way through a long batch
+        // resumes with every reply it had.
+        let call = |i: usize, completion: &Completion| CachedCall {
+            model: model.to_string(),
+            messages: chats[i].clone(),
+            text: completion.text.clone(),
+            prompt_tokens: completion.prompt_tokens,
+            completion_tokens: completion.completion_tokens,
+            finish_reason: completion.finish_reason.clone(),
+            latency_ms: completion.seconds * 1e3,
+        };
+        let stored: std::sync::Mutex<Vec<Option<Result<(), GeneratorError>>>> = std::sync::Mutex::new((0..missing.len()).map(|_| None).collect());
+        let replies = generator.complete_batch_constrained(&asked, opts, schema, asked_tags.as_deref(), &|j, r| {
+            if let Ok(c) = r {
+                let i = missing[j];
+                stored.lock().expect("lock")[j] = Some(self.put(&keys[i], &call(i, c)));
+            }
+            done(r.as_ref().map_or(0, |c| c.completion_tokens))
+        });
+        let stored = stored.into_inner().expect("lock");
+        for ((&i, reply), put) in missing.iter().zip(replies).zip(stored) {
             out[i] = Some(reply.and_then(|completion| {
                 self.misses.fetch_add(1, Ordering::Relaxed);
+                // Stored as it came (an endpoint's reply, or a decoder reply the callback missed: now).
+                put.unwrap_or_else(|| self.put(&keys[i], &call(i, &completion)))?;
                 let latency_ms = completion.seconds * 1e3;
-                let call = CachedCall {
-                    model: model.to_string(),
-                    messages: chats[i].clone(),
-                    text: completion.text.clone(),
-                    prompt_tokens: completion.prompt_tokens,
-                    completion_tokens: completion.completion_tokens,
-                    finish_reason: completion.finish_reason.clone(),
-                    latency_ms,
-                };
-                self.put(&keys[i], &call)?;
                 Ok(CachedReply { completion, hit: false, original_latency_ms: latency_ms })
             }));
         }
