@@ -63,7 +63,7 @@ for t, f in formats:
         for m in re.finditer(r"falling back to\s+(\w+)", text):
             census[m.group(1)] = census.get(m.group(1), 0) + 1
         if census:
-            notes.append(f"{t}: llama-quantize fell back for rows whose length (576) is no multiple of 256: " + ", ".join(f"{n} tensors to {k}" for k, n in sorted(census.items())) + "; gauge runs Q5_0/Q5_1 and the K-quants with their generic integer body (no repacked kernel).")
+            notes.append(f"{t}: llama-quantize fell back for rows whose length (576) is no multiple of 256: " + ", ".join(f"{n} tensors to {k}" for k, n in sorted(census.items())) + "; gauge runs Q5_0/Q5_1 with their generic integer body (no repacked kernel), the K-quants repacked (crates/decoder/src/repack_k.rs).")
 comparisons, readme = [], []
 for t, f in formats:
     ratio = lambda name, g, r, **k: {"name": name, "gauge": g, "reference": r, "unit": "tok/s", **k}

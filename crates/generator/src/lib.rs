@@ -183,6 +183,9 @@ pub struct Completion {
     pub seconds: f64,
 }
 
+/// A prompt's token ids and the constraint its reply is held to, if any.
+type Prepared = (Vec<u32>, Option<Box<dyn TokenConstraint>>);
+
 enum Backend {
     Local { lm: Box<LanguageModel>, compiler: OnceLock<Result<SchemaCompiler, String>>, citations: OnceLock<Result<Arc<CitationVocab>, String>>, busy: Mutex<()> },
     Api(Box<ChatClient>),
@@ -331,7 +334,7 @@ impl Generator {
                     }
                 }
                 let index: Vec<usize> = prompts.iter().map(|(i, _)| *i).collect();
-                let mut held: Vec<(Vec<u32>, Option<Box<dyn TokenConstraint>>)> = prompts.into_iter().map(|(_, p)| p).collect();
+                let mut held: Vec<Prepared> = prompts.into_iter().map(|(_, p)| p).collect();
                 let items = held.iter_mut().map(|(ids, c)| gauge_decoder::generate::BatchItem { prompt_ids: ids, constraint: c.as_deref_mut() }).collect();
                 let _one_batch_at_a_time = busy.lock().expect("generator lock");
                 let results = lm.generate_batch_observed(items, opts, opts.batch_size, &|j, r| {

@@ -41,8 +41,8 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
     }
     let pending = Pending { planned: &planned, todo: planned.iter().filter(|s| !done.contains_key(&s.index)).collect(), resumed };
     let journal = Journal::open(&journal_path)?;
-    let bar = gauge_core::progress::bar(planned.len() as u64, "samples");
-    bar.inc(resumed as u64);
+    let bar = gauge_core::progress::ReplyBar::new(planned.len() as u64, "samples");
+    bar.bar.inc(resumed as u64);
     let mut structured = None;
     match cfg.mode {
         Mode::Ict => {
@@ -50,7 +50,7 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
                 let c = &chunks[s.chunks[0]];
                 let (_, _, sentence) = ict_sentence(s.chunks[0]).expect("planned ICT samples have a sentence");
                 journal.append(&JournalEntry { sample: s.index, row: Some(ict_row(s.index, sentence, c)), failure: None, usage: Usage::default(), attempts: 0, cuts: 0, no_reply: false })?;
-                bar.inc(1);
+                bar.bar.inc(1);
             }
         }
         Mode::Sft => unreachable!("SFT examples are written by write_sft"),
@@ -59,7 +59,7 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
             let client = Generator::open(&cfg.teacher, &rt.device, rt.retry.clone())?;
             let prompts = prompts.as_ref().expect("LLM mode loads prompts");
             let asked = Asked { client: &client, prompts, cfg, chunks: &chunks };
-            let (error, down) = ask_teacher(&asked, rt.concurrency, &pending.todo, &journal, &|| bar.inc(1));
+            let (error, down) = ask_teacher(&asked, rt.concurrency, &pending.todo, &journal, &|tokens| bar.reply(tokens));
             if let Some(e) = error {
                 return Err(e.context(format!("{}: cannot append to the journal", journal_path.display())));
             }
@@ -70,7 +70,7 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
             structured = Some(client.structured_status());
         }
     }
-    bar.finish_and_clear();
+    bar.bar.finish_and_clear();
     drop(journal);
     let summary = finalise(&pending, &chunks, &journal_path, run, cfg, sft_prompts.as_ref())?;
     if let Some(st) = structured {
@@ -105,7 +105,7 @@ struct Asked<'a> {
 /// the journal's write error, if any, and — when [`ENDPOINT_DOWN_AFTER`] samples in a row got
 /// no reply and the asking stopped — the last reason (the journal keeps what was answered;
 /// those samples are asked again on resume).
-fn ask_teacher(t: &Asked<'_>, concurrency: usize, todo: &[&plan::PlannedSample], journal: &Journal, tick: &(dyn Fn() + Sync)) -> (Option<anyhow::Error>, Option<String>) {
+fn ask_teacher(t: &Asked<'_>, concurrency: usize, todo: &[&plan::PlannedSample], journal: &Journal, tick: &(dyn Fn(usize) + Sync)) -> (Option<anyhow::Error>, Option<String>) {
     let next = AtomicUsize::new(0);
     let error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let streak = AtomicUsize::new(0);
@@ -132,7 +132,7 @@ fn ask_teacher(t: &Asked<'_>, concurrency: usize, todo: &[&plan::PlannedSample],
                     down.lock().expect("lock").get_or_insert(last);
                     return;
                 }
-                tick();
+                tick(entry.usage.completion_tokens as usize);
             });
         }
     });
