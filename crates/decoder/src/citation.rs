@@ -12,15 +12,8 @@ use std::sync::Arc;
 
 use tokenizers::Tokenizer;
 
+use crate::constrain::TokenConstraint;
 use crate::DecoderError;
-
-/// A constraint on the tokens of one reply, applied at every step of [`crate::generate`].
-pub trait TokenConstraint: Send {
-    /// Sets the logits of the tokens that cannot come next to −∞.
-    fn mask(&mut self, logits: &mut [f32]) -> Result<(), DecoderError>;
-    /// Advances past the chosen token.
-    fn advance(&mut self, token: u32) -> Result<(), DecoderError>;
-}
 
 /// A model's vocabulary as bytes, prepared once for [`CitationConstraint`]s.
 pub struct CitationVocab {

@@ -7,6 +7,8 @@
 //! model's tokenizer is turned back into the bytes it stands for (byte-level BPE's
 //! character map, or SentencePiece's `<0xNN>` byte-fallback tokens and `▁` spaces), special
 //! tokens are marked as such, and the model's first end-of-sequence id ends the document.
+//! [`TokenConstraint`] is what generation asks of any constraint (this one, and
+//! [`crate::citation`]'s on citation tags).
 use std::sync::Arc;
 
 use llguidance::api::TopLevelGrammar;
@@ -15,6 +17,14 @@ use tokenizers::{DecoderWrapper, Tokenizer};
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::DecoderError;
+
+/// A constraint on the tokens of one reply, applied at every step of [`crate::generate`].
+pub trait TokenConstraint: Send {
+    /// Sets the logits of the tokens that cannot come next to −∞.
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), DecoderError>;
+    /// Advances past the chosen token.
+    fn advance(&mut self, token: u32) -> Result<(), DecoderError>;
+}
 
 /// The GPT-2 byte-level alphabet: printable bytes map to themselves, the others to
 /// code points from U+0100 on, in byte order.
@@ -140,7 +150,7 @@ pub struct JsonConstraint {
     eos: u32,
 }
 
-impl crate::citation::TokenConstraint for JsonConstraint {
+impl TokenConstraint for JsonConstraint {
     fn mask(&mut self, logits: &mut [f32]) -> Result<(), DecoderError> {
         JsonConstraint::mask(self, logits)
     }
