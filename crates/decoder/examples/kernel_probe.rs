@@ -7,7 +7,7 @@
 //! `cargo run --release --example kernel_probe [milliseconds per figure]`
 use gauge_decoder::gguf::GgmlType;
 use gauge_decoder::kernels::{dot_matrix, KernelPath, Q8Rows, Row};
-use gauge_decoder::repack;
+use gauge_decoder::{prompt_k, repack};
 
 fn cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0)
@@ -73,6 +73,26 @@ fn main() {
                 let blocks = (rows * cols / 32) as f64;
                 println!("{name:24} rows {n}  {:10} {layout:6}  {:6.2} ns/block  {:6.2} ns/block/row  {:5.1} GB/s of weights", path.name(), ns / blocks, ns / blocks / n as f64, w.len() as f64 / ns);
             }
+        }
+        // The prompt GEMM (one 8-bit level, tiles of prompt rows): K-quants only.
+        let n = 64;
+        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let mut pr = prompt_k::PromptRows::default();
+        pr.quantize(&x, cols);
+        let xs: Vec<prompt_k::PromptRow<'_>> = (0..n).map(|r| pr.row(r)).collect();
+        let mut out = vec![0f32; rows * n];
+        for path in KernelPath::available().into_iter().filter(|&p| prompt_k::runs(ty, p)) {
+            // SAFETY: `out` is n × rows, written by this call only.
+            let run = |out: &mut [f32]| unsafe { prompt_k::gemm(path, ty, &packed, cols / 256, &xs, out.as_mut_ptr(), rows) };
+            run(&mut out);
+            let (t0, mut runs) = (cpu_ns(), 0u64);
+            while cpu_ns() - t0 < ms * 1_000_000 {
+                run(&mut out);
+                runs += 1;
+            }
+            let ns = (cpu_ns() - t0) as f64 / runs as f64;
+            let blocks = (rows * cols / 32) as f64;
+            println!("{name:24} rows {n} {:10} prompt  {:6.2} ns/block/row  {:5.1} G multiply-adds/s", path.name(), ns / blocks / n as f64, (rows * cols * n) as f64 / ns);
         }
     }
 }

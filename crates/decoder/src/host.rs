@@ -105,7 +105,7 @@ impl HostLinear {
         debug_assert_eq!(out.len(), rows * self.d_out);
         match (&self.w, q8) {
             (Weight::Quant(m), Some(q8)) => m.matmul_q8(q8, rows, out, path),
-            (Weight::Quant(m), None) => out.copy_from_slice(&m.matmul(x, rows)),
+            (Weight::Quant(m), None) => m.matmul_prompt(x, rows, path, out),
             (Weight::F32(w), _) if rows >= GEMM_ROWS => gemm_f32(x, rows, w, self.d_in, self.d_out, out),
             (Weight::F32(w), _) => {
                 let (d_in, d_out) = (self.d_in, self.d_out);

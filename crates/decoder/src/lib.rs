@@ -40,6 +40,7 @@ pub mod kernels;
 pub mod llama;
 pub mod pool;
 pub mod prefix;
+pub mod prompt_k;
 pub mod quant;
 pub mod repack;
 pub mod repack_k;

@@ -189,6 +189,55 @@ impl QuantMatrix {
         }
     }
 
+    /// A prompt's `x · Wᵀ` (`rows × d_in` f32 rows) into `out` (`rows × d_out`): the
+    /// K-quants on the int8 prompt GEMM of [`crate::prompt_k`] where `path` runs it, every
+    /// other type (and a portable build) in f32 ([`Self::matmul`]). Threaded over chunks of
+    /// output rows; each chunk walks the prompt in tiles whose quantised rows stay in L2 while
+    /// every group-block of the chunk passes over them.
+    pub fn matmul_prompt(&self, x: &[f32], rows: usize, path: KernelPath, out: &mut [f32]) {
+        assert!(x.len() == rows * self.d_in && out.len() == rows * self.d_out);
+        if !crate::prompt_k::runs(self.ty, path) || self.packed_rows == 0 {
+            out.copy_from_slice(&self.matmul(x, rows));
+            return;
+        }
+        thread_local! {
+            /// The quantised prompt, kept per calling thread between calls.
+            static ROWS: std::cell::RefCell<crate::prompt_k::PromptRows> = std::cell::RefCell::new(Default::default());
+        }
+        ROWS.with_borrow_mut(|q| {
+            q.quantize(x, self.d_in);
+            let xs: Vec<crate::prompt_k::PromptRow<'_>> = (0..rows).map(|r| q.row(r)).collect();
+            let (rb, d_out, packed) = (self.row_bytes(), self.d_out, self.packed_rows);
+            let nsb = self.d_in / 256;
+            // Prompt rows per tile: ~256 KB of quantised values.
+            let tile = (256 * 1024 / self.d_in).clamp(4, 128) / 4 * 4;
+            let threads = crate::pool::threads();
+            let chunk = (d_out.div_ceil(threads * 4)).div_ceil(8) * 8;
+            let out_ptr = SendPtr(out.as_mut_ptr());
+            let work = |c: usize| {
+                let (o0, o1) = (c * chunk, ((c + 1) * chunk).min(d_out));
+                let p1 = o1.min(packed).max(o0);
+                if p1 > o0 {
+                    for (t, xt) in xs.chunks(tile).enumerate() {
+                        // SAFETY: rows t·tile.. of columns o0..p1 of `out` (rows × d_out) are
+                        // written by this chunk only.
+                        unsafe { crate::prompt_k::gemm(path, self.ty, &self.bytes[o0 * rb..p1 * rb], nsb, xt, out_ptr.get().add(t * tile * d_out + o0), d_out) };
+                    }
+                }
+                // Rows past the last whole group: dequantised, f32 dots.
+                let mut wf = vec![0f32; if o1 > p1 { self.d_in } else { 0 }];
+                for o in p1..o1 {
+                    self.dequantize_row(o, &mut wf);
+                    for r in 0..rows {
+                        // SAFETY: (r, o) is written by this chunk only.
+                        unsafe { *out_ptr.get().add(r * d_out + o) = crate::kernels::dot_f32(&wf, &x[r * self.d_in..(r + 1) * self.d_in]) };
+                    }
+                }
+            };
+            crate::pool::parallel_for(d_out.div_ceil(chunk), work);
+        });
+    }
+
     /// One row, dequantised into `out`.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
         let mut buf = Vec::new();
