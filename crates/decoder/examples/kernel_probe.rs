@@ -75,6 +75,9 @@ fn main() {
             }
         }
         // The prompt GEMM (one 8-bit level, tiles of prompt rows): K-quants only.
+        if !KernelPath::available().into_iter().any(|p| prompt_k::runs(ty, p)) {
+            continue;
+        }
         let n = 64;
         let x: Vec<f32> = (0..n * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
         let mut pr = prompt_k::PromptRows::default();

@@ -1,10 +1,12 @@
 //! The K-quants' prompt GEMM in 8-bit integers, in the manner of ggml's
 //! `ggml_gemm_q4_K_8x8_q8_K` (`ggml-cpu/arch/x86/repack.cpp`): a prompt's activations are
-//! quantised once per matmul to one 8-bit level ([`PromptRows`]: a scale per 32 values, finer
-//! than Q8_K's per 256), and each unpacked sub-block of a repacked group-block
+//! quantised once per matmul to one 8-bit level per 256 values ([`PromptRows`], ggml's Q8_K),
+//! and each unpacked sub-block of a repacked group-block
 //! ([`crate::repack_k`]: eight weight rows, one per 32-bit lane) is dotted with several prompt
-//! rows before the next is unpacked — `vpdpbusd` on AVX-512 VNNI, `vpmaddubsw` on AVX2. One
-//! float multiply-add per sub-block and row applies the weights' and the activations' scales.
+//! rows before the next is unpacked — `vpdpbusd` on AVX-512 VNNI, `vpmaddubsw` on AVX2. The
+//! weights' sub-block scales (and Q4_K's minimums) apply per sub-block and row in floats, the
+//! activations' scale once per super-block: a scale per 32 activations instead measured 7 %
+//! slower on these cores, whose float and integer multiplies share ports (`kernel_probe`).
 //!
 //! A decoding step keeps two activation levels ([`crate::kernels::Q8Rows`]); a prompt runs one,
 //! as llama.cpp runs both: half the integer work, at 8-bit precision of each activation. Every
@@ -16,17 +18,18 @@
 use crate::gguf::GgmlType;
 use crate::kernels::{KernelPath, GROUP};
 
-/// Prompt rows quantised to one 8-bit level per 32 values, with what the K-quants' offsets need.
+/// Prompt rows quantised to one 8-bit level per 256 values (a super-block), with what the
+/// K-quants' offsets need.
 #[derive(Debug, Clone, Default)]
 pub struct PromptRows {
     /// Values, `rows × cols`.
     pub q: Vec<i8>,
-    /// Scale of each 32-value block.
+    /// Scale of each 256-value super-block.
     pub d: Vec<f32>,
-    /// Each 32-value block's `d · Σq` (Q4_K's minimums multiply it).
-    pub dsum: Vec<f32>,
-    /// `32 · Σq` over each 16 values (Q6_K's weights are their stored value − 32).
-    pub bias16: Vec<i32>,
+    /// Each 32-value block's `Σq` (Q4_K's minimums multiply it), exact in `f32`.
+    pub sum32: Vec<f32>,
+    /// `−32 · Σq` over each 16 values (Q6_K's weights are their stored value − 32).
+    pub offset16: Vec<i32>,
     /// Columns per row (a multiple of 256).
     pub cols: usize,
 }
@@ -36,28 +39,28 @@ pub struct PromptRows {
 pub struct PromptRow<'a> {
     /// Values.
     pub q: &'a [i8],
-    /// Block scales.
+    /// Super-block scales.
     pub d: &'a [f32],
-    /// Block `d · Σq`.
-    pub dsum: &'a [f32],
-    /// `32 · Σq` per 16 values.
-    pub bias16: &'a [i32],
+    /// `Σq` per 32 values.
+    pub sum32: &'a [f32],
+    /// `−32 · Σq` per 16 values.
+    pub offset16: &'a [i32],
 }
 
 impl PromptRows {
     /// Quantises `x` (row-major, `cols` wide) into `self`, reusing its buffers; rows in
     /// parallel on the rayon pool when there are many.
     pub fn quantize(&mut self, x: &[f32], cols: usize) {
-        assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols));
+        assert!(cols.is_multiple_of(256) && x.len().is_multiple_of(cols));
         let (n, nb) = (x.len(), x.len() / 32);
         self.cols = cols;
         self.q.resize(n, 0);
-        self.d.resize(nb, 0.0);
-        self.dsum.resize(nb, 0.0);
-        self.bias16.resize(2 * nb, 0);
+        self.d.resize(nb / 8, 0.0);
+        self.sum32.resize(nb, 0.0);
+        self.offset16.resize(2 * nb, 0);
         let avx2 = KernelPath::Avx2.supported();
         let rows = n / cols;
-        let bufs = Bufs { q: self.q.as_mut_ptr(), d: self.d.as_mut_ptr(), dsum: self.dsum.as_mut_ptr(), bias16: self.bias16.as_mut_ptr() };
+        let bufs = Bufs { q: self.q.as_mut_ptr(), d: self.d.as_mut_ptr(), sum32: self.sum32.as_mut_ptr(), offset16: self.offset16.as_mut_ptr() };
         // Chunks of 8 rows, spread like the matmul that follows (the decoding pool in a
         // session, rayon otherwise).
         crate::pool::parallel_for(rows.div_ceil(8), |c| {
@@ -83,7 +86,7 @@ impl PromptRows {
     /// Row `r`.
     pub fn row(&self, r: usize) -> PromptRow<'_> {
         let nb = self.cols / 32;
-        PromptRow { q: &self.q[r * self.cols..(r + 1) * self.cols], d: &self.d[r * nb..(r + 1) * nb], dsum: &self.dsum[r * nb..(r + 1) * nb], bias16: &self.bias16[2 * r * nb..2 * (r + 1) * nb] }
+        PromptRow { q: &self.q[r * self.cols..(r + 1) * self.cols], d: &self.d[r * nb / 8..(r + 1) * nb / 8], sum32: &self.sum32[r * nb..(r + 1) * nb], offset16: &self.offset16[2 * r * nb..2 * (r + 1) * nb] }
     }
 }
 
@@ -91,8 +94,8 @@ impl PromptRows {
 struct Bufs {
     q: *mut i8,
     d: *mut f32,
-    dsum: *mut f32,
-    bias16: *mut i32,
+    sum32: *mut f32,
+    offset16: *mut i32,
 }
 
 // SAFETY: each chunk writes only its own rows.
@@ -108,68 +111,72 @@ impl Bufs {
         let bpr = cols / 32;
         (
             std::slice::from_raw_parts_mut(self.q.add(r0 * cols), n * cols),
-            std::slice::from_raw_parts_mut(self.d.add(r0 * bpr), n * bpr),
-            std::slice::from_raw_parts_mut(self.dsum.add(r0 * bpr), n * bpr),
-            std::slice::from_raw_parts_mut(self.bias16.add(2 * r0 * bpr), 2 * n * bpr),
+            std::slice::from_raw_parts_mut(self.d.add(r0 * bpr / 8), n * bpr / 8),
+            std::slice::from_raw_parts_mut(self.sum32.add(r0 * bpr), n * bpr),
+            std::slice::from_raw_parts_mut(self.offset16.add(2 * r0 * bpr), 2 * n * bpr),
         )
     }
 }
 
-/// One level of every 32-value block: Q8_0's scale (`max |x| / 127`), rounded to nearest, ties
-/// to even (what `vcvtps2dq` does, so the AVX2 body below gives the same bytes; a test checks).
-fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], dsum: &mut [f32], bias16: &mut [i32]) {
-    for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+/// One level of every 256-value super-block: Q8_K's scale (`max |x| / 127`), rounded to
+/// nearest, ties to even (what `vcvtps2dq` does, so the AVX2 body below gives the same bytes; a
+/// test checks).
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], sum32: &mut [f32], offset16: &mut [i32]) {
+    for (b, (xs, qs)) in x.chunks_exact(256).zip(q.chunks_exact_mut(256)).enumerate() {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let scale = amax / 127.0;
         let id = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        let mut half = [0i32; 2];
+        let mut half = [0i32; 16];
         for (j, (q, &v)) in qs.iter_mut().zip(xs).enumerate() {
             let v = (v * id).round_ties_even() as i8;
             *q = v;
             half[j / 16] += v as i32;
         }
         d[b] = scale;
-        dsum[b] = scale * (half[0] + half[1]) as f32;
-        bias16[2 * b] = 32 * half[0];
-        bias16[2 * b + 1] = 32 * half[1];
+        for h in 0..16 {
+            offset16[16 * b + h] = -32 * half[h];
+        }
+        for k in 0..8 {
+            sum32[8 * b + k] = (half[2 * k] + half[2 * k + 1]) as f32;
+        }
     }
 }
 
 /// [`quantize_blocks`] in AVX2: the same IEEE operations on eight values at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32], dsum: &mut [f32], bias16: &mut [i32]) {
+unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32], sum32: &mut [f32], offset16: &mut [i32]) {
     use std::arch::x86_64::*;
     let sign = _mm256_set1_ps(-0.0);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+    let hsum = |v: __m256i| {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)))
+    };
+    for (b, (xs, qs)) in x.chunks_exact(256).zip(q.chunks_exact_mut(256)).enumerate() {
         let p = xs.as_ptr();
-        let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
-        let a = v.map(|v| _mm256_andnot_ps(sign, v));
-        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let mut m = _mm256_setzero_ps();
+        for c in 0..32 {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * c))));
+        }
         let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
         let scale = amax / 127.0;
         let id = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
-        let i = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
-        // i32 → i16 → i8 packs interleave the 128-bit lanes; the permute puts them back.
-        let (w01, w23) = (_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
-        let bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), order);
-        _mm256_storeu_si256(qs.as_mut_ptr() as *mut __m256i, bytes);
-        // Half sums: values 0..16 are i[0], i[1]; 16..32 are i[2], i[3].
-        let h0 = _mm256_add_epi32(i[0], i[1]);
-        let h1 = _mm256_add_epi32(i[2], i[3]);
-        let hsum = |v: __m256i| {
-            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-            let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-            _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)))
-        };
-        let half = [hsum(h0), hsum(h1)];
+        for k in 0..8 {
+            let pk = p.add(32 * k);
+            let i: [__m256i; 4] = std::array::from_fn(|c| _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(pk.add(8 * c)), id)));
+            // i32 → i16 → i8 packs interleave the 128-bit lanes; the permute puts them back.
+            let (w01, w23) = (_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+            _mm256_storeu_si256(qs.as_mut_ptr().add(32 * k) as *mut __m256i, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), order));
+            let (h0, h1) = (hsum(_mm256_add_epi32(i[0], i[1])), hsum(_mm256_add_epi32(i[2], i[3])));
+            offset16[16 * b + 2 * k] = -32 * h0;
+            offset16[16 * b + 2 * k + 1] = -32 * h1;
+            sum32[8 * b + k] = (h0 + h1) as f32;
+        }
         d[b] = scale;
-        dsum[b] = scale * (half[0] + half[1]) as f32;
-        bias16[2 * b] = 32 * half[0];
-        bias16[2 * b + 1] = 32 * half[1];
     }
 }
 
@@ -189,7 +196,7 @@ pub unsafe fn gemm(path: KernelPath, ty: GgmlType, w: &[u8], nsb: usize, xs: &[P
     let gbytes = GROUP * nsb * ty.block().1;
     assert!(runs(ty, path) && gbytes > 0 && w.len().is_multiple_of(gbytes));
     for x in xs {
-        assert!(x.q.len() >= nsb * 256 && x.d.len() >= nsb * 8 && x.dsum.len() >= nsb * 8 && x.bias16.len() >= nsb * 16, "prompt row shorter than the weights");
+        assert!(x.q.len() >= nsb * 256 && x.d.len() >= nsb && x.sum32.len() >= nsb * 8 && x.offset16.len() >= nsb * 16, "prompt row shorter than the weights");
     }
     #[cfg(target_arch = "x86_64")]
     match path {
@@ -201,7 +208,8 @@ pub unsafe fn gemm(path: KernelPath, ty: GgmlType, w: &[u8], nsb: usize, xs: &[P
 }
 
 /// The reference of [`gemm`]: each weight row unpacked, its integer sub-block products with
-/// each prompt row summed in scalar code, scaled per sub-block (Q4_K) or 16-weight half (Q6_K).
+/// each prompt row summed in scalar code, scaled per sub-block (Q4_K) or 16-weight half (Q6_K),
+/// then by the prompt row's super-block scale.
 /// Returns `[prompt row][weight row]`.
 pub fn gemm_scalar(ty: GgmlType, w: &[u8], nsb: usize, xs: &[PromptRow<'_>]) -> Vec<Vec<f32>> {
     let bb = ty.block().1;
@@ -225,7 +233,8 @@ pub fn gemm_scalar(ty: GgmlType, w: &[u8], nsb: usize, xs: &[PromptRow<'_>]) -> 
 fn super_block(ty: GgmlType, b: &[u8], x: &PromptRow<'_>, i: usize) -> f32 {
     let f16 = |at: usize| half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
     let q = &x.q[256 * i..256 * (i + 1)];
-    let mut acc = 0f32;
+    // The super-block's sum before the activations' scale.
+    let mut u = 0f32;
     match ty {
         GgmlType::Q4K => {
             let (d, dmin) = (f16(0), f16(2));
@@ -236,7 +245,7 @@ fn super_block(ty: GgmlType, b: &[u8], x: &PromptRow<'_>, i: usize) -> f32 {
                 let qs = &b[16 + 32 * (j / 2)..16 + 32 * (j / 2 + 1)];
                 let isum: i32 = (0..32).map(|l| (if j % 2 == 0 { qs[l] & 15 } else { qs[l] >> 4 }) as i32 * q[32 * j + l] as i32).sum();
                 let blk = 8 * i + j;
-                acc += isum as f32 * (d * s as f32) * x.d[blk] - dmin * m as f32 * x.dsum[blk];
+                u += isum as f32 * (d * s as f32) - dmin * m as f32 * x.sum32[blk];
             }
         }
         _ => {
@@ -254,12 +263,12 @@ fn super_block(ty: GgmlType, b: &[u8], x: &PromptRow<'_>, i: usize) -> f32 {
                 }
             }
             for s in 0..16 {
-                let isum: i32 = (0..16).map(|l| vals[16 * s + l] * q[16 * s + l] as i32).sum::<i32>() - x.bias16[16 * i + s];
-                acc += isum as f32 * (d * (sc[s] as i8) as f32) * x.d[8 * i + s / 2];
+                let isum: i32 = (0..16).map(|l| vals[16 * s + l] * q[16 * s + l] as i32).sum::<i32>() + x.offset16[16 * i + s];
+                u += isum as f32 * (d * (sc[s] as i8) as f32);
             }
         }
     }
-    acc
+    u * x.d[i]
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -289,40 +298,34 @@ mod x86 {
         _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set1_epi32(8 * j as i32)), _mm256_set1_epi32(0xff)))
     }
 
-    /// `Σ w·x` per lane over `N` chunks of four activation bytes at `x`. VNNI: two chains of
-    /// `vpdpbusd` for eight chunks (one chain of eight per row measured 8 % slower), one for
-    /// four (`kernel_probe`). AVX2:
-    /// `vpmaddubsw` pair sums, added in 16 bits when the weights are nibbles (≤ 8 · 3,810), else
-    /// widened per chunk (6-bit weights: pairs ≤ 16,002).
+    /// `Σ w·x` per lane over eight chunks of 4-bit weights and four activation bytes at `x`
+    /// each. VNNI: two chains of `vpdpbusd` (one chain of eight per row measured 8 % slower in
+    /// `kernel_probe`). AVX2: `vpmaddubsw` pair sums added in 16 bits (≤ 8 · 3,810), widened once.
     #[inline(always)]
-    unsafe fn dot<const N: usize>(w: &[__m256i; N], x: *const i8, vnni: bool, nibbles: bool) -> __m256i {
+    unsafe fn dot_nibbles(w: &[__m256i; 8], x: *const i8, vnni: bool) -> __m256i {
         let zero = _mm256_setzero_si256();
         if vnni {
-            if N < 8 {
-                let mut s = zero;
-                for c in 0..N {
-                    s = _mm256_dpbusd_epi32(s, w[c], bcast(x.add(4 * c)));
-                }
-                return s;
-            }
             let (mut s0, mut s1) = (zero, zero);
-            for c in (0..N).step_by(2) {
+            for c in (0..8).step_by(2) {
                 s0 = _mm256_dpbusd_epi32(s0, w[c], bcast(x.add(4 * c)));
                 s1 = _mm256_dpbusd_epi32(s1, w[c + 1], bcast(x.add(4 * c + 4)));
             }
             return _mm256_add_epi32(s0, s1);
         }
-            let ones = _mm256_set1_epi16(1);
-        if nibbles {
-            let mut p = zero;
-            for c in 0..N {
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[c], bcast(x.add(4 * c))));
-            }
-            return _mm256_madd_epi16(p, ones);
+        let mut p = zero;
+        for c in 0..8 {
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[c], bcast(x.add(4 * c))));
         }
-        let mut s = zero;
+        _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+    }
+
+    /// `init + Σ w·x` per lane over `N` chunks of 6-bit weights (AVX2: pairs ≤ 16,002, widened
+    /// per chunk).
+    #[inline(always)]
+    unsafe fn dot_from<const N: usize>(init: __m256i, w: &[__m256i; N], x: *const i8, vnni: bool) -> __m256i {
+        let mut s = init;
         for c in 0..N {
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], bcast(x.add(4 * c))), ones));
+            s = if vnni { _mm256_dpbusd_epi32(s, w[c], bcast(x.add(4 * c))) } else { _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], bcast(x.add(4 * c))), _mm256_set1_epi16(1))) };
         }
         s
     }
@@ -333,8 +336,12 @@ mod x86 {
         let mask = _mm256_set1_epi8(0x0f);
         let (k1, k2, k3) = (_mm256_set1_epi32(0x3f3f3f3f), _mm256_set1_epi32(0x0f0f0f0f), _mm256_set1_epi32(0x03030303));
         let mut acc = [_mm256_setzero_ps(); R];
+        // The rows' pointers, read once.
+        let (qp, dp, sp): ([*const i8; R], [*const f32; R], [*const f32; R]) = (std::array::from_fn(|r| xs[r].q.as_ptr()), std::array::from_fn(|r| xs[r].d.as_ptr()), std::array::from_fn(|r| xs[r].sum32.as_ptr()));
         for i in 0..nsb {
             let b = g.add(i * 1152);
+            // The super-block's sums before the activations' scale.
+            let mut u = [_mm256_setzero_ps(); R];
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b as *const __m128i));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(b.add(16) as *const __m128i));
             // llama.cpp's 12-byte scale decoding, eight rows at once (one per lane).
@@ -355,12 +362,13 @@ mod x86 {
                 }
                 let blk = 8 * i + j;
                 for r in 0..R {
-                    let x = xs.get_unchecked(r);
-                    let isum = dot::<8>(&w, x.q.as_ptr().add(32 * blk), vnni, true);
-                    let xd = _mm256_set1_ps(*x.d.get_unchecked(blk));
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dsc, xd), acc[r]);
-                    acc[r] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(*x.dsum.get_unchecked(blk)), acc[r]);
+                    let isum = dot_nibbles(&w, qp[r].add(32 * blk), vnni);
+                    u[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dsc, u[r]);
+                    u[r] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(*sp[r].add(blk)), u[r]);
                 }
+            }
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(u[r], _mm256_set1_ps(*dp[r].add(i)), acc[r]);
             }
         }
         for r in 0..R {
@@ -376,30 +384,37 @@ mod x86 {
         for i in 0..nsb {
             let b = g.add(i * 1680);
             let d = _mm256_cvtph_ps(_mm_loadu_si128(b as *const __m128i));
+            let mut u = [_mm256_setzero_ps(); R];
             for h in 0..2 {
                 for kind in 0..4 {
                     let blk = 8 * i + 4 * h + kind;
-                    for half in 0..2 {
-                        let s = 8 * h + 2 * kind + half;
-                        let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(16 + 8 * s) as *const __m128i)));
-                        let dsc = _mm256_mul_ps(d, sc);
-                        let mut w = [_mm256_setzero_si256(); 4];
-                        for (t, v) in w.iter_mut().enumerate() {
-                            let c = 4 * half + t;
-                            let ql = load(b.add(144 + 512 * h + 32 * (c + 8 * (kind & 1))));
-                            let qh = load(b.add(1168 + 256 * h + 32 * c));
-                            let lo = if kind < 2 { _mm256_and_si256(ql, mask) } else { _mm256_and_si256(_mm256_srli_epi16(ql, 4), mask) };
-                            let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * kind as i32)), three);
-                            *v = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                        }
-                        for r in 0..R {
-                            let x = xs.get_unchecked(r);
-                            // The weights are the stored 6-bit values − 32.
-                            let isum = _mm256_sub_epi32(dot::<4>(&w, x.q.as_ptr().add(32 * blk + 16 * half), vnni, false), _mm256_set1_epi32(*x.bias16.get_unchecked(2 * blk + half)));
-                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dsc, _mm256_set1_ps(*x.d.get_unchecked(blk))), acc[r]);
-                        }
+                    // The two 16-weight halves' scales.
+                    let s = 8 * h + 2 * kind;
+                    let sc = |half: usize| _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(16 + 8 * (s + half)) as *const __m128i))));
+                    let (dsc0, dsc1) = (sc(0), sc(1));
+                    let mut w = [_mm256_setzero_si256(); 8];
+                    for (c, v) in w.iter_mut().enumerate() {
+                        let ql = load(b.add(144 + 512 * h + 32 * (c + 8 * (kind & 1))));
+                        let qh = load(b.add(1168 + 256 * h + 32 * c));
+                        let lo = if kind < 2 { _mm256_and_si256(ql, mask) } else { _mm256_and_si256(_mm256_srli_epi16(ql, 4), mask) };
+                        let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * kind as i32)), three);
+                        *v = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                    }
+                    let (w0, w1) = (&*(w.as_ptr() as *const [__m256i; 4]), &*(w.as_ptr().add(4) as *const [__m256i; 4]));
+                    for r in 0..R {
+                        let x = xs.get_unchecked(r);
+                        let q = x.q.as_ptr().add(32 * blk);
+                        // Each half's chain starts from its −32·Σq (the weights are the stored
+                        // 6-bit values − 32).
+                        let i0 = dot_from::<4>(_mm256_set1_epi32(*x.offset16.get_unchecked(2 * blk)), w0, q, vnni);
+                        let i1 = dot_from::<4>(_mm256_set1_epi32(*x.offset16.get_unchecked(2 * blk + 1)), w1, q.add(16), vnni);
+                        u[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), dsc0, u[r]);
+                        u[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), dsc1, u[r]);
                     }
                 }
+            }
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(u[r], _mm256_set1_ps(*xs.get_unchecked(r).d.get_unchecked(i)), acc[r]);
             }
         }
         for r in 0..R {
@@ -483,7 +498,7 @@ mod tests {
                     let xr = &x[r * d_in..(r + 1) * d_in];
                     let exact: f32 = w.iter().zip(xr).map(|(a, b)| a * b).sum();
                     // Rounding each activation moves it by at most half its block's step.
-                    let bound: f32 = w.iter().enumerate().map(|(j, v)| v.abs() * q.row(r).d[j / 32] * 0.5).sum::<f32>() * 1.001;
+                    let bound: f32 = w.iter().enumerate().map(|(j, v)| v.abs() * q.row(r).d[j / 256] * 0.5).sum::<f32>() * 1.001;
                     let got = reference[r][o];
                     norms[r][o] = w.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum();
                     assert!((got - exact).abs() <= bound + 1e-4, "{ty:?} row {o} · prompt row {r}: int8 {got} vs f32 {exact} (bound {bound})");
@@ -516,14 +531,14 @@ mod tests {
         let mut x = prompt(5, d_in);
         // Row 4: ties (max 127, so the scale is 1 and k + ½ rounds to the even neighbour).
         for (j, v) in x[4 * d_in..].iter_mut().enumerate() {
-            *v = if j % 32 == 0 { 127.0 } else { (j % 32) as f32 - 16.5 };
+            *v = if j % 256 == 0 { 127.0 } else { (j % 32) as f32 - 16.5 };
         }
         let mut fast = PromptRows::default();
         fast.quantize(&x, d_in);
-        let (mut q, mut d, mut ds, mut b) = (vec![0i8; x.len()], vec![0f32; x.len() / 32], vec![0f32; x.len() / 32], vec![0i32; x.len() / 16]);
+        let (mut q, mut d, mut ds, mut b) = (vec![0i8; x.len()], vec![0f32; x.len() / 256], vec![0f32; x.len() / 32], vec![0i32; x.len() / 16]);
         quantize_blocks(&x, &mut q, &mut d, &mut ds, &mut b);
-        assert_eq!((fast.q.clone(), fast.bias16.clone()), (q, b));
-        assert_eq!(fast.d.iter().chain(&fast.dsum).map(|v| v.to_bits()).collect::<Vec<_>>(), d.iter().chain(&ds).map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!((fast.q.clone(), fast.offset16.clone()), (q, b));
+        assert_eq!(fast.d.iter().chain(&fast.sum32).map(|v| v.to_bits()).collect::<Vec<_>>(), d.iter().chain(&ds).map(|v| v.to_bits()).collect::<Vec<_>>());
         let zero = fast.row(2);
         assert!(zero.q.iter().all(|&v| v == 0) && zero.d.iter().all(|&v| v == 0.0));
         assert_eq!(fast.rows(), 5);
