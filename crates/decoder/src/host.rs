@@ -4,8 +4,10 @@
 //! llama.cpp keeps it by default), and one parallel region per matmul and per attention.
 //!
 //! Two precisions, chosen per call by what is run:
-//! - a prompt (several positions of one sequence) runs in f32: quantised matrices are
-//!   dequantised for one gemm (or a fused f32 dot for few rows), attention is a gemm per head;
+//! - a prompt (several positions of one sequence): Q4_K and Q6_K matrices run the int8 prompt
+//!   GEMM of [`crate::prompt_k`] (activations quantised once per row, as llama.cpp's Q8_K); other
+//!   quantised matrices are dequantised for one f32 gemm (or a fused f32 dot for few rows);
+//!   attention is an f32 gemm per head;
 //! - a decoding step (one position of each of one or more sequences) quantises the
 //!   activations in two 8-bit levels and runs the integer kernels of [`crate::repack`] and
 //!   [`crate::kernels`] (llama.cpp quantises to one level); every output depends only on its
