@@ -91,7 +91,7 @@ fn evaluate_plan(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOpti
     let answers = crate::answering::answer_phase(plan, &retrieved, &cache, &options.device, run)?;
     let mut failures = retrieved.failures.clone();
     failures.extend(answers.failures.iter().cloned());
-    let gate = crate::gate::rows(pipeline, &tables.names, &tables.named, &plan.answers, &answers.deltas, plan.golden.len()).context("the gate")?;
+    let gate = crate::gate::rows(pipeline, &tables, &retrieved.query_rows, &plan.answers, &answers.deltas, plan.golden.len()).context("the gate")?;
     let evaluation = crate::outputs::Evaluation { plan, retrieved: &retrieved, tables: &tables, answers: &answers, failures: &failures, gate: &gate, search_md };
     crate::outputs::write(&evaluation, run)?;
     Ok((tables.names.len(), plan.skipped.len()))

@@ -255,6 +255,8 @@ pub struct AnswerDelta {
     pub n: usize,
     /// Mean difference, paired-bootstrap interval and sign-flip p-value.
     pub comparison: crate::stats::PairedComparison,
+    /// Standard deviation of the per-question differences (what the detectable effect needs).
+    pub sd: f64,
 }
 
 /// Per-question answers and metric values of one answer row.
@@ -287,7 +289,8 @@ pub fn paired_deltas(runs: &[RunMetrics], resamples: usize, seed: u64) -> Vec<An
                 continue;
             }
             let comparison = crate::stats::paired_comparison(&pairs.0, &pairs.1, resamples, seed.wrapping_add(2000 + i as u64));
-            out.push(AnswerDelta { run: run.name(), baseline: base.name(), metric: name, label, n: pairs.0.len(), comparison });
+            let sd = crate::stats::std_dev(&pairs.0.iter().zip(&pairs.1).map(|(a, b)| a - b).collect::<Vec<_>>());
+            out.push(AnswerDelta { run: run.name(), baseline: base.name(), metric: name, label, n: pairs.0.len(), comparison, sd });
         }
     }
     out

@@ -3,8 +3,15 @@
 //! folder holds `training_pages.json`) against the config it names in `compare_to`, a
 //! generator with an adapter against the first generator of its answer rows. With
 //! `exclude_trained_pages`, those are questions whose pages the training never touched.
-//! A model is **better** when the paired difference is positive at p < 0.05; otherwise the
-//! report marks it not better (or worse) than its base.
+//! A model is **better** when the paired difference is positive at adjusted p < 0.05;
+//! otherwise the report marks it not better (or worse) than its base.
+//!
+//! The gate is its own family: its p-values are adjusted over the gate rows alone (the
+//! pipeline's correction), not over the exploratory table above it, whose dozens of
+//! comparisons would otherwise raise the bar a trained model must pass (Holm over 50 puts the
+//! first step at α 0.001). Each row states the smallest effect it could detect — 80 % power at
+//! the family's first step, α 0.05 / rows — so a "not better" on a set too small to see a
+//! realistic gain says so.
 use crate::stats::PairedComparison;
 
 /// One trained row against its base.
@@ -18,8 +25,13 @@ pub struct GateRow {
     pub metric: String,
     /// Questions compared (0 when unknown).
     pub n: usize,
-    /// Paired difference, interval and p.
+    /// Paired difference, interval and p (adjusted over the gate's family).
     pub comparison: PairedComparison,
+    /// Standard deviation of the per-question differences (NaN when unknown).
+    pub sd: f64,
+    /// The smallest mean difference detected with 80 % power at the family's first step
+    /// (set by [`rows`]; NaN when unknown).
+    pub mde: f64,
 }
 
 /// `better`, `worse` or `not better` at the 5 % level.
@@ -50,14 +62,16 @@ pub fn markdown(rows: &[GateRow]) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut s = String::from("\n## Gate: trained models against their untrained base\n\nEach trained model against the row it changes, question by question: mean paired difference on the primary metric with its 95 % paired-bootstrap interval and a two-sided sign-flip p, raw and adjusted over its family (see above). A model that is not **better** (adjusted p < 0.05) than its base should not replace it.\n\n| Trained row | Base | Metric | n | Δ [95 %] | p | p adjusted | Verdict |\n|---|---|---|---|---|---|---|---|\n");
+    let m = rows.len();
+    let mut s = format!("\n## Gate: trained models against their untrained base\n\nEach trained model against the row it changes, question by question: mean paired difference on the primary metric with its 95 % paired-bootstrap interval and a two-sided sign-flip p, raw and adjusted over the gate's own family — these {m} row{} alone, not the exploratory comparisons above. MDE: the smallest mean difference this set detects with 80 % power at the family's first step (α 0.05 / {m}); a Δ below it cannot be told from chance here. A model that is not **better** (adjusted p < 0.05) than its base should not replace it.\n\n| Trained row | Base | Metric | n | Δ [95 %] | MDE | p | p adjusted | Verdict |\n|---|---|---|---|---|---|---|---|---|\n", if m == 1 { "" } else { "s" });
     for g in rows {
         let c = &g.comparison;
         let v = verdict(c);
         let mark = if v == "better" { "✓ better" } else if v == "worse" { "✗ worse" } else { "✗ not better" };
         let n = if g.n == 0 { "–".to_string() } else { g.n.to_string() };
         let adj = c.p_adjusted.map_or("–".to_string(), |a| format!("{a:.3}"));
-        s.push_str(&format!("| {} | {} | {} | {n} | {:+.3} [{:+.2}, {:+.2}] | {:.3} | {adj} | {mark} |\n", g.row.replace('|', "\\|"), g.base.replace('|', "\\|"), g.metric, c.delta, c.ci_low, c.ci_high, c.p_value));
+        let mde = if g.mde.is_finite() { format!("±{:.3}", g.mde) } else { "–".to_string() };
+        s.push_str(&format!("| {} | {} | {} | {n} | {:+.3} [{:+.2}, {:+.2}] | {mde} | {:.3} | {adj} | {mark} |\n", g.row.replace('|', "\\|"), g.base.replace('|', "\\|"), g.metric, c.delta, c.ci_low, c.ci_high, c.p_value));
     }
     s
 }
@@ -65,8 +79,10 @@ pub fn markdown(rows: &[GateRow]) -> String {
 /// The gate's rows of an evaluation: each trained retriever config (not skipped) against its
 /// `compare_to` config on MRR (or its first compared metric), and each answer row whose
 /// generator has an adapter against the first generator's row on token F1 against the
-/// reference answers (or verified citations).
-pub fn rows(pipeline: &crate::pipeline::Pipeline, evaluated: &[String], named: &[crate::tables::NamedComparison], answers: &[crate::answers::AnswerRun], deltas: &[crate::answers::AnswerDelta], questions: usize) -> anyhow::Result<Vec<GateRow>> {
+/// reference answers (or verified citations); then the family's adjustment and detectable
+/// effects.
+pub fn rows(pipeline: &crate::pipeline::Pipeline, tables: &crate::tables::RetrievalTables, query_rows: &[crate::rows::QueryRow], answers: &[crate::answers::AnswerRun], deltas: &[crate::answers::AnswerDelta], questions: usize) -> anyhow::Result<Vec<GateRow>> {
+    let (evaluated, named) = (&tables.names, &tables.named);
     let mut out = Vec::new();
     for v in pipeline.variants.iter().filter(|v| evaluated.contains(&v.name)) {
         let Some(other) = &v.compare_to else { continue };
@@ -75,10 +91,13 @@ pub fn rows(pipeline: &crate::pipeline::Pipeline, evaluated: &[String], named: &
         }
         let mine: Vec<_> = named.iter().filter(|(c, o, _, _)| c == &v.name && o == other).collect();
         if let Some((c, o, m, d)) = mine.iter().find(|(_, _, m, _)| m.starts_with("MRR")).or(mine.first()) {
-            out.push(GateRow { row: c.clone(), base: o.clone(), metric: m.clone(), n: questions, comparison: *d });
+            let metric = tables.registry.iter().find(|r| &r.label == m);
+            let diffs = metric.and_then(|metric| crate::tables::paired_differences(query_rows, c, o, metric));
+            let sd = diffs.as_deref().map_or(f64::NAN, crate::stats::std_dev);
+            out.push(GateRow { row: c.clone(), base: o.clone(), metric: m.clone(), n: diffs.map_or(questions, |d| d.len()), comparison: *d, sd, mde: f64::NAN });
         }
     }
-    let Some(section) = &pipeline.answer else { return Ok(out) };
+    let Some(section) = &pipeline.answer else { return Ok(family(out, pipeline.stats.correction)) };
     for a in answers {
         let adapted = section.generators.iter().any(|g| Some(&g.name) == a.generator.as_ref() && matches!(g.generator, Some(gauge_answer::GeneratorConfig::Local { adapter: Some(_), .. })));
         if !adapted {
@@ -86,15 +105,28 @@ pub fn rows(pipeline: &crate::pipeline::Pipeline, evaluated: &[String], named: &
         }
         let mine: Vec<&crate::answers::AnswerDelta> = deltas.iter().filter(|d| d.run == a.name()).collect();
         if let Some(d) = mine.iter().find(|d| d.metric == "reference_token_f1").or_else(|| mine.iter().find(|d| d.metric == "answer_verified_citation")) {
-            out.push(GateRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), n: d.n, comparison: d.comparison });
+            out.push(GateRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), n: d.n, comparison: d.comparison, sd: d.sd, mde: f64::NAN });
         }
     }
-    Ok(out)
+    Ok(family(out, pipeline.stats.correction))
+}
+
+/// The gate rows as one family: p adjusted over them alone, and each row's detectable effect at
+/// the family's first step (α 0.05 / rows).
+pub fn family(mut rows: Vec<GateRow>, correction: crate::stats::Correction) -> Vec<GateRow> {
+    let p: Vec<f64> = rows.iter().map(|g| g.comparison.p_value).collect();
+    let adjusted = crate::stats::adjust(&p, correction);
+    let alpha = 0.05 / rows.len().max(1) as f64;
+    for (g, a) in rows.iter_mut().zip(adjusted) {
+        g.comparison.p_adjusted = (correction != crate::stats::Correction::None).then_some(a);
+        g.mde = if g.sd.is_finite() { crate::stats::minimum_detectable_effect_at(g.sd, g.n, alpha) } else { f64::NAN };
+    }
+    rows
 }
 
 /// The gate's verdicts as the manifest's `gate` stat.
 pub fn stat(rows: &[GateRow]) -> serde_json::Value {
-    rows.iter().map(|g| serde_json::json!({"row": g.row, "base": g.base, "metric": g.metric, "delta": g.comparison.delta, "p": g.comparison.p_value, "p_adjusted": g.comparison.p_adjusted, "verdict": verdict(&g.comparison)})).collect()
+    rows.iter().map(|g| serde_json::json!({"row": g.row, "base": g.base, "metric": g.metric, "delta": g.comparison.delta, "p": g.comparison.p_value, "p_adjusted": g.comparison.p_adjusted, "family": rows.len(), "mde": g.mde.is_finite().then_some(g.mde), "verdict": verdict(&g.comparison)})).collect()
 }
 
 #[cfg(test)]
@@ -111,9 +143,25 @@ mod tests {
         assert_eq!(verdict(&c(0.2, 0.2)), "not better");
         assert_eq!(verdict(&c(-0.2, 0.01)), "worse");
         assert_eq!(verdict(&c(0.0, 1.0)), "not better");
-        let md = markdown(&[GateRow { row: "tuned".into(), base: "base".into(), metric: "MRR".into(), n: 20, comparison: c(0.01, 0.7) }]);
-        assert!(md.contains("| tuned | base | MRR | 20 | +0.010") && md.contains("✗ not better"), "{md}");
+        let md = markdown(&[GateRow { row: "tuned".into(), base: "base".into(), metric: "MRR".into(), n: 20, comparison: c(0.01, 0.7), sd: 0.3, mde: 0.188 }]);
+        assert!(md.contains("| tuned | base | MRR | 20 | +0.010 [-0.09, +0.11] | ±0.188 |") && md.contains("✗ not better") && md.contains("these 1 row alone"), "{md}");
         assert!(markdown(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_gate_is_its_own_family() {
+        let row = |name: &str, p: f64, sd: f64| GateRow { row: name.into(), base: "base".into(), metric: "MRR@10".into(), n: 41, comparison: c(0.1, p), sd, mde: f64::NAN };
+        // Holm over the three gate rows only: 0.01·3, max(0.03, 0.02·2), max(0.04, 0.04).
+        let g = family(vec![row("a", 0.02, 0.3), row("b", 0.01, 0.3), row("c", 0.04, f64::NAN)], crate::stats::Correction::Holm);
+        let adj: Vec<f64> = g.iter().map(|r| r.comparison.p_adjusted.unwrap()).collect();
+        assert!((adj[0] - 0.04).abs() < 1e-12 && (adj[1] - 0.03).abs() < 1e-12 && (adj[2] - 0.04).abs() < 1e-12, "{adj:?}");
+        assert!(g.iter().all(|r| verdict(&r.comparison) == "better"));
+        // MDE at α 0.05/3: (z_0.99167 + z_0.8) · 0.3 / √41 = (2.394 + 0.842) · 0.0469.
+        assert!((g[0].mde - 0.1516).abs() < 1e-3, "{}", g[0].mde);
+        assert!(g[2].mde.is_nan(), "no per-question differences, no MDE");
+        let alone = family(vec![row("a", 0.02, 0.3)], crate::stats::Correction::Holm);
+        assert!(alone[0].mde < g[0].mde, "a smaller family detects smaller effects");
+        assert_eq!(family(vec![row("a", 0.02, 0.3)], crate::stats::Correction::None)[0].comparison.p_adjusted, None);
     }
 
     #[test]

@@ -138,6 +138,38 @@ pub fn minimum_detectable_effect(sd: f64, n: usize) -> f64 {
     (1.959_964 + 0.841_621) * sd / (n as f64).sqrt()
 }
 
+/// The smallest mean paired difference a two-sided test at level `alpha` detects with 80 %
+/// power on `n` questions whose paired differences have standard deviation `sd` (normal
+/// approximation: `(z_{1−α/2} + z_0.8) · sd / √n`).
+pub fn minimum_detectable_effect_at(sd: f64, n: usize, alpha: f64) -> f64 {
+    if n == 0 {
+        return f64::NAN;
+    }
+    (normal_quantile(1.0 - alpha / 2.0) + normal_quantile(0.8)) * sd / (n as f64).sqrt()
+}
+
+/// The standard normal distribution's quantile (Acklam's rational approximation, relative
+/// error < 1.2e-9), for 0 < p < 1.
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [-3.969683028665376e1, 2.209460984245205e2, -2.759285104469687e2, 1.383577518672690e2, -3.066479806614716e1, 2.506628277459239];
+    const B: [f64; 5] = [-5.447609879822406e1, 1.615858368580409e2, -1.556989798598866e2, 6.680131188771972e1, -1.328068155288572e1];
+    const C: [f64; 6] = [-7.784894002430293e-3, -3.223964580411365e-1, -2.400758277161838, -2.549732539343734, 4.374664141464968, 2.938163982698783];
+    const D: [f64; 4] = [7.784695709041462e-3, 3.224671290700398e-1, 2.445134137142996, 3.754408661907416];
+    let tail = |q: f64| (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5]) / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0);
+    if p <= 0.0 || p >= 1.0 {
+        return if p <= 0.0 { f64::NEG_INFINITY } else { f64::INFINITY };
+    }
+    if p < 0.02425 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.02425 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
 /// Compares per-question values of a variant with the baseline's (same question order).
 pub fn paired_comparison(variant: &[f64], baseline: &[f64], resamples: usize, seed: u64) -> PairedComparison {
     assert_eq!(variant.len(), baseline.len(), "paired values need the same questions");
@@ -204,5 +236,11 @@ mod tests {
         let mde = minimum_detectable_effect(0.5, 41);
         assert!((mde - 0.2188).abs() < 1e-3, "{mde}");
         assert!((std_dev(&[1.0, 0.0, 1.0, 0.0]) - 0.57735).abs() < 1e-4);
+        // scipy.stats.norm.ppf at 0.975, 0.8, 0.995, 1e-4 (both tails and the centre).
+        for (p, z) in [(0.975, 1.959963984540054), (0.8, 0.8416212335729143), (0.995, 2.5758293035489004), (1e-4, -3.719016485455709), (0.5, 0.0)] {
+            assert!((normal_quantile(p) - z).abs() < 1e-8, "{p}: {}", normal_quantile(p));
+        }
+        assert!((minimum_detectable_effect_at(0.5, 41, 0.05) - mde).abs() < 1e-4, "α 0.05 is the plain MDE");
+        assert!(minimum_detectable_effect_at(0.5, 41, 0.01) > mde);
     }
 }

@@ -64,6 +64,13 @@ fn rows_of<'r>(rows: &'r [QueryRow], config: &str, category: &str) -> Vec<&'r Qu
     v
 }
 
+/// The per-question differences `config − other` on `metric` (category `all`, questions in id
+/// order); `None` when either config lacks rows for the same questions.
+pub fn paired_differences(rows: &[QueryRow], config: &str, other: &str, metric: &Metric) -> Option<Vec<f64>> {
+    let (mine, theirs) = (rows_of(rows, config, "all"), rows_of(rows, other, "all"));
+    (mine.len() == theirs.len() && !mine.is_empty()).then(|| mine.iter().zip(&theirs).map(|(a, b)| metric.value(a) - metric.value(b)).collect())
+}
+
 /// Paired differences of each config with a `compare_to` against that config, for the main
 /// metrics that get a Δ column: (config, other, metric label, comparison). Both must have run.
 pub fn named_comparisons(rows: &[QueryRow], pairs: &[(String, Option<String>)], evaluated: &[String], metrics: &[Metric], resamples: usize, seed: u64) -> Vec<NamedComparison> {
