@@ -313,8 +313,8 @@ mod x86 {
             return _mm256_add_epi32(s0, s1);
         }
         let mut p = zero;
-        for c in 0..8 {
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[c], bcast(x.add(4 * c))));
+        for (c, &wc) in w.iter().enumerate() {
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wc, bcast(x.add(4 * c))));
         }
         _mm256_madd_epi16(p, _mm256_set1_epi16(1))
     }
@@ -324,8 +324,8 @@ mod x86 {
     #[inline(always)]
     unsafe fn dot_from<const N: usize>(init: __m256i, w: &[__m256i; N], x: *const i8, vnni: bool) -> __m256i {
         let mut s = init;
-        for c in 0..N {
-            s = if vnni { _mm256_dpbusd_epi32(s, w[c], bcast(x.add(4 * c))) } else { _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], bcast(x.add(4 * c))), _mm256_set1_epi16(1))) };
+        for (c, &wc) in w.iter().enumerate() {
+            s = if vnni { _mm256_dpbusd_epi32(s, wc, bcast(x.add(4 * c))) } else { _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wc, bcast(x.add(4 * c))), _mm256_set1_epi16(1))) };
         }
         s
     }
@@ -401,15 +401,15 @@ mod x86 {
                         *v = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
                     }
                     let (w0, w1) = (&*(w.as_ptr() as *const [__m256i; 4]), &*(w.as_ptr().add(4) as *const [__m256i; 4]));
-                    for r in 0..R {
+                    for (r, ur) in u.iter_mut().enumerate() {
                         let x = xs.get_unchecked(r);
                         let q = x.q.as_ptr().add(32 * blk);
                         // Each half's chain starts from its −32·Σq (the weights are the stored
                         // 6-bit values − 32).
                         let i0 = dot_from::<4>(_mm256_set1_epi32(*x.offset16.get_unchecked(2 * blk)), w0, q, vnni);
                         let i1 = dot_from::<4>(_mm256_set1_epi32(*x.offset16.get_unchecked(2 * blk + 1)), w1, q.add(16), vnni);
-                        u[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), dsc0, u[r]);
-                        u[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), dsc1, u[r]);
+                        *ur = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), dsc0, *ur);
+                        *ur = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), dsc1, *ur);
                     }
                 }
             }
