@@ -1,6 +1,7 @@
 //! The integer kernels alone, one thread: nanoseconds of CPU time per weight block for
 //! SmolLM2-135M's matrix shapes, on every kernel path this machine runs, for 1 and 4
-//! activation rows, ggml's row-major blocks and the repacked groups ([`repack`]). CPU time (the thread's own, from `/proc/thread-self/schedstat`), so a busy
+//! activation rows, ggml's row-major blocks and the repacked groups ([`repack`]); and, for the
+//! K-quants, the int8 prompt GEMM ([`prompt_k`]) over 64 prompt rows. CPU time (the thread's own, from `/proc/thread-self/schedstat`), so a busy
 //! machine changes the figures little. A probe for kernel work, not a benchmark of record
 //! (`just bench-generate` is that).
 //!
