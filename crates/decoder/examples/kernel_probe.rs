@@ -14,6 +14,18 @@ fn cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0)
 }
 
+/// Nanoseconds of this thread's CPU time per call of `run`, after one warm-up call. The CPU
+/// time advances in scheduler ticks: runs until ≥ `ms` of it.
+fn cpu_ns_per_run(ms: u64, mut run: impl FnMut()) -> f64 {
+    run();
+    let (t0, mut runs) = (cpu_ns(), 0u64);
+    while cpu_ns() - t0 < ms * 1_000_000 {
+        run();
+        runs += 1;
+    }
+    (cpu_ns() - t0) as f64 / runs as f64
+}
+
 fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let mut state = seed;
     let mut next = move || {
@@ -62,14 +74,7 @@ fn main() {
                     "rows" => dot_matrix(path, ty, &w, rb, &xs, out),
                     _ => repack::dot_packed(path, ty, &packed, cols / ty.block().0, &xs, out),
                 };
-                run(&mut out);
-                // The thread's CPU time advances in scheduler ticks: run until ≥ `ms` of it.
-                let (t0, mut runs) = (cpu_ns(), 0u64);
-                while cpu_ns() - t0 < ms * 1_000_000 {
-                    run(&mut out);
-                    runs += 1;
-                }
-                let ns = (cpu_ns() - t0) as f64 / runs as f64;
+                let ns = cpu_ns_per_run(ms, || run(&mut out));
                 // Per 32 weights, whatever the format's block.
                 let blocks = (rows * cols / 32) as f64;
                 println!("{name:24} rows {n}  {:10} {layout:6}  {:6.2} ns/block  {:6.2} ns/block/row  {:5.1} GB/s of weights", path.name(), ns / blocks, ns / blocks / n as f64, w.len() as f64 / ns);
@@ -88,13 +93,7 @@ fn main() {
         for path in KernelPath::available().into_iter().filter(|&p| prompt_k::runs(ty, p)) {
             // SAFETY: `out` is n × rows, written by this call only.
             let run = |out: &mut [f32]| unsafe { prompt_k::gemm(path, ty, &packed, cols / 256, &xs, out.as_mut_ptr(), rows) };
-            run(&mut out);
-            let (t0, mut runs) = (cpu_ns(), 0u64);
-            while cpu_ns() - t0 < ms * 1_000_000 {
-                run(&mut out);
-                runs += 1;
-            }
-            let ns = (cpu_ns() - t0) as f64 / runs as f64;
+            let ns = cpu_ns_per_run(ms, || run(&mut out));
             let blocks = (rows * cols / 32) as f64;
             println!("{name:24} rows {n} {:10} prompt  {:6.2} ns/block/row  {:5.1} G multiply-adds/s", path.name(), ns / blocks / n as f64, (rows * cols * n) as f64 / ns);
         }
