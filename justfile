@@ -100,6 +100,11 @@ query question *flags="": setup models
 synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.jsonl": setup
     {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
+# The held-out synthetic evaluation set: the FRA pages split once (seed 42: 20 % of each manual's 8-page blocks held, ±1 guard page, → data/golden/fra-heldout.pages.json), Qwen2.5-Coder-1.5B (fetched on first use) writes one question per held passage in the style of fra-sft.jsonl's out-of-corpus questions and judges, held to a yes/no JSON Schema, whether the passage answers it; kept questions → data/golden/fra-heldout.jsonl (category "synthetic"), every dropped one with its reason in the artifact's dropped.jsonl. Journaled: a killed run resumes.
+heldout-set *flags="": setup models
+    scripts/fetch-models.sh qwen2.5-1.5b
+    {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --mode heldout --from ../shared/golden/fra-sft.jsonl --n 240 --seed 42 --set generation.temperature=0 --copy-to data/golden/fra-heldout.jsonl --artifacts {{artifacts}} {{flags}}
+
 # Ablation: build every distinct upstream artifact of a pipeline once (cached), evaluate every config on its golden set → eval/<name>/ablation.md, .png, Parquet, TREC files.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} --eval-dir {{eval_dir}} {{flags}}

@@ -627,3 +627,69 @@ fn doc2query_keeps_only_questions_whose_passage_comes_back() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--index"));
 }
+
+#[test]
+fn heldout_questions_come_only_from_held_pages_and_other_modes_skip_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let a = art.to_str().unwrap();
+    let chunks_dir = chunks_of(&small_corpus(tmp.path()), &art);
+    let set = tmp.path().join("data/fra-heldout.jsonl");
+    let from = shared().join("golden/fra-sft.jsonl");
+    let smol = ["--set", "heldout.generator.kind=local", "--set", "heldout.generator.model=SmolLM2-135M-Instruct.Q4_1.gguf", "--set", "heldout.max_new_tokens=48", "--set", "heldout.min_words=4"];
+    let mut args = vec![chunks_dir.as_str(), "--mode", "heldout", "--from", from.to_str().unwrap(), "--n", "3", "--set", "generation.temperature=0", "--copy-to", set.to_str().unwrap(), "--artifacts", a];
+    args.extend(smol);
+    let dir = PathBuf::from(last_line(&ok(run("synth-data", &args))));
+    // The split: whole held blocks plus guard pages, the same copy beside the set.
+    let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("heldout_pages.json")).unwrap()).unwrap();
+    assert_eq!(std::fs::read(dir.join("heldout_pages.json")).unwrap(), std::fs::read(tmp.path().join("data/fra-heldout.pages.json")).unwrap());
+    let strings = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect::<BTreeSet<String>>();
+    let (asked_pages, held) = (strings(&split["question_pages"]), strings(&split["pages"]));
+    assert!(!asked_pages.is_empty() && asked_pages.is_subset(&held) && held.len() > asked_pages.len(), "guard pages around the held blocks");
+    // Every kept question is on held pages only, marked synthetic, and the counts add up.
+    let kept = jsonl(&dir.join("golden.jsonl"));
+    assert_eq!(jsonl(&set), kept);
+    for r in &kept {
+        assert_eq!(r["category"], "synthetic");
+        let g = &r["gold"][0];
+        for p in g["page_start"].as_i64().unwrap()..=g["page_end"].as_i64().unwrap() {
+            assert!(asked_pages.contains(&format!("{}#{p}", g["source"].as_str().unwrap())), "{r}");
+        }
+    }
+    let dropped = jsonl(&dir.join("dropped.jsonl"));
+    for d in &dropped {
+        let reason = d["reason"].as_str().unwrap();
+        assert!(["too_short", "no_words", "no_question", "judged_not_answered", "judge_unparsable", "near_duplicate"].contains(&reason) || reason.starts_with("generation_failed") || reason.starts_with("judge_failed"), "{d}");
+    }
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let stats = &manifest["stats"];
+    assert_eq!((stats["label"].as_str(), stats["passages"].as_u64()), (Some("heldout"), Some(3)));
+    let dropped_n: u64 = stats["dropped"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(stats["questions_written"].as_u64().unwrap(), stats["questions_kept"].as_u64().unwrap() + dropped_n, "{stats}");
+    assert_eq!(stats["questions_kept"].as_u64().unwrap() as usize, kept.len());
+    // Inverse cloze with the split held out: no row touches a held page (guards included).
+    let split_copy = tmp.path().join("data/fra-heldout.pages.json");
+    let ict = [chunks_dir.as_str(), "--mode", "ict", "--n", "150", "--hold-out", split_copy.to_str().unwrap(), "--artifacts", a];
+    let out = ok(run("synth-data", &ict));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chunks left out"), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = jsonl(&PathBuf::from(last_line(&out)).join("golden.jsonl"));
+    assert!(rows.len() >= 50, "{}", rows.len());
+    for r in &rows {
+        let g = &r["gold"][0];
+        for p in g["page_start"].as_i64().unwrap()..=g["page_end"].as_i64().unwrap() {
+            assert!(!held.contains(&format!("{}#{p}", g["source"].as_str().unwrap())), "{r}");
+        }
+    }
+    // Bad input: a round trip is refused, examples are required, a broken split is named.
+    let index_args = [chunks_dir.as_str(), "--mode", "heldout", "--from", from.to_str().unwrap(), "--index", a, "--artifacts", a];
+    let out = run("synth-data", &index_args);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("drop --index"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "heldout", "--artifacts", a]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from FILE"), "{}", String::from_utf8_lossy(&out.stderr));
+    let broken = tmp.path().join("broken.json");
+    std::fs::write(&broken, "{}").unwrap();
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "ict", "--hold-out", broken.to_str().unwrap(), "--artifacts", a]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -75,7 +75,7 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     }
     let golden = load_golden(&pipeline.golden)?;
     let mut notes = Vec::new();
-    let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.exclude_trained_pages, &mut notes)?;
+    let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.golden, &pipeline.exclude_trained_pages, &mut notes)?;
     anyhow::ensure!(!golden.is_empty(), "{}: no question is left once the training pages of {:?} are taken out", pipeline.golden.display(), pipeline.exclude_trained_pages);
     let mut skipped = skip_untrained_adapters(&mut pipeline);
     use_reranker_fallbacks(&mut pipeline, &mut notes);
@@ -248,8 +248,13 @@ fn echo_and_judge_input(pipeline: &Pipeline, mode: RelevanceMode, inputs: &mut V
 /// Keeps the questions none of whose gold pages a listed trained model was trained on (its
 /// `training_pages.json`, written by `train-lora --target embedder|reranker`). A listed model
 /// not trained yet restricts nothing (the configs using it are skipped). Returns the kept
-/// questions and the records as fingerprint inputs; says how many questions remain.
-fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], notes: &mut Vec<String>) -> anyhow::Result<(Vec<GoldenQuestion>, Vec<FileEntry>)> {
+/// questions and the records as fingerprint inputs; says how many questions remain. A golden
+/// set with a page split beside it (`<set>.pages.json`, from `synth-data --mode heldout`) is
+/// a held-out set: a model trained on any of its pages is refused (see
+/// [`check_held_out_untouched`]).
+fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, golden_path: &Path, models: &[PathBuf], notes: &mut Vec<String>) -> anyhow::Result<(Vec<GoldenQuestion>, Vec<FileEntry>)> {
+    let split = golden_path.with_extension("pages.json");
+    let held = if split.is_file() { Some(held_out_pages(&split)?) } else { None };
     let mut pages: BTreeSet<String> = BTreeSet::new();
     let mut inputs = Vec::new();
     let mut used = Vec::new();
@@ -261,7 +266,11 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], 
         }
         let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file)?).map_err(|e| anyhow::anyhow!("{}: not a training_pages.json ({e})", file.display()))?;
         let list = record["pages"].as_array().ok_or_else(|| anyhow::anyhow!("{}: no `pages` list", file.display()))?;
-        pages.extend(list.iter().filter_map(|p| p.as_str().map(str::to_string)));
+        let trained: BTreeSet<String> = list.iter().filter_map(|p| p.as_str().map(str::to_string)).collect();
+        if let Some(held) = &held {
+            check_held_out_untouched(&trained, &file, held, &split)?;
+        }
+        pages.extend(trained);
         inputs.push(FileEntry::file(format!("trained_pages:{}", inputs.len()), &file)?.with_rows(list.len()));
         used.push(format!("`{}`", m.display()));
     }
@@ -277,6 +286,29 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, models: &[PathBuf], 
     println!("evaluate: {} of {total} questions have no gold page among the {} training pages of {}", kept.len(), pages.len(), used.join(", "));
     notes.push(note);
     Ok((kept, inputs))
+}
+
+/// The `pages` of a held-out page split (`heldout_pages.json`).
+fn held_out_pages(path: &Path) -> anyhow::Result<BTreeSet<String>> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?).map_err(|e| anyhow::anyhow!("{}: not a held-out page split ({e})", path.display()))?;
+    let list = v["pages"].as_array().ok_or_else(|| anyhow::anyhow!("{}: no `pages` list (a held-out page split, as `synth-data --mode heldout` writes it)", path.display()))?;
+    Ok(list.iter().filter_map(|p| p.as_str().map(str::to_string)).collect())
+}
+
+/// Refuses a trained model (its `training_pages.json` at `record`) that touched a page of a
+/// held-out split: the held-out set would no longer measure unseen pages.
+pub(crate) fn check_held_out_untouched(trained: &BTreeSet<String>, record: &Path, held: &BTreeSet<String>, split: &Path) -> anyhow::Result<()> {
+    let both: Vec<&String> = trained.intersection(held).collect();
+    if let Some(first) = both.first() {
+        anyhow::bail!(
+            "{}: trained on {} page(s) of the held-out split {} (first: {first}); retrain with `synth-data --hold-out {}` and `train-lora --hold-out <the held-out set>`, or evaluate it on another set",
+            record.display(),
+            both.len(),
+            split.display(),
+            split.display()
+        );
+    }
+    Ok(())
 }
 
 /// Refuses a golden set naming sources the corpus does not hold (a typo would score 0
@@ -312,3 +344,39 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
     Ok(())
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_trained_on_a_held_out_page_is_refused_and_one_that_was_not_restricts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let golden_path = tmp.path().join("fra-heldout.jsonl");
+        let q = |id: &str, page: i32| GoldenQuestion::new(id.into(), "Why?".into(), vec![gauge_core::golden::GoldItem::Page { source: "a.pdf".into(), page, grade: None }]);
+        let golden = vec![q("h1", 10), q("h2", 11)];
+        std::fs::write(tmp.path().join("fra-heldout.pages.json"), r#"{"format": 1, "pages": ["a.pdf#9", "a.pdf#10", "a.pdf#11", "a.pdf#12"], "question_pages": ["a.pdf#10", "a.pdf#11"]}"#).unwrap();
+        let model = |name: &str, pages: &[&str]| {
+            let dir = tmp.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("training_pages.json"), serde_json::json!({ "target": "embedder", "pages": pages }).to_string()).unwrap();
+            dir
+        };
+        // Trained away from the split (page 13 is past its guard page 12): evaluated, nothing taken out.
+        let clean = model("clean", &["a.pdf#3", "a.pdf#13"]);
+        let (kept, inputs) = restrict_to_untrained_pages(golden.clone(), &golden_path, &[clean], &mut Vec::new()).unwrap();
+        assert_eq!((kept.len(), inputs.len()), (2, 1));
+        // Trained on a guard page: refused, naming the record, the split and the page.
+        let touched = model("touched", &["a.pdf#3", "a.pdf#12"]);
+        let e = restrict_to_untrained_pages(golden.clone(), &golden_path, &[touched.clone()], &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("touched") && e.contains("fra-heldout.pages.json") && e.contains("a.pdf#12") && e.contains("--hold-out"), "{e}");
+        // The same model against a set without a split only restricts (the dev set's rule).
+        let dev = tmp.path().join("dev.jsonl");
+        let (kept, _) = restrict_to_untrained_pages(vec![q("d1", 12), q("d2", 30)], &dev, &[touched], &mut Vec::new()).unwrap();
+        assert_eq!(kept.iter().map(|q| q.qid.as_str()).collect::<Vec<_>>(), ["d2"]);
+        // A broken split is a one-line error naming it.
+        std::fs::write(tmp.path().join("fra-heldout.pages.json"), "[1, 2]").unwrap();
+        let e = restrict_to_untrained_pages(golden, &golden_path, &[], &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("fra-heldout.pages.json") && e.contains("no `pages` list"), "{e}");
+    }
+}

@@ -26,8 +26,16 @@ pub struct SynthArgs {
     #[arg(long)]
     #[serde(skip)]
     pub index: Option<PathBuf>,
-    /// `llm` (a teacher), `ict` (inverse cloze, offline), `sft` (chat-format training examples) or
-    /// `doc2query` (questions per passage, round-trip filtered; needs --index) (`mode`).
+    /// Pages no question, passage or context may come from: a held-out set's page split
+    /// (`heldout_pages.json`, or the `.pages.json` copied beside its golden set) or a golden
+    /// set (its gold pages) (repeatable).
+    #[arg(long)]
+    #[serde(skip)]
+    pub hold_out: Vec<PathBuf>,
+    /// `llm` (a teacher), `ict` (inverse cloze, offline), `sft` (chat-format training examples),
+    /// `doc2query` (questions per passage, round-trip filtered; needs --index) or `heldout` (an
+    /// evaluation set on a seeded page split no training may touch, judged by the model; needs
+    /// --from, a teacher set whose out-of-corpus questions are the examples) (`mode`).
     #[arg(long, value_parser = parse_as::<Mode>)]
     pub mode: Option<Mode>,
     /// Samples to draw (`n`).
@@ -132,15 +140,21 @@ impl StageCli for Synth {
             copy_to: args.copy_to,
             device: args.device,
         };
-        Ok(Invocation { inputs: crate::SynthInputs { chunks: args.chunks, from: args.from, index: args.index }, options, flags })
+        Ok(Invocation { inputs: crate::SynthInputs { chunks: args.chunks, from: args.from, index: args.index, hold_out: args.hold_out }, options, flags })
     }
 
-    /// `--copy-to`: the golden set copied (through a temporary file) where pipelines read it.
-    /// Only a previous golden set (a JSON Lines file) is replaced; a folder, a link or another
-    /// kind of file is refused, naming it.
+    /// `--copy-to`: the golden set copied (through a temporary file) where pipelines read it,
+    /// and a held-out set's page split beside it as `<name>.pages.json`. Only a previous golden
+    /// set (a JSON Lines file) or page split is replaced; a folder, a link or another kind of
+    /// file is refused, naming it.
     fn after(built: &Built<SynthSummary>, options: &SynthOptions) -> anyhow::Result<()> {
         let Some(dest) = &options.copy_to else { return Ok(()) };
-        copy_golden(&built.dir.join("golden.jsonl"), dest)
+        copy_golden(&built.dir.join("golden.jsonl"), dest)?;
+        let split = built.dir.join(crate::heldout::PAGES_FILE);
+        if split.is_file() {
+            copy_golden(&split, &dest.with_extension("pages.json"))?;
+        }
+        Ok(())
     }
 }
 
@@ -154,9 +168,10 @@ fn copy_golden(from: &std::path::Path, dest: &std::path::Path) -> anyhow::Result
         if meta.is_dir() {
             return Err(refuse("is a folder"));
         }
-        use std::io::BufRead as _;
-        let head = std::fs::File::open(dest).ok().and_then(|f| std::io::BufReader::new(f).lines().next()).and_then(Result::ok).unwrap_or_default();
-        if !head.trim().is_empty() && !serde_json::from_str::<serde_json::Value>(head.trim()).is_ok_and(|v| v.is_object()) {
+        // A golden set's first line, or a page split as a whole, is a JSON object.
+        let Ok(text) = std::fs::read_to_string(dest) else { return Err(refuse("holds something else")) };
+        let object = |t: &str| serde_json::from_str::<serde_json::Value>(t.trim()).is_ok_and(|v| v.is_object());
+        if !text.trim().is_empty() && !object(text.lines().next().unwrap_or_default()) && !object(&text) {
             return Err(refuse("holds something else"));
         }
     }

@@ -90,37 +90,60 @@ pub(crate) fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: 
     Ok(SynthSummary { accepted: rows.len(), failed: kept.written - rows.len(), resumed: replies.resumed, sft: false })
 }
 
-/// Asks the generator for every planned passage the journal does not hold, in one batch; each
-/// reply is journaled as it finishes, so a rerun after a kill asks only for the rest (the plan
-/// is a pure function of the chunks and the config, so indexes are stable).
+/// Asks the generator for every planned passage the journal does not hold, in one batch (see
+/// [`ask_journaled`]).
 fn ask(generator: &Generator, format: ReplyFormat, chunks: &[ChunkRecord], plan: &Doc2QueryPlan, planned: &[plan::PlannedSample], run: &mut StageRun, cfg: &SynthConfig) -> anyhow::Result<Replies> {
     let d = &cfg.doc2query;
     let schema = (format == ReplyFormat::Json).then(|| doc2query::reply_schema(d.per_chunk));
-    let journal_path = run.checkpoint_dir()?.join("journal.jsonl");
-    let done: BTreeMap<usize, Doc2QueryJournalEntry> = read_journal(&journal_path)?;
+    let chunk_of: BTreeMap<usize, usize> = planned.iter().map(|s| (s.index, s.chunks[0])).collect();
+    let keys: Vec<usize> = chunk_of.keys().copied().collect();
+    let chat = |k: usize| vec![Message::user(doc2query::prompt(&plan.template, &chunks[chunk_of[&k]], &plan.examples, d.per_chunk, format))];
+    let asked = ask_journaled(generator, &keys, &chat, &cfg.generation, schema.as_ref(), &run.checkpoint_dir()?.join("journal.jsonl"), "passages")?;
+    Ok(Replies { entries: asked.entries, resumed: asked.resumed, resumed_tokens: asked.resumed_tokens, seconds: asked.seconds, format, model: generator.name().to_string() })
+}
+
+/// What [`ask_journaled`] got.
+pub(crate) struct Asked {
+    /// By key: the reply or why there is none.
+    pub(crate) entries: BTreeMap<usize, Doc2QueryJournalEntry>,
+    /// Keys found in the journal of an earlier run.
+    pub(crate) resumed: usize,
+    /// Their generated tokens.
+    pub(crate) resumed_tokens: usize,
+    /// Seconds this run spent generating.
+    pub(crate) seconds: f64,
+}
+
+/// Asks the generator, in one batch, for the chat of every key (`chat(key)`) the journal at
+/// `journal_path` does not hold; each reply is journaled as it finishes, so a rerun after a
+/// kill asks only for the rest (keys must be a pure function of the chunks and the config).
+/// A reply bar counts `unit`s with tokens/s and ETA.
+pub(crate) fn ask_journaled(generator: &Generator, keys: &[usize], chat: &dyn Fn(usize) -> Vec<Message>, opts: &gauge_chat::GenerateOptions, schema: Option<&gauge_chat_client::ResponseSchema>, journal_path: &Path, unit: &str) -> anyhow::Result<Asked> {
+    let mut done: BTreeMap<usize, Doc2QueryJournalEntry> = read_journal(journal_path)?;
+    done.retain(|k, _| keys.contains(k));
     let resumed = done.len();
     let resumed_tokens: usize = done.values().map(|e| e.completion_tokens).sum();
     if resumed > 0 {
-        eprintln!("synth-data: resuming: {resumed} of {} passages already in {}", planned.len(), journal_path.display());
+        eprintln!("synth-data: resuming: {resumed} of {} {unit} already in {}", keys.len(), journal_path.display());
     }
-    let pending: Vec<&plan::PlannedSample> = planned.iter().filter(|s| !done.contains_key(&s.index)).collect();
-    let chats: Vec<Vec<Message>> = pending.iter().map(|s| vec![Message::user(doc2query::prompt(&plan.template, &chunks[s.chunks[0]], &plan.examples, d.per_chunk, format))]).collect();
-    let bar = gauge_core::progress::ReplyBar::new(planned.len() as u64, "passages");
+    let pending: Vec<usize> = keys.iter().copied().filter(|k| !done.contains_key(k)).collect();
+    let chats: Vec<Vec<Message>> = pending.iter().map(|&k| chat(k)).collect();
+    let bar = gauge_core::progress::ReplyBar::new(keys.len() as u64, unit);
     bar.bar.inc(resumed as u64);
-    let journal = Journal::open(&journal_path)?;
+    let journal = Journal::open(journal_path)?;
     let entries = Mutex::new(done);
     let journal_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let no_reply: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let started = std::time::Instant::now();
-    generator.complete_batch_each(&chats, &cfg.generation, schema.as_ref(), &|j, reply| {
-        let passage = pending[j].index;
+    generator.complete_batch_each(&chats, opts, schema, &|j, reply| {
+        let passage = pending[j];
         let entry = match reply {
             Ok(c) => Doc2QueryJournalEntry { passage, text: Some(c.text.clone()), completion_tokens: c.completion_tokens, failure: None },
             Err(e) => Doc2QueryJournalEntry { passage, text: None, completion_tokens: 0, failure: Some(e.to_string()) },
         };
         // An endpoint that gave no reply (timeouts, dropped connections, 5xx/429 after every
         // retry) is not journaled: the run stops and a rerun asks again. A 4xx is an answer:
-        // that passage is journaled as failed.
+        // that key is journaled as failed.
         if let Err(gauge_generator::GeneratorError::Llm(e @ gauge_chat_client::LlmError::Exhausted { .. })) = reply {
             no_reply.lock().expect("lock").push(e.to_string());
         } else {
@@ -140,10 +163,10 @@ fn ask(generator: &Generator, format: ReplyFormat, chunks: &[ChunkRecord], plan:
     let entries = entries.into_inner().expect("lock");
     let no_reply = no_reply.into_inner().expect("lock");
     if let Some(last) = no_reply.last() {
-        anyhow::bail!("the endpoint gave no reply for {} of {} passages asked (last: {last}); {} of {} passages are in {}: rerun to resume", no_reply.len(), pending.len(), entries.len(), planned.len(), journal_path.display());
+        anyhow::bail!("the endpoint gave no reply for {} of {} {unit} asked (last: {last}); {} of {} {unit} are in {}: rerun to resume", no_reply.len(), pending.len(), entries.len(), keys.len(), journal_path.display());
     }
-    anyhow::ensure!(entries.len() == planned.len(), "{}: {} of {} passages have a reply", journal_path.display(), entries.len(), planned.len());
-    Ok(Replies { entries, resumed, resumed_tokens, seconds, format, model: generator.name().to_string() })
+    anyhow::ensure!(entries.len() == keys.len(), "{}: {} of {} {unit} have a reply", journal_path.display(), entries.len(), keys.len());
+    Ok(Asked { entries, resumed, resumed_tokens, seconds })
 }
 
 /// Parses every reply, cleans each question and keeps those whose passage the engine retrieves

@@ -8,6 +8,8 @@
 pub mod cli;
 pub mod doc2query;
 mod doc2query_run;
+pub mod heldout;
+mod heldout_run;
 pub mod journal;
 pub mod plan;
 mod samples;
@@ -48,6 +50,9 @@ pub enum Mode {
     /// A generator writes questions per passage, kept when the engine retrieves the passage
     /// for them (round trip; see [`doc2query`]).
     Doc2query,
+    /// A synthetic evaluation set on a seeded page split no training may touch: one question
+    /// per held passage, kept when the model judges the passage to answer it (see [`heldout`]).
+    Heldout,
 }
 
 /// Effective configuration (serde, with defaults), echoed into the manifest. Holds the
@@ -80,6 +85,10 @@ pub struct SynthConfig {
     pub sft: sft::SftConfig,
     /// Questions per passage with the round-trip filter (`--mode doc2query`).
     pub doc2query: doc2query::Doc2QueryConfig,
+    /// The held-out evaluation set (`--mode heldout`); left out of the echo while default, so
+    /// the other modes' fingerprints stay as they were.
+    #[serde(skip_serializing_if = "heldout::HeldoutConfig::is_default")]
+    pub heldout: heldout::HeldoutConfig,
 }
 
 impl Default for SynthConfig {
@@ -96,6 +105,7 @@ impl Default for SynthConfig {
             generation: GenerateOptions { max_new_tokens: 1500, temperature: 0.2, ..GenerateOptions::default() },
             sft: sft::SftConfig::default(),
             doc2query: doc2query::Doc2QueryConfig::default(),
+            heldout: heldout::HeldoutConfig::default(),
         }
     }
 }
@@ -165,6 +175,7 @@ pub(crate) fn label(mode: Mode) -> &'static str {
         Mode::Llm => "llm",
         Mode::Sft => "sft",
         Mode::Doc2query => "doc2query",
+        Mode::Heldout => "heldout",
     }
 }
 
@@ -200,6 +211,9 @@ pub struct SynthInputs {
     pub from: Option<PathBuf>,
     /// The index the teacher set's contexts are retrieved from (built from `chunks`).
     pub index: Option<PathBuf>,
+    /// Page splits (`heldout_pages.json`) or golden sets whose pages no question, passage or
+    /// context may come from (`--hold-out`, repeatable).
+    pub hold_out: Vec<PathBuf>,
 }
 
 /// What planning `synth-data` found.
@@ -213,6 +227,18 @@ pub struct SynthState {
     pub(crate) teacher_set: Option<(Vec<teacher_set::TeacherRecord>, PathBuf)>,
     /// `--mode doc2query`: its prompt, example questions and index.
     pub(crate) doc2query: Option<Doc2QueryPlan>,
+    /// `--mode heldout`: its prompts, example questions and page split.
+    pub(crate) heldout: Option<heldout_run::HeldoutPlan>,
+    /// The `--hold-out` pages (`source#page`) and the ids of the chunks left out for
+    /// touching one.
+    pub(crate) held: Held,
+}
+
+/// The `--hold-out` pages and the chunks left out for them.
+#[derive(Default)]
+pub(crate) struct Held {
+    pub(crate) pages: std::collections::HashSet<String>,
+    pub(crate) chunks: std::collections::HashSet<String>,
 }
 
 /// What `--mode doc2query` needs beside the chunks.
@@ -238,13 +264,17 @@ impl Stage for Synth {
             anyhow::ensure!((2..=3).contains(&cfg.split.len()) && cfg.split.iter().sum::<u32>() > 0, "--split takes 2 or 3 weights such as 70:15:15 (train:dev:test)");
         }
         let (chunks_path, mut entry) = gauge_core::artifact::input_file(chunks, "chunks.parquet", "chunk")?;
-        let chunks = read_chunks(&chunks_path)?;
+        let mut chunks = read_chunks(&chunks_path)?;
         anyhow::ensure!(!chunks.is_empty(), "{}: no chunks to sample from", chunks_path.display());
         entry.rows = Some(chunks.len() as u64);
+        let chunks_hash = entry.hash.clone();
+        let mut files = vec![entry];
+        let held = hold_out_chunks(&mut chunks, &inputs.hold_out, &mut files)?;
+        anyhow::ensure!(!chunks.is_empty(), "{}: every chunk touches a --hold-out page", chunks_path.display());
         let (styles, prompts, sft_prompts) = match cfg.mode {
             Mode::Ict => (vec![Style::Ict], None, None),
             Mode::Sft => (vec![Style::Ict], None, Some(load_sft_prompts(cfg, rt)?)),
-            Mode::Doc2query => (vec![Style::Factual], None, None),
+            Mode::Doc2query | Mode::Heldout => (vec![Style::Factual], None, None),
             Mode::Llm => {
                 anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
                 let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
@@ -252,12 +282,12 @@ impl Stage for Synth {
                 (cfg.styles.clone(), Some(p), Some(load_sft_prompts(cfg, rt)?))
             }
         };
-        let mut files = vec![entry];
         if cfg.mode == Mode::Llm {
             files.extend(gauge_generator::model_entry(&cfg.teacher)?);
         }
         let doc2query = if cfg.mode == Mode::Doc2query { Some(plan_doc2query(cfg, inputs, rt, &mut files)?) } else { None };
-        let teacher_set = if cfg.mode == Mode::Doc2query { None } else { plan_teacher_set(cfg, inputs, &mut files)? };
+        let heldout = if cfg.mode == Mode::Heldout { Some(plan_heldout(cfg, inputs, rt, &chunks, chunks_hash, &mut files)?) } else { None };
+        let teacher_set = if matches!(cfg.mode, Mode::Doc2query | Mode::Heldout) { None } else { plan_teacher_set(cfg, inputs, &mut files)? };
         let echo = serde_json::json!({
             "config": cfg,
             "reply_schema": (cfg.mode == Mode::Llm).then(|| teacher::reply_schema().schema),
@@ -266,15 +296,19 @@ impl Stage for Synth {
             "sft_templates": sft_prompts.as_ref().map(|p| gauge_core::hash::bytes_hash(format!("{}\u{0}{}", p.system, p.template).as_bytes())),
             "label": label(cfg.mode),
         });
-        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query }).echo(echo).seed(cfg.seed))
+        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query, heldout, held }).echo(echo).seed(cfg.seed))
     }
 
     fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
         if let Some(plan) = &state.doc2query {
             return doc2query_run::write_doc2query(&state.chunks, &state.chunks_path, plan, run, cfg, rt);
         }
+        if let Some(plan) = &state.heldout {
+            return heldout_run::write_heldout(&state.chunks, &state.chunks_path, plan, run, cfg, rt);
+        }
         if let Some((records, index)) = &state.teacher_set {
-            return write_teacher_set_sft(records, index, &state.chunks, state.sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg, rt);
+            let prompts = state.sft_prompts.as_ref().expect("SFT mode loads its prompts");
+            return write_teacher_set_sft(records, index, (&state.chunks, &state.held), prompts, run, cfg, rt);
         }
         if cfg.mode == Mode::Sft {
             return write_sft(&state.chunks, &state.chunks_path, state.sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg);
@@ -321,6 +355,53 @@ fn plan_doc2query(cfg: &SynthConfig, inputs: &SynthInputs, rt: &SynthOptions, fi
     files.extend(gauge_generator::model_entry(&d.generator)?);
     files.push(gauge_core::FileEntry::text("prompt", path.display(), &template));
     Ok(Doc2QueryPlan { template, examples, index: index.clone() })
+}
+
+/// Drops the chunks that touch a page of the `--hold-out` files (each also an input); returns
+/// the pages and the chunks' ids (a retrieved context may name them: it must not show them).
+fn hold_out_chunks(chunks: &mut Vec<ChunkRecord>, hold_out: &[PathBuf], files: &mut Vec<gauge_core::FileEntry>) -> anyhow::Result<Held> {
+    let mut pages = std::collections::HashSet::new();
+    for (k, h) in hold_out.iter().enumerate() {
+        let held = heldout::read_held_pages(h)?;
+        files.push(gauge_core::FileEntry::file(format!("hold_out:{k}"), h).map_err(|e| anyhow::anyhow!("{}: {e}", h.display()))?.with_rows(held.len()));
+        pages.extend(held);
+    }
+    let mut ids = std::collections::HashSet::new();
+    if pages.is_empty() {
+        return Ok(Held::default());
+    }
+    chunks.retain(|c| {
+        let touches = heldout::touches(c, &pages);
+        if touches {
+            ids.insert(c.chunk_id.clone());
+        }
+        !touches
+    });
+    eprintln!("synth-data: {} chunks left out: they touch one of the {} held-out pages", ids.len(), pages.len());
+    Ok(Held { pages, chunks: ids })
+}
+
+/// `--mode heldout`'s prompts, example questions (`--from`, a teacher set: its out-of-corpus
+/// records) and page split, each also an input; `--index` is refused (no round trip).
+fn plan_heldout(cfg: &SynthConfig, inputs: &SynthInputs, rt: &SynthOptions, chunks: &[ChunkRecord], chunks_hash: String, files: &mut Vec<gauge_core::FileEntry>) -> anyhow::Result<heldout_run::HeldoutPlan> {
+    let h = &cfg.heldout;
+    h.validate()?;
+    anyhow::ensure!(inputs.index.is_none(), "--mode heldout keeps a question when the model judges its passage to answer it, never by a round trip through gauge's retrievers (that would bias the set toward them): drop --index");
+    let from = inputs.from.as_ref().ok_or_else(|| anyhow::anyhow!("--mode heldout shows example questions from a teacher set's out-of-corpus records: pass --from FILE (e.g. ../shared/golden/fra-sft.jsonl)"))?;
+    let records = teacher_set::read_teacher_set(from)?;
+    let examples = heldout::examples(&records, h.examples, cfg.seed);
+    anyhow::ensure!(h.examples == 0 || !examples.is_empty(), "{}: no out-of-corpus record (`in_corpus: false`) to show as an example; only those are shown, so no evaluation question leaks into the prompts", from.display());
+    files.push(gauge_core::FileEntry::file("examples", from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?.with_rows(examples.len()));
+    let read = |name: &str| {
+        let p = rt.prompts.join(name);
+        std::fs::read_to_string(&p).map_err(|e| anyhow::anyhow!("{}: cannot read ({e}); pass --prompts DIR holding heldout_question.md and heldout_judge.md", p.display()))
+    };
+    let (question_template, judge_template) = (read("heldout_question.md")?, read("heldout_judge.md")?);
+    files.push(gauge_core::FileEntry::text("question_prompt", "heldout_question.md", &question_template));
+    files.push(gauge_core::FileEntry::text("judge_prompt", "heldout_judge.md", &judge_template));
+    files.extend(gauge_generator::model_entry(&h.generator)?);
+    let split = heldout::split_pages(chunks, h, cfg.seed, chunks_hash);
+    Ok(heldout_run::HeldoutPlan { question_template, judge_template, examples, split })
 }
 
 /// `--mode sft --from FILE --index DIR`: the teacher set and the index its contexts are
@@ -392,7 +473,11 @@ pub(crate) fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], promp
 /// `--mode sft --from FILE`: one example per teacher record, its context retrieved from the
 /// index (see [`teacher_set`]), split by page group, written as `sft.jsonl`, `sft.parquet`
 /// and one JSONL per split.
-fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, chunks: &[ChunkRecord], prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, (chunks, held): (&[ChunkRecord], &Held), prompts: &sft::SftPrompts, run: &mut StageRun, cfg: &SynthConfig, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    // A record on a held-out page is not trained on.
+    let all = records.len();
+    let records: Vec<teacher_set::TeacherRecord> = records.iter().filter(|r| !r.gold.iter().any(|g| held.pages.contains(&heldout::page_key(&g.source, g.page)))).cloned().collect();
+    let records = &records[..];
     let retrieval = cfg.sft.retrieval.clone().normalize();
     let k = retrieval.k;
     let engine = gauge_engine::Engine::assemble(&retrieval, &gauge_engine::IndexOptions::one(index, &rt.device), gauge_engine::call_cache_beside(index))?;
@@ -411,6 +496,7 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, c
         let retrieved = result
             .distinct()
             .into_iter()
+            .filter(|p| !held.chunks.contains(&p.chunk.chunk_id))
             .map(|p| position.get(p.chunk.chunk_id.as_str()).copied().ok_or_else(|| anyhow::anyhow!("{}: chunk `{}` is not in the chunk artifact; build the index from the same chunks", index.display(), p.chunk.chunk_id)))
             .collect::<anyhow::Result<Vec<usize>>>()?;
         let refuse = !r.in_corpus || sft::is_refusal(n, in_share, cfg.seed);
@@ -439,6 +525,9 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, c
     run.set_stat("refusal_examples", rows.iter().filter(|r| r.kind == "refusal").count());
     run.set_stat("out_of_corpus", out_of_corpus);
     run.set_stat("gold_forced_in", forced);
+    if !held.pages.is_empty() {
+        run.set_stat("dropped_for_hold_out", all - records.len());
+    }
     run.set_stat("splits", serde_json::to_value(&split_counts)?);
     Ok(SynthSummary { accepted: rows.len(), failed: 0, resumed: 0, sft: true })
 }
