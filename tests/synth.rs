@@ -659,7 +659,7 @@ fn heldout_questions_come_only_from_held_pages_and_other_modes_skip_them() {
     let dropped = jsonl(&dir.join("dropped.jsonl"));
     for d in &dropped {
         let reason = d["reason"].as_str().unwrap();
-        assert!(["too_short", "no_words", "no_question", "judged_not_answered", "judge_unparsable", "near_duplicate"].contains(&reason) || reason.starts_with("generation_failed") || reason.starts_with("judge_failed"), "{d}");
+        assert!(["too_short", "no_words", "no_question", "judged_not_answered", "evidence_not_in_passage", "judge_unparsable", "near_duplicate"].contains(&reason) || reason.starts_with("generation_failed") || reason.starts_with("judge_failed"), "{d}");
     }
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let stats = &manifest["stats"];

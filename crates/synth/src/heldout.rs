@@ -12,8 +12,9 @@
 //! A generator (the 1.5B model by default) writes one question per held passage in the style
 //! of a few example questions (`--from`: a teacher set, of which only the out-of-corpus
 //! records are shown, so no dev question leaks into the prompts); the same model, held to a
-//! yes/no JSON Schema, then judges whether the passage answers the question, and only a "yes"
-//! is kept. There is deliberately no round trip through gauge's own retrievers: it would keep
+//! JSON Schema, then copies the passage's sentence that answers the question and says yes or
+//! no, and only a "yes" whose quote is found in the passage is kept (a 1.5B judge asked for a
+//! bare yes/no said yes to every question of a trial, generic ones included). There is deliberately no round trip through gauge's own retrievers: it would keep
 //! only the questions they already find and bias the set toward them.
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
@@ -46,7 +47,7 @@ pub struct HeldoutConfig {
     pub min_words: usize,
     /// Tokens a question may have (the rest of `generation.*` — temperature, seed — applies).
     pub max_new_tokens: usize,
-    /// Tokens the judge may write (its reply is a tiny JSON object).
+    /// Tokens the judge may write (its reply quotes one sentence of the passage).
     pub judge_max_new_tokens: usize,
 }
 
@@ -60,7 +61,7 @@ impl Default for HeldoutConfig {
             examples: 3,
             min_words: 8,
             max_new_tokens: 96,
-            judge_max_new_tokens: 16,
+            judge_max_new_tokens: 192,
         }
     }
 }
@@ -78,7 +79,7 @@ impl HeldoutConfig {
         anyhow::ensure!(self.block_pages >= 1, "heldout.block_pages must be at least 1, got {}", self.block_pages);
         anyhow::ensure!(self.guard_pages >= 0, "heldout.guard_pages must be 0 or more, got {}", self.guard_pages);
         anyhow::ensure!(self.max_new_tokens >= 8, "heldout.max_new_tokens must be at least 8, got {}", self.max_new_tokens);
-        anyhow::ensure!(self.judge_max_new_tokens >= 8, "heldout.judge_max_new_tokens must be at least 8 (the reply is {{\"answerable\": \"yes\"}})");
+        anyhow::ensure!(self.judge_max_new_tokens >= 32, "heldout.judge_max_new_tokens must be at least 32 (the reply quotes a sentence), got {}", self.judge_max_new_tokens);
         Ok(())
     }
 }
@@ -195,33 +196,79 @@ fn fill(template: &str, chunk: &ChunkRecord) -> String {
     template.replace("{{source}}", &chunk.source).replace("{{pages}}", &pages).replace("{{passage}}", &chunk.text)
 }
 
-/// The judge's reply.
+/// The judge's reply: the passage's sentence that answers the question (word for word; empty
+/// when none does), then the verdict.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct JudgeVerdict {
+    /// The sentence of the passage that answers the question.
+    pub evidence: String,
     /// `yes` when the passage answers the question.
     pub answerable: String,
 }
 
-/// The judge's JSON Schema: `{"answerable": "yes" | "no"}`.
+/// The judge's JSON Schema: `{"evidence": "…", "answerable": "yes" | "no"}`, evidence first
+/// (the model quotes before it decides).
 pub fn judge_schema() -> gauge_chat_client::ResponseSchema {
     let schema = serde_json::json!({
         "type": "object",
-        "properties": { "answerable": { "type": "string", "enum": ["yes", "no"] } },
-        "required": ["answerable"],
+        "properties": {
+            "evidence": { "type": "string", "maxLength": 600 },
+            "answerable": { "type": "string", "enum": ["yes", "no"] }
+        },
+        "required": ["evidence", "answerable"],
         "additionalProperties": false
     });
     gauge_chat_client::ResponseSchema { name: "heldout_judge".into(), schema }
 }
 
-/// The judge's verdict from its reply: `Some(true)` for yes, `Some(false)` for no, `None`
-/// when the reply is not the schema's object.
-pub fn verdict(reply: &str) -> Option<bool> {
-    let v: JudgeVerdict = serde_json::from_str(gauge_chat_client::json_payload(reply)).ok()?;
+/// What the judge decided about one question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// "yes", with evidence found in the passage: kept.
+    Answered,
+    /// "no".
+    NotAnswered,
+    /// "yes", but the evidence is not the passage's (fewer than [`MIN_EVIDENCE_WORDS`] words,
+    /// or less than [`MIN_EVIDENCE_OVERLAP`] of its word trigrams in the passage): the judge
+    /// could not show where the answer is.
+    NoEvidence,
+    /// Not the schema's object.
+    Unparsable,
+}
+
+/// Words an evidence quote needs at least.
+pub const MIN_EVIDENCE_WORDS: usize = 5;
+
+/// Share of an evidence quote's word trigrams that must be the passage's. A 1.5B model quotes
+/// loosely (a lead-in such as "The passage states that", a word dropped or changed), so the
+/// quote need not be verbatim; a restatement of the question shares almost none.
+pub const MIN_EVIDENCE_OVERLAP: f64 = 0.5;
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+/// The share of `quote`'s word trigrams (case and punctuation aside) found in `passage`.
+pub fn evidence_overlap(quote: &str, passage: &str) -> f64 {
+    let (q, p) = (words(quote), words(passage));
+    let grams: HashSet<&[String]> = p.windows(3).collect();
+    let total = q.windows(3).count();
+    if total == 0 {
+        return 0.0;
+    }
+    q.windows(3).filter(|g| grams.contains(g)).count() as f64 / total as f64
+}
+
+/// The judge's verdict on a reply about `passage`: "yes" counts only when its evidence is
+/// the passage's (see [`Verdict::NoEvidence`]).
+pub fn verdict(reply: &str, passage: &str) -> Verdict {
+    let Ok(v) = serde_json::from_str::<JudgeVerdict>(gauge_chat_client::json_payload(reply)) else { return Verdict::Unparsable };
     match v.answerable.as_str() {
-        "yes" => Some(true),
-        "no" => Some(false),
-        _ => None,
+        "no" => Verdict::NotAnswered,
+        "yes" if words(&v.evidence).len() >= MIN_EVIDENCE_WORDS && evidence_overlap(&v.evidence, passage) >= MIN_EVIDENCE_OVERLAP => Verdict::Answered,
+        "yes" => Verdict::NoEvidence,
+        _ => Verdict::Unparsable,
     }
 }
 
@@ -231,10 +278,19 @@ pub fn question_of(reply: &str) -> Option<String> {
     crate::doc2query::parse_lines(reply).into_iter().next()
 }
 
+/// A question made to stand on its own: "the passage" (which the reader of the set does not
+/// have) becomes "the manual", as the prompt asks.
+pub fn standalone(question: &str) -> String {
+    question.replace("the passage", "the manual").replace("The passage", "The manual").replace("this passage", "the manual")
+}
+
 /// Example questions for the prompts: `n` of the out-of-corpus records of a teacher set
 /// (never its in-corpus ones, which may be dev questions), a seeded choice in a stable order.
 pub fn examples(records: &[crate::teacher_set::TeacherRecord], n: usize, seed: u64) -> Vec<String> {
-    let mut out: Vec<String> = records.iter().filter(|r| !r.in_corpus).map(|r| r.question.clone()).collect();
+    // Their "the cited handbook page" wording is the teacher set's; the set's questions say
+    // "the manual".
+    let neutral = |q: &str| q.replace("the cited handbook page", "the manual").replace("the cited page", "the manual").replace("the cited ", "the ");
+    let mut out: Vec<String> = records.iter().filter(|r| !r.in_corpus).map(|r| neutral(&r.question)).collect();
     gauge_core::rng::SplitMix64::new(seed).shuffle(&mut out);
     out.truncate(n);
     out
@@ -303,12 +359,21 @@ mod tests {
 
     #[test]
     fn verdicts_and_questions_are_read_from_replies() {
-        assert_eq!(verdict("{\"answerable\": \"yes\"}"), Some(true));
-        assert_eq!(verdict("```json\n{\"answerable\": \"no\"}\n```"), Some(false));
-        assert_eq!(verdict("{\"answerable\": \"maybe\"}"), None);
-        assert_eq!(verdict("yes"), None);
+        let passage = "Gate arms must be fully lowered at least five seconds before the train arrives.\nThey stay down until the last car has passed.";
+        let reply = |evidence: &str, answer: &str| serde_json::json!({ "evidence": evidence, "answerable": answer }).to_string();
+        assert_eq!(verdict(&reply("gate arms must be fully   lowered at least five seconds", "yes"), passage), Verdict::Answered, "case and spacing aside");
+        assert_eq!(verdict(&reply("The passage states that gate arms must be fully lowered at least five seconds before the train arrives", "yes"), passage), Verdict::Answered, "a lead-in is allowed");
+        assert_eq!(verdict(&format!("```json\n{}\n```", reply("", "no")), passage), Verdict::NotAnswered);
+        assert_eq!(verdict(&reply("Crossing gates need to come down a few seconds early", "yes"), passage), Verdict::NoEvidence, "not the passage's words");
+        assert_eq!(verdict(&reply("the last car", "yes"), passage), Verdict::NoEvidence, "too short to show anything");
+        // Overlap by trigrams: 3 of the 5 trigrams of this quote are the passage's.
+        let q = "gate arms must be fully raised today";
+        assert!((evidence_overlap(q, passage) - 3.0 / 5.0).abs() < 1e-12, "{}", evidence_overlap(q, passage));
+        assert_eq!(verdict(&reply("x", "maybe"), passage), Verdict::Unparsable);
+        assert_eq!(verdict("yes", passage), Verdict::Unparsable);
         assert_eq!(question_of("Question: A crew finds a broken rail. What must the inspector record?\nExtra"), Some("A crew finds a broken rail. What must the inspector record?".into()));
         assert_eq!(question_of("No question here."), None);
+        assert_eq!(standalone("What does the passage require, according to this passage?"), "What does the manual require, according to the manual?");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `--mode heldout` (see [`crate::heldout`]): the page split, one question per held passage
 //! (one batch, journaled), the judge over every well-formed question (one batch, journaled),
 //! near-duplicates dropped; `golden.jsonl`, `heldout_pages.json`, `replies.jsonl`,
-//! `dropped.jsonl` (every dropped question with its reason) and counts in the manifest, with
+//! `judgments.jsonl` (the judge's replies, by passage), `dropped.jsonl` (every dropped question with its reason) and counts in the manifest, with
 //! `written == kept + Σ dropped`.
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -62,7 +62,7 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
             reject(c, text, "no_question");
             continue;
         };
-        match crate::doc2query::clean(&q, h.min_words) {
+        match crate::doc2query::clean(&heldout::standalone(&q), h.min_words) {
             Ok(q) => {
                 questions.insert(k, q);
             }
@@ -76,12 +76,14 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
     let judge_keys: Vec<usize> = questions.keys().copied().collect();
     let judge = |k: usize| vec![Message::user(heldout::judge_prompt(&plan.judge_template, chunk_of[&k], &questions[&k]))];
     let judged = ask_journaled(&generator, &judge_keys, &judge, &judge_opts, Some(&schema), &ckpt.join("judgments.jsonl"), "judgments")?;
+    write_jsonl(&run.path("judgments.jsonl"), judged.entries.values())?;
+    run.add_output("judgments.jsonl", Some(judged.entries.len() as u64))?;
     let mut rows = Vec::new();
     for (k, q) in &questions {
         let c = chunk_of[k];
         let entry = &judged.entries[k];
-        match entry.text.as_deref().map(heldout::verdict) {
-            Some(Some(true)) => rows.push(SynthRow {
+        match entry.text.as_deref().map(|t| heldout::verdict(t, &c.text)) {
+            Some(heldout::Verdict::Answered) => rows.push(SynthRow {
                 golden: GoldenQuestion::new(format!("heldout-{k}"), q.clone(), vec![gold_of(c)]).in_category("synthetic"),
                 thinking: None,
                 phases: None,
@@ -90,8 +92,9 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
                 chunk_id: c.chunk_id.clone(),
                 split: None,
             }),
-            Some(Some(false)) => reject(c, q, "judged_not_answered"),
-            Some(None) => reject(c, q, "judge_unparsable"),
+            Some(heldout::Verdict::NotAnswered) => reject(c, q, "judged_not_answered"),
+            Some(heldout::Verdict::NoEvidence) => reject(c, q, "evidence_not_in_passage"),
+            Some(heldout::Verdict::Unparsable) => reject(c, q, "judge_unparsable"),
             None => reject(c, q, &format!("judge_failed: {}", entry.failure.as_deref().unwrap_or_default())),
         }
     }
