@@ -368,7 +368,7 @@ mod tests {
         assert_eq!((kept.len(), inputs.len()), (2, 1));
         // Trained on a guard page: refused, naming the record, the split and the page.
         let touched = model("touched", &["a.pdf#3", "a.pdf#12"]);
-        let e = restrict_to_untrained_pages(golden.clone(), &golden_path, &[touched.clone()], &mut Vec::new()).unwrap_err().to_string();
+        let e = restrict_to_untrained_pages(golden.clone(), &golden_path, std::slice::from_ref(&touched), &mut Vec::new()).unwrap_err().to_string();
         assert!(e.contains("touched") && e.contains("fra-heldout.pages.json") && e.contains("a.pdf#12") && e.contains("--hold-out"), "{e}");
         // The same model against a set without a split only restricts (the dev set's rule).
         let dev = tmp.path().join("dev.jsonl");
