@@ -17,7 +17,8 @@ pub struct SynthArgs {
     pub chunks: PathBuf,
     /// `--mode sft`: a teacher-written set (JSONL: qid, question, thinking, answer, gold,
     /// in_corpus) to turn into SFT examples (needs --index); `--mode doc2query`: example
-    /// questions (any JSONL with `question`) whose style the prompts show.
+    /// questions (any JSONL with `question`) whose style the prompts show; `--mode heldout`: a
+    /// teacher set whose out-of-corpus questions the prompts show.
     #[arg(long)]
     #[serde(skip)]
     pub from: Option<PathBuf>,
