@@ -100,10 +100,11 @@ query question *flags="": setup models
 synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.jsonl": setup
     {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
-# The held-out synthetic evaluation set: the FRA pages split once (seed 42: 20 % of each manual's 8-page blocks held, ±1 guard page, → data/golden/fra-heldout.pages.json), Qwen2.5-Coder-1.5B (fetched on first use) writes one question per held passage in the style of fra-sft.jsonl's out-of-corpus questions and judges, held to a yes/no JSON Schema, whether the passage answers it; kept questions → data/golden/fra-heldout.jsonl (category "synthetic"), every dropped one with its reason in the artifact's dropped.jsonl. Journaled: a killed run resumes.
+# The held-out synthetic evaluation set: the FRA pages split once (seed 42: 20 % of each manual's 8-page blocks held, ±1 guard page, → data/golden/fra-heldout.pages.json), Qwen2.5-Coder-1.5B (fetched on first use) writes one question per held passage in the style of fra-sft.jsonl's out-of-corpus questions and judges, held to a yes/no JSON Schema, whether the passage answers it; kept questions → data/golden/fra-heldout.jsonl (category "synthetic"), every dropped one with its reason in the artifact's dropped.jsonl; then the untrained retrievers on it (pipelines/fra-heldout.toml → eval/fra-heldout/). Journaled: a killed run resumes.
 heldout-set *flags="": setup models
     scripts/fetch-models.sh qwen2.5-1.5b
-    {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --mode heldout --from ../shared/golden/fra-sft.jsonl --n 240 --seed 42 --set generation.temperature=0 --copy-to data/golden/fra-heldout.jsonl --artifacts {{artifacts}} {{flags}}
+    {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --mode heldout --from ../shared/golden/fra-sft.jsonl --n 260 --seed 42 --set generation.temperature=0 --copy-to data/golden/fra-heldout.jsonl --artifacts {{artifacts}} {{flags}}
+    {{bin}}/evaluate pipelines/fra-heldout.toml --artifacts {{artifacts}}
 
 # Ablation: build every distinct upstream artifact of a pipeline once (cached), evaluate every config on its golden set → eval/<name>/ablation.md, .png, Parquet, TREC files.
 ablate pipeline="pipelines/fra.toml" *flags="": setup models
@@ -239,15 +240,16 @@ bench-train-encoder steps="2": setup models torch-venv
     chunks=$({{just}} chunk | tail -n1); \
     GAUGE_VENV={{torch_venv}} scripts/bench-train-encoder.sh "$chunks/chunks.parquet" bench/train-encoder.json {{steps}}
 
-# The retrievers trained on the corpus — on doc2query questions, on inverse-cloze sentences and on both — each judged against its untrained base: synth-data --mode doc2query (the local SmolLM2 writes 3 questions for each of 400 FRA passages, one batch, plain-text lines; kept when the untrained Hybrid RRF engine finds the passage in its top 10; 85:15 page-grouped) and --mode ict (800 sentences, 85:15 page-grouped) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), lr 3e-4, 1 epoch) and --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 8 questions per step, lr 2e-3, 1 epoch) on each set and on both (`--also`), every page of the FRA dev set held out of training → evaluate pipelines/fra-trained.toml (every trained row next to its untrained base) → eval/fra-trained/ with the gate table. ~80 min on 2 cores, measured with Burn's ops for the encoders (their step is ~2× faster on the host kernels).
+# The retrievers trained on the corpus — on doc2query questions, on inverse-cloze sentences and on both — each judged against its untrained base: synth-data --mode doc2query (the local SmolLM2 writes 3 questions for each of 400 FRA passages, one batch, plain-text lines; kept when the untrained Hybrid RRF engine finds the passage in its top 10; 85:15 page-grouped) and --mode ict (800 sentences, 85:15 page-grouped) → train-lora --target embedder (all-MiniLM-L6-v2 + LoRA r 16 on query/key/value/dense, InfoNCE over 16 questions × (positive + 2 hard negatives), lr 3e-4, 1 epoch) and --target reranker (MiniLM's encoder + new one-logit head, LoRA r 16 + head, listwise over positive + 2 hard negatives, 8 questions per step, lr 2e-3, 1 epoch) on each set and on both (`--also`), every page of the FRA dev set and of the held-out synthetic set's page split (`just heldout-set`; the committed eval/fra-trained predates it) held out of training → evaluate pipelines/fra-trained.toml (every trained row next to its untrained base) → eval/fra-trained/ with the gate table. ~80 min on 2 cores, measured with Burn's ops for the encoders (their step is ~2× faster on the host kernels).
 train-retrievers *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail
     chunks=$({{just}} chunk | tail -n1)
     idx=$({{just}} index | tail -n1)
-    ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 | tail -n1)
-    d2q=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 400 --split 85:15:0 --seed 42 --set generation.max_new_tokens=96 --artifacts {{artifacts}} | tail -n1)
-    common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
+    held=(--hold-out data/golden/fra-heldout.pages.json)
+    ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 "${held[@]}" | tail -n1)
+    d2q=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 400 --split 85:15:0 --seed 42 --set generation.max_new_tokens=96 "${held[@]}" --artifacts {{artifacts}} | tail -n1)
+    common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --hold-out data/golden/fra-heldout.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
     embedder=(--target embedder --learning-rate 3e-4 --set batch_size=16)
     reranker=(--target reranker --learning-rate 2e-3 --set batch_size=8)
     {{bin}}/train-lora "$ict" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder {{flags}} | tail -n1
