@@ -190,6 +190,26 @@ fn ablation_tables_agree_with_an_independent_judgement_and_rerun_identically() {
     let (a, b) = (metrics(&dir.join("metrics.parquet")), m);
     let strip = |m: BTreeMap<MetricKey, MetricValues>| m.into_iter().filter(|((_, k), _)| !k.starts_with("latency")).collect::<Vec<_>>();
     assert_eq!(strip(a), strip(b));
+
+    // The same configs on another question set (`--golden`, e.g. the held-out synthetic set)
+    // go to their own folder (`--name`), the pipeline's results untouched; a question judged
+    // the same way gets the same rank.
+    let part = s.root.join("part.jsonl");
+    let text = std::fs::read_to_string(s.root.join("golden.jsonl")).unwrap();
+    let five: Vec<&str> = text.lines().take(5).collect();
+    std::fs::write(&part, five.join("\n") + "\n").unwrap();
+    let before_copy = std::fs::read(copy.join("metrics.parquet")).unwrap();
+    let other = PathBuf::from(last_line(&ok(evaluate(&s, &["--golden", part.to_str().unwrap(), "--name", "small-part"]))));
+    assert_ne!(other, dir);
+    assert_eq!(std::fs::read(copy.join("metrics.parquet")).unwrap(), before_copy);
+    let md = std::fs::read_to_string(s.root.join("eval/small-part/ablation.md")).unwrap();
+    assert!(md.starts_with("# Ablation: `small-part`") && md.contains("part.jsonl` (5 questions)"), "{md}");
+    let batch = read_parquet_any(&other.join("runs.parquet")).unwrap();
+    let c = Columns::new(&batch);
+    let (config, qid, rank, relevant) = (c.strings_required("config"), c.strings_required("qid"), c.i32s("rank"), c.bools("relevant"));
+    for i in (0..batch.num_rows()).filter(|&i| relevant[i]) {
+        assert!(first_rel[&(config[i].clone(), qid[i].clone())] <= rank[i], "{} {}", config[i], qid[i]);
+    }
 }
 
 #[test]
@@ -205,6 +225,10 @@ fn bad_golden_sets_and_pipelines_fail_with_one_line_naming_the_file() {
             assert!(err.contains(w), "want {w:?} in {err}");
         }
     };
+    // Another golden set without a folder of its own, one that is not there, a name that is a path.
+    check(evaluate(&s, &["--golden", golden.to_str().unwrap()]), &["--golden needs --name", "eval/small/"]);
+    check(evaluate(&s, &["--golden", "nowhere.jsonl", "--name", "x"]), &["nowhere.jsonl", "no such file"]);
+    check(evaluate(&s, &["--golden", golden.to_str().unwrap(), "--name", "../eval"]), &["--name", "../eval"]);
     // Forcing keyword mode on a set without keywords.
     check(evaluate(&s, &["--relevance", "keyword"]), &["golden.jsonl", "keywords"]);
     // A malformed line.

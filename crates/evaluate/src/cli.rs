@@ -19,6 +19,15 @@ pub struct EvaluateArgs {
     /// Force a relevance mode: page, span, keyword or auto (default: the pipeline's) (`relevance`).
     #[arg(long, value_parser = parse_as::<RelevanceMode>)]
     pub relevance: Option<RelevanceMode>,
+    /// Evaluate on this golden set instead of the pipeline's, e.g. a held-out synthetic set
+    /// (`golden`); a `<set>.pages.json` beside it is its page split (see `synth-data --mode heldout`).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden: Option<PathBuf>,
+    /// Results under eval/<NAME>/ instead of the pipeline's name (`name`); give one with --golden.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Where `<pipeline>/` results are copied.
     #[arg(long, default_value = "eval")]
     #[serde(skip)]

@@ -20,6 +20,13 @@ use crate::relevance::RelevanceMode;
 pub struct EvaluateConfig {
     /// Overrides the pipeline's relevance mode.
     pub relevance: Option<RelevanceMode>,
+    /// Overrides the pipeline's golden set (the same configs on another question set, e.g.
+    /// the held-out synthetic one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<PathBuf>,
+    /// Overrides the pipeline's name (the results go to `eval/<name>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Run settings that do not change the numbers.
@@ -72,6 +79,15 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     let mut pipeline = Pipeline::load(pipeline_path)?;
     if let Some(m) = config.relevance {
         pipeline.relevance = m;
+    }
+    anyhow::ensure!(config.golden.is_none() || config.name.is_some(), "--golden needs --name NAME: the results on another question set must not replace eval/{}/", pipeline.name);
+    if let Some(g) = &config.golden {
+        anyhow::ensure!(g.is_file(), "--golden {}: no such file (a golden set, JSON Lines)", g.display());
+        pipeline.golden = g.clone();
+    }
+    if let Some(n) = &config.name {
+        gauge_core::names::plain_name(n).map_err(|why| anyhow::anyhow!("--name `{n}` {why} (it names the folder eval/<name>/)"))?;
+        pipeline.name = n.clone();
     }
     let golden = load_golden(&pipeline.golden)?;
     let mut notes = Vec::new();
