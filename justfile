@@ -114,7 +114,7 @@ ablate pipeline="pipelines/fra.toml" *flags="": setup models
 search pipeline="pipelines/fra-search.toml" *flags="": setup models
     {{bin}}/evaluate {{pipeline}} --artifacts {{artifacts}} --eval-dir {{eval_dir}} {{flags}}
 
-# The LLM layers on the FRA dev set with the local SmolLM2 and with Qwen2.5-Coder-1.5B (fetched on first use): query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact per model: ~22 min cold for SmolLM2 on 2 cores; the 1.5B rows are not yet in the committed eval/fra-llm), each row paired with the row it changes (a 1.5B row with its SmolLM2 row) → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
+# The LLM layers on the FRA dev set with the local SmolLM2 and with Qwen2.5-Coder-1.5B (fetched on first use): query expansion, multi-query, HyDE, and RAPTOR summaries (a raptor artifact per model: ~10 min cold for SmolLM2, ~24 min for the 1.5B on 2 cores; the whole cold run ~50 min), each row paired with the row it changes (a 1.5B row with its SmolLM2 row) → eval/fra-llm/. Model calls are cached in artifacts/llm-cache: a rerun makes none.
 ablate-llm: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}
