@@ -100,10 +100,10 @@ query question *flags="": setup models
 synth *flags="--mode ict --n 200 --split 70:15:15 --copy-to data/golden/fra-ict.jsonl": setup
     {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --artifacts {{artifacts}} {{flags}}
 
-# The held-out synthetic evaluation set: the FRA pages split once (seed 42: 20 % of each manual's 8-page blocks held, ±1 guard page, → data/golden/fra-heldout.pages.json), Qwen2.5-Coder-1.5B (fetched on first use) writes one question per held passage in the style of fra-sft.jsonl's out-of-corpus questions and judges, held to a yes/no JSON Schema, whether the passage answers it; kept questions → data/golden/fra-heldout.jsonl (category "synthetic"), every dropped one with its reason in the artifact's dropped.jsonl; then the untrained retrievers on it (pipelines/fra-heldout.toml → eval/fra-heldout/). Journaled: a killed run resumes.
+# The held-out synthetic evaluation set: the FRA pages split once (seed 42: 20 % of each manual's 8-page blocks held, ±1 guard page, → golden/fra-heldout.pages.json), Qwen2.5-Coder-1.5B (fetched on first use) writes one question per held passage in the style of fra-sft.jsonl's out-of-corpus questions and judges it, held to a JSON Schema (the passage's answering sentence quoted, then yes or no: kept when yes and the quote is the passage's); ~31 min on 2 cores; kept questions → golden/fra-heldout.jsonl (category "synthetic"), every dropped one with its reason in the artifact's dropped.jsonl; then the untrained retrievers on it (pipelines/fra-heldout.toml → eval/fra-heldout/). Journaled: a killed run resumes.
 heldout-set *flags="": setup models
     scripts/fetch-models.sh qwen2.5-1.5b
-    {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --mode heldout --from ../shared/golden/fra-sft.jsonl --n 260 --seed 42 --set generation.temperature=0 --copy-to data/golden/fra-heldout.jsonl --artifacts {{artifacts}} {{flags}}
+    {{bin}}/synth-data "$({{just}} chunk | tail -n1)" --mode heldout --from ../shared/golden/fra-sft.jsonl --n 260 --seed 42 --set generation.temperature=0 --copy-to golden/fra-heldout.jsonl --artifacts {{artifacts}} {{flags}}
     {{bin}}/evaluate pipelines/fra-heldout.toml --artifacts {{artifacts}}
 
 # Ablation: build every distinct upstream artifact of a pipeline once (cached), evaluate every config on its golden set → eval/<name>/ablation.md, .png, Parquet, TREC files.
@@ -246,10 +246,10 @@ train-retrievers *flags="": setup models
     set -euo pipefail
     chunks=$({{just}} chunk | tail -n1)
     idx=$({{just}} index | tail -n1)
-    held=(--hold-out data/golden/fra-heldout.pages.json)
+    held=(--hold-out golden/fra-heldout.pages.json)
     ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 "${held[@]}" | tail -n1)
     d2q=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 400 --split 85:15:0 --seed 42 --set generation.max_new_tokens=96 "${held[@]}" --artifacts {{artifacts}} | tail -n1)
-    common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --hold-out data/golden/fra-heldout.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
+    common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --hold-out golden/fra-heldout.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
     embedder=(--target embedder --learning-rate 3e-4 --set batch_size=16)
     reranker=(--target reranker --learning-rate 2e-3 --set batch_size=8)
     {{bin}}/train-lora "$ict" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder {{flags}} | tail -n1
@@ -259,7 +259,7 @@ train-retrievers *flags="": setup models
     {{bin}}/train-lora "$d2q" --also "$ict" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder-mix {{flags}} | tail -n1
     {{bin}}/train-lora "$d2q" --also "$ict" "${reranker[@]}" "${common[@]}" --copy-to data/models/fra-reranker-mix {{flags}} | tail -n1
     {{bin}}/evaluate pipelines/fra-trained.toml --artifacts {{artifacts}}
-    {{bin}}/evaluate pipelines/fra-trained.toml --golden data/golden/fra-heldout.jsonl --name fra-trained-heldout --relevance page --artifacts {{artifacts}}
+    {{bin}}/evaluate pipelines/fra-trained.toml --golden golden/fra-heldout.jsonl --name fra-trained-heldout --relevance page --artifacts {{artifacts}}
 
 # The same as `just train-retrievers` (the doc2query models are trained with the others and judged in one table).
 train-doc2query *flags="": (train-retrievers flags)

@@ -693,3 +693,29 @@ fn heldout_questions_come_only_from_held_pages_and_other_modes_skip_them() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The committed held-out set (`just heldout-set`) lies on its committed page split: every
+/// question's gold pages are question pages, the split's pages hold them (guards around), no
+/// dev question was copied in, and no question repeats.
+#[test]
+fn the_committed_heldout_set_lies_on_its_split() {
+    let root = repo_root().join("golden");
+    let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("fra-heldout.pages.json")).unwrap()).unwrap();
+    let strings = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect::<BTreeSet<String>>();
+    let (asked, held) = (strings(&split["question_pages"]), strings(&split["pages"]));
+    assert!(asked.is_subset(&held) && held.len() > asked.len());
+    let rows = jsonl(&root.join("fra-heldout.jsonl"));
+    assert!(rows.len() >= 150, "{} questions: the set is sized for power (≥ 150)", rows.len());
+    let dev: BTreeSet<String> = jsonl(&shared().join("golden/fra-dev.jsonl")).iter().map(|r| norm(r["question"].as_str().unwrap())).collect();
+    let mut seen = BTreeSet::new();
+    for r in &rows {
+        assert_eq!(r["category"], "synthetic");
+        let q = norm(r["question"].as_str().unwrap());
+        assert!(!dev.contains(&q) && seen.insert(q.clone()), "{q}");
+        for g in r["gold"].as_array().unwrap() {
+            for p in g["page_start"].as_i64().unwrap()..=g["page_end"].as_i64().unwrap() {
+                assert!(asked.contains(&format!("{}#{p}", g["source"].as_str().unwrap())), "{r}");
+            }
+        }
+    }
+}
