@@ -594,7 +594,7 @@ fn doc2query_keeps_only_questions_whose_passage_comes_back() {
     // Every dropped question says why, from the known reasons.
     for d in &dropped {
         let reason = d["reason"].as_str().unwrap();
-        assert!(["too_short", "no_words", "not_retrieved", "unparsable_reply"].contains(&reason) || reason.starts_with("generation_failed"), "{d}");
+        assert!(["too_short", "no_words", "not_retrieved", "unparsable_reply", "copied_example"].contains(&reason) || reason.starts_with("generation_failed"), "{d}");
     }
     // Resume: each reply is journaled as the decoder finishes it. Plant a journal of two
     // passages (one reply replaced by a marker question, then a torn line as a kill mid-write

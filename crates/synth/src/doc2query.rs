@@ -146,6 +146,18 @@ pub fn clean(question: &str, min_words: usize) -> Result<String, &'static str> {
     Ok(q)
 }
 
+/// Share of a question's word trigrams found in one example question from which it counts as a
+/// copy of that example.
+pub const COPIED_EXAMPLE_OVERLAP: f64 = 0.5;
+
+/// Whether `question` copies one of the example questions shown in its prompt (at least
+/// [`COPIED_EXAMPLE_OVERLAP`] of its word trigrams are that example's): a model shown examples
+/// may repeat one instead of asking about its passage (Qwen2.5-1.5B did, 24 of 24 questions in
+/// an 8-passage trial).
+pub fn copies_an_example(question: &str, examples: &[String]) -> bool {
+    examples.iter().any(|e| crate::heldout::evidence_overlap(question, e) >= COPIED_EXAMPLE_OVERLAP)
+}
+
 /// Round-trip consistency: whether `chunk_id` is among the first `k` of `retrieved` (the
 /// engine's chunk ids for the question, best first).
 pub fn round_trip(chunk_id: &str, retrieved: &[String], k: usize) -> bool {
@@ -192,6 +204,14 @@ mod tests {
         assert_eq!(ReplyFormat::Json.resolve(&local), ReplyFormat::Json);
         let api: GeneratorConfig = serde_json::from_value(serde_json::json!({ "kind": "api", "base_url": "http://127.0.0.1:1/v1", "model": "m" })).unwrap();
         assert_eq!(ReplyFormat::Auto.resolve(&api), ReplyFormat::Json);
+    }
+
+    #[test]
+    fn a_question_that_repeats_an_example_is_a_copy() {
+        let examples = vec!["A crossing has a recurring problem with vehicles queuing onto the tracks. Which regulatory sign treatment should be used?".to_string()];
+        assert!(copies_an_example("A crossing has a recurring problem with vehicles queuing onto the tracks. Which sign should be used?", &examples));
+        assert!(!copies_an_example("What is the minimum flash rate of crossing light units under § 234.225?", &examples));
+        assert!(!copies_an_example("Anything at all?", &[]));
     }
 
     #[test]

@@ -207,6 +207,12 @@ fn round_trip(chunks: &[ChunkRecord], plan: &Doc2QueryPlan, planned: &[plan::Pla
                     continue;
                 }
             };
+            // A model shown example questions may copy one instead of asking about the passage
+            // (the 1.5B did, 24 of 24 in a trial): such a question is not the passage's.
+            if doc2query::copies_an_example(&q, &plan.examples) {
+                kept.drop(c, &q, "copied_example");
+                continue;
+            }
             let found: Vec<String> = engine.search(&q, &retrieval)?.distinct().into_iter().map(|p| p.chunk.chunk_id.clone()).collect();
             if !doc2query::round_trip(&c.chunk_id, &found, d.round_trip_k) {
                 kept.drop(c, &q, "not_retrieved");
