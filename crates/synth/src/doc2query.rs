@@ -155,7 +155,7 @@ pub const COPIED_EXAMPLE_OVERLAP: f64 = 0.5;
 /// may repeat one instead of asking about its passage (Qwen2.5-1.5B did, 24 of 24 questions in
 /// an 8-passage trial).
 pub fn copies_an_example(question: &str, examples: &[String]) -> bool {
-    examples.iter().any(|e| crate::heldout::evidence_overlap(question, e) >= COPIED_EXAMPLE_OVERLAP)
+    examples.iter().any(|e| crate::split::trigram_share(question, e) >= COPIED_EXAMPLE_OVERLAP)
 }
 
 /// Round-trip consistency: whether `chunk_id` is among the first `k` of `retrieved` (the

@@ -245,28 +245,13 @@ pub const MIN_EVIDENCE_WORDS: usize = 5;
 /// quote need not be verbatim; a restatement of the question shares almost none.
 pub const MIN_EVIDENCE_OVERLAP: f64 = 0.5;
 
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-}
-
-/// The share of `quote`'s word trigrams (case and punctuation aside) found in `passage`.
-pub fn evidence_overlap(quote: &str, passage: &str) -> f64 {
-    let (q, p) = (words(quote), words(passage));
-    let grams: HashSet<&[String]> = p.windows(3).collect();
-    let total = q.windows(3).count();
-    if total == 0 {
-        return 0.0;
-    }
-    q.windows(3).filter(|g| grams.contains(g)).count() as f64 / total as f64
-}
-
 /// The judge's verdict on a reply about `passage`: "yes" counts only when its evidence is
 /// the passage's (see [`Verdict::NoEvidence`]).
 pub fn verdict(reply: &str, passage: &str) -> Verdict {
     let Ok(v) = serde_json::from_str::<JudgeVerdict>(gauge_chat_client::json_payload(reply)) else { return Verdict::Unparsable };
     match v.answerable.as_str() {
         "no" => Verdict::NotAnswered,
-        "yes" if words(&v.evidence).len() >= MIN_EVIDENCE_WORDS && evidence_overlap(&v.evidence, passage) >= MIN_EVIDENCE_OVERLAP => Verdict::Answered,
+        "yes" if crate::split::alnum_words(&v.evidence).len() >= MIN_EVIDENCE_WORDS && crate::split::trigram_share(&v.evidence, passage) >= MIN_EVIDENCE_OVERLAP => Verdict::Answered,
         "yes" => Verdict::NoEvidence,
         _ => Verdict::Unparsable,
     }
@@ -368,7 +353,7 @@ mod tests {
         assert_eq!(verdict(&reply("the last car", "yes"), passage), Verdict::NoEvidence, "too short to show anything");
         // Overlap by trigrams: 3 of the 5 trigrams of this quote are the passage's.
         let q = "gate arms must be fully raised today";
-        assert!((evidence_overlap(q, passage) - 3.0 / 5.0).abs() < 1e-12, "{}", evidence_overlap(q, passage));
+        assert!((crate::split::trigram_share(q, passage) - 3.0 / 5.0).abs() < 1e-12, "{}", crate::split::trigram_share(q, passage));
         assert_eq!(verdict(&reply("x", "maybe"), passage), Verdict::Unparsable);
         assert_eq!(verdict("yes", passage), Verdict::Unparsable);
         assert_eq!(question_of("Question: A crew finds a broken rail. What must the inspector record?\nExtra"), Some("A crew finds a broken rail. What must the inspector record?".into()));

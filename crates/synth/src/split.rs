@@ -35,6 +35,23 @@ pub fn drop_near_duplicates(rows: Vec<SynthRow>, threshold: f64) -> Vec<SynthRow
     out
 }
 
+/// The words of `text`: runs of letters and digits, lowercased (punctuation and spacing aside).
+pub fn alnum_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+/// The share of `text`'s word trigrams ([`alnum_words`]) found in `within` (0 when `text` has
+/// fewer than three words): how much of a quote is its source's, or of a question an example's.
+pub fn trigram_share(text: &str, within: &str) -> f64 {
+    let (t, w) = (alnum_words(text), alnum_words(within));
+    let grams: std::collections::HashSet<&[String]> = w.windows(3).collect();
+    let total = t.windows(3).count();
+    if total == 0 {
+        return 0.0;
+    }
+    t.windows(3).filter(|g| grams.contains(g)).count() as f64 / total as f64
+}
+
 const NAMES: [&str; 3] = ["train", "dev", "test"];
 
 fn find(parent: &mut [usize], x: usize) -> usize {
