@@ -33,18 +33,21 @@ struct Replies {
     model: String,
 }
 
-/// What the round trip kept and dropped.
+/// What a filter kept and dropped (doc2query's round trip, the held-out set's judge).
 #[derive(Default)]
-struct Kept {
-    rows: Vec<SynthRow>,
-    dropped: Vec<serde_json::Value>,
-    reasons: BTreeMap<String, usize>,
+pub(crate) struct Kept {
+    pub(crate) rows: Vec<SynthRow>,
+    /// Every dropped question with its passage and reason (`dropped.jsonl`).
+    pub(crate) dropped: Vec<serde_json::Value>,
+    /// Drops counted by reason.
+    pub(crate) reasons: BTreeMap<String, usize>,
     tokens: usize,
     written: usize,
 }
 
 impl Kept {
-    fn drop(&mut self, chunk: &ChunkRecord, question: &str, reason: &str) {
+    /// Records a dropped question and its reason.
+    pub(crate) fn drop(&mut self, chunk: &ChunkRecord, question: &str, reason: &str) {
         *self.reasons.entry(reason.to_string()).or_default() += 1;
         self.dropped.push(serde_json::json!({ "chunk_id": chunk.chunk_id, "source": chunk.source, "page_start": chunk.page_start, "question": question, "reason": reason }));
     }
@@ -120,7 +123,8 @@ pub(crate) struct Asked {
 /// A reply bar counts `unit`s with tokens/s and ETA.
 pub(crate) fn ask_journaled(generator: &Generator, keys: &[usize], chat: &dyn Fn(usize) -> Vec<Message>, opts: &gauge_chat::GenerateOptions, schema: Option<&gauge_chat_client::ResponseSchema>, journal_path: &Path, unit: &str) -> anyhow::Result<Asked> {
     let mut done: BTreeMap<usize, Doc2QueryJournalEntry> = read_journal(journal_path)?;
-    done.retain(|k, _| keys.contains(k));
+    let wanted: std::collections::BTreeSet<usize> = keys.iter().copied().collect();
+    done.retain(|k, _| wanted.contains(k));
     let resumed = done.len();
     let resumed_tokens: usize = done.values().map(|e| e.completion_tokens).sum();
     if resumed > 0 {

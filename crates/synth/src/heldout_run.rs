@@ -13,7 +13,7 @@ use gauge_core::schema::ChunkRecord;
 use gauge_core::StageRun;
 use gauge_generator::Generator;
 
-use crate::doc2query_run::ask_journaled;
+use crate::doc2query_run::{ask_journaled, Kept};
 use crate::heldout::{self, HeldoutPages};
 use crate::{gold_of, plan, split, Style, SynthConfig, SynthOptions, SynthRow, SynthSummary};
 
@@ -45,32 +45,27 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
     let written = ask_journaled(&generator, &keys, &ask, &ask_opts, None, &ckpt.join("questions.jsonl"), "passages")?;
     write_jsonl(&run.path("replies.jsonl"), written.entries.values())?;
     run.add_output("replies.jsonl", Some(written.entries.len() as u64))?;
-    let mut dropped: Vec<serde_json::Value> = Vec::new();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    let mut reject = |c: &ChunkRecord, question: &str, reason: &str| {
-        *reasons.entry(reason.to_string()).or_default() += 1;
-        dropped.push(serde_json::json!({ "chunk_id": c.chunk_id, "source": c.source, "page_start": c.page_start, "question": question, "reason": reason }));
-    };
+    let mut kept = Kept::default();
     let mut questions: BTreeMap<usize, String> = BTreeMap::new();
     for (&k, entry) in &written.entries {
         let c = chunk_of[&k];
         let Some(text) = &entry.text else {
-            reject(c, "", &format!("generation_failed: {}", entry.failure.as_deref().unwrap_or_default()));
+            kept.drop(c, "", &format!("generation_failed: {}", entry.failure.as_deref().unwrap_or_default()));
             continue;
         };
         let Some(q) = heldout::question_of(text) else {
-            reject(c, text, "no_question");
+            kept.drop(c, text, "no_question");
             continue;
         };
         match crate::doc2query::clean(&heldout::standalone(&q), h.min_words) {
             Ok(q) => {
                 questions.insert(k, q);
             }
-            Err(reason) => reject(c, &q, reason),
+            Err(reason) => kept.drop(c, &q, reason),
         }
     }
 
-    // 2. The judge, greedy and held to {"answerable": "yes" | "no"}.
+    // 2. The judge, greedy, held to {"evidence": "…", "answerable": "yes" | "no"}.
     let judge_opts = GenerateOptions { max_new_tokens: h.judge_max_new_tokens, temperature: 0.0, ..cfg.generation.clone() };
     let schema = heldout::judge_schema();
     let judge_keys: Vec<usize> = questions.keys().copied().collect();
@@ -78,12 +73,11 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
     let judged = ask_journaled(&generator, &judge_keys, &judge, &judge_opts, Some(&schema), &ckpt.join("judgments.jsonl"), "judgments")?;
     write_jsonl(&run.path("judgments.jsonl"), judged.entries.values())?;
     run.add_output("judgments.jsonl", Some(judged.entries.len() as u64))?;
-    let mut rows = Vec::new();
     for (k, q) in &questions {
         let c = chunk_of[k];
         let entry = &judged.entries[k];
         match entry.text.as_deref().map(|t| heldout::verdict(t, &c.text)) {
-            Some(heldout::Verdict::Answered) => rows.push(SynthRow {
+            Some(heldout::Verdict::Answered) => kept.rows.push(SynthRow {
                 golden: GoldenQuestion::new(format!("heldout-{k}"), q.clone(), vec![gold_of(c)]).in_category("synthetic"),
                 thinking: None,
                 phases: None,
@@ -92,17 +86,18 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
                 chunk_id: c.chunk_id.clone(),
                 split: None,
             }),
-            Some(heldout::Verdict::NotAnswered) => reject(c, q, "judged_not_answered"),
-            Some(heldout::Verdict::NoEvidence) => reject(c, q, "evidence_not_in_passage"),
-            Some(heldout::Verdict::Unparsable) => reject(c, q, "judge_unparsable"),
-            None => reject(c, q, &format!("judge_failed: {}", entry.failure.as_deref().unwrap_or_default())),
+            Some(heldout::Verdict::NotAnswered) => kept.drop(c, q, "judged_not_answered"),
+            Some(heldout::Verdict::NoEvidence) => kept.drop(c, q, "evidence_not_in_passage"),
+            Some(heldout::Verdict::Unparsable) => kept.drop(c, q, "judge_unparsable"),
+            None => kept.drop(c, q, &format!("judge_failed: {}", entry.failure.as_deref().unwrap_or_default())),
         }
     }
-    let before = rows.len();
-    let rows = split::drop_near_duplicates(rows, cfg.near_duplicate_jaccard);
+    let before = kept.rows.len();
+    let rows = split::drop_near_duplicates(std::mem::take(&mut kept.rows), cfg.near_duplicate_jaccard);
     if before > rows.len() {
-        reasons.insert("near_duplicate".into(), before - rows.len());
+        kept.reasons.insert("near_duplicate".into(), before - rows.len());
     }
+    let (dropped, reasons) = (kept.dropped, kept.reasons);
     let n_written = written.entries.len();
     debug_assert_eq!(n_written, rows.len() + reasons.values().sum::<usize>());
 
