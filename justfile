@@ -250,7 +250,8 @@ train-retrievers *flags="": setup models
     ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 "${held[@]}" | tail -n1)
     scripts/fetch-models.sh qwen2.5-1.5b
     qwen=(--set doc2query.generator.kind=local --set doc2query.generator.model=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --set doc2query.reply=json --set generation.temperature=0)
-    d2q=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 1000 --split 85:15:0 --seed 42 --set generation.max_new_tokens=200 "${qwen[@]}" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
+    written=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 500 --split 85:15:0 --seed 42 --set generation.max_new_tokens=200 "${qwen[@]}" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
+    d2q=$({{bin}}/synth-data "$chunks" --mode likelihood --from "$written" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
     common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --hold-out golden/fra-heldout.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
     embedder=(--target embedder --learning-rate 3e-4 --set batch_size=16)
     reranker=(--target reranker --learning-rate 2e-3 --set batch_size=8)

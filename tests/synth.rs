@@ -694,6 +694,65 @@ fn heldout_questions_come_only_from_held_pages_and_other_modes_skip_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+#[test]
+fn the_likelihood_filter_drops_questions_their_passage_does_not_explain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let a = art.to_str().unwrap();
+    let chunks_dir = chunks_of(&small_corpus(tmp.path()), &art);
+    let ict = PathBuf::from(last_line(&ok(run("synth-data", &[chunks_dir.as_str(), "--mode", "ict", "--n", "24", "--split", "80:20", "--artifacts", a]))));
+    // Half the rows get another row's question: their passage cannot explain it.
+    let mut rows = jsonl(&ict.join("golden.jsonl"));
+    let n = rows.len();
+    assert!(n >= 12, "{n}");
+    let questions: Vec<serde_json::Value> = rows.iter().map(|r| r["question"].clone()).collect();
+    let swapped: BTreeSet<String> = (0..n).step_by(2).map(|i| {
+        rows[i]["question"] = questions[(i + n / 2 + 1) % n].clone();
+        rows[i]["qid"].as_str().unwrap().to_string()
+    }).collect();
+    let from = tmp.path().join("mixed.jsonl");
+    std::fs::write(&from, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let args = [chunks_dir.as_str(), "--mode", "likelihood", "--from", from.to_str().unwrap(), "--set", "likelihood.drop_share=0.25", "--artifacts", a];
+    let dir = PathBuf::from(last_line(&ok(run("synth-data", &args))));
+    let scores = jsonl(&dir.join("scores.jsonl"));
+    assert_eq!(scores.len(), n);
+    let mean_gain = |swap: bool| {
+        let g: Vec<f64> = scores.iter().filter(|s| swapped.contains(s["qid"].as_str().unwrap()) == swap).map(|s| s["gain"].as_f64().unwrap()).collect();
+        g.iter().sum::<f64>() / g.len() as f64
+    };
+    assert!(mean_gain(false) > mean_gain(true) + 0.5, "own passage {} vs another's {}", mean_gain(false), mean_gain(true));
+    for s in &scores {
+        let d = s["with_passage"].as_f64().unwrap() - s["without_passage"].as_f64().unwrap();
+        assert!((d - s["gain"].as_f64().unwrap()).abs() < 1e-9, "{s}");
+    }
+    // Kept rows are the original rows, splits and all; more swapped rows were dropped than kept.
+    let kept = jsonl(&dir.join("golden.jsonl"));
+    let by_qid: HashMap<String, &serde_json::Value> = rows.iter().map(|r| (r["qid"].as_str().unwrap().to_string(), r)).collect();
+    for k in &kept {
+        assert_eq!(&k, &by_qid[k["qid"].as_str().unwrap()]);
+    }
+    let kept_swapped = kept.iter().filter(|k| swapped.contains(k["qid"].as_str().unwrap())).count();
+    assert!(kept_swapped * 2 < swapped.len(), "{kept_swapped} of {} swapped rows kept", swapped.len());
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let stats = &manifest["stats"];
+    let dropped_n: u64 = stats["dropped"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(stats["questions_read"].as_u64().unwrap(), n as u64);
+    assert_eq!(stats["questions_kept"].as_u64().unwrap() + dropped_n, n as u64, "{stats}");
+    assert_eq!(jsonl(&dir.join("dropped.jsonl")).len() as u64, dropped_n);
+    let split_rows: usize = ["train", "dev", "test"].iter().map(|s| dir.join(format!("{s}.jsonl"))).filter(|p| p.exists()).map(|p| jsonl(&p).len()).sum();
+    assert_eq!(split_rows, kept.len());
+    // A rerun is a cache hit.
+    assert_eq!(PathBuf::from(last_line(&ok(run("synth-data", &args)))), dir);
+    // Bad input: no rows to filter, an index, a share out of range.
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "likelihood", "--artifacts", a]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "likelihood", "--from", from.to_str().unwrap(), "--index", a, "--artifacts", a]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("drop --index"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "likelihood", "--from", from.to_str().unwrap(), "--set", "likelihood.drop_share=1", "--artifacts", a]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("drop_share"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// The committed held-out set (`just heldout-set`) lies on its committed page split: every
 /// question's gold pages are question pages, the split's pages hold them (guards around), no
 /// dev question was copied in, and no question repeats.

@@ -142,7 +142,7 @@ fn side(kind: &str, model: &Path, candidates: &Path) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(!rows.is_empty(), "{}: no questions", candidates.display());
-    let reranker: Box<dyn Reranker> = gauge_rerank::load_reranker(&RerankConfig { kind, model: model.display().to_string(), ..Default::default() }, "cpu")?;
+    let reranker: Box<dyn Reranker> = gauge_rerank::load_reranker(&RerankConfig { kind, model: model.display().to_string(), ..Default::default() }, "cpu", None)?;
     let passages = |i: usize, n: usize| rows[i].1.iter().take(n).map(String::as_str).collect::<Vec<_>>();
     reranker.score(&rows[0].0, &passages(0, 50)).map_err(anyhow::Error::msg)?;
     let mut figures = BTreeMap::new();

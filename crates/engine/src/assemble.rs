@@ -60,7 +60,7 @@ impl Models {
     pub fn load(&mut self, cfg: &RetrievalConfig) -> anyhow::Result<()> {
         if let Some(rc) = &cfg.rerank {
             if let std::collections::hash_map::Entry::Vacant(slot) = self.rerankers.entry(reranker_key(rc)) {
-                slot.insert(gauge_rerank::load_reranker(rc, &self.device).context("reranker")?);
+                slot.insert(gauge_rerank::load_reranker(rc, &self.device, self.calls.clone()).context("reranker")?);
             }
         }
         if let Some(rc) = &cfg.rewrite {

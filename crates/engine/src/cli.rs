@@ -147,7 +147,8 @@ pub struct RerankFlags {
     #[arg(long = "rerank")]
     #[serde(rename = "rerank.model")]
     pub rerank_model: Option<String>,
-    /// Reranker kind: cross-encoder or maxsim (`rerank.kind`).
+    /// Reranker kind: cross_encoder, maxsim or query_likelihood (a local decoder's log P(query |
+    /// passage); default model there: the local generator's) (`rerank.kind`).
     #[arg(long, value_parser = parse_as::<RerankKind>)]
     #[serde(rename = "rerank.kind")]
     pub rerank_kind: Option<RerankKind>,
@@ -201,6 +202,9 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
         // `--rerank-kind maxsim` without a model: late interaction over the index's own embedder.
         if rc.kind == RerankKind::MaxSim && args.rerank.rerank_model.is_none() && args.rerank.rerank_kind.is_some() {
             rc.model = gauge_index::IndexManifest::read(&args.index[0])?.1.embedder.model;
+        }
+        if rc.kind == RerankKind::QueryLikelihood && args.rerank.rerank_model.is_none() && args.rerank.rerank_kind.is_some() {
+            rc.model = gauge_generator::default_model();
         }
     }
     let cfg = cfg.normalize();

@@ -109,12 +109,28 @@ impl CallCache {
 
     /// The cached call under `key`, if any (an unreadable entry counts as absent).
     pub fn get(&self, key: &str) -> Option<CachedCall> {
-        let text = std::fs::read_to_string(self.path(key)).ok()?;
-        serde_json::from_str(&text).ok()
+        self.get_value(key)
     }
 
     /// Stores a call under `key` (temporary file, then rename).
     pub fn put(&self, key: &str, call: &CachedCall) -> Result<(), GeneratorError> {
+        self.put_value(key, call)
+    }
+
+    /// Any cached value under `key` (an unreadable entry counts as absent).
+    pub(crate) fn get_value<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
+        let text = std::fs::read_to_string(self.path(key)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Counts `hits` calls served from the cache and `misses` asked of the model.
+    pub(crate) fn count(&self, hits: usize, misses: usize) {
+        self.hits.fetch_add(hits as u64, Ordering::Relaxed);
+        self.misses.fetch_add(misses as u64, Ordering::Relaxed);
+    }
+
+    /// Stores any value under `key` (temporary file, then rename).
+    pub(crate) fn put_value<T: Serialize>(&self, key: &str, call: &T) -> Result<(), GeneratorError> {
         let path = self.path(key);
         let io = |e: std::io::Error, p: &Path| GeneratorError::Cache(format!("{}: cannot write the model-call cache ({e})", p.display()));
         let parent = path.parent().expect("sharded path");

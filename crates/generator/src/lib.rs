@@ -10,6 +10,7 @@
 //! the context passages instead of letting the server fail.
 #![deny(missing_docs)]
 pub mod cache;
+pub mod likelihood;
 pub mod structured;
 
 use std::path::Path;

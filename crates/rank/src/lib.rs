@@ -15,5 +15,5 @@ pub mod window;
 pub use cutoff::{apply_cutoff, Refusal};
 pub use dedup::dedup_per_doc;
 pub use fusion::{fuse, Candidate, Fusion, Normalization, RankedList, StageHit};
-pub use rerank::{rerank_candidates, RerankConfig, RerankKind, Reranker};
+pub use rerank::{rerank_candidates, RerankConfig, RerankFusion, RerankKind, Reranker};
 pub use window::{small_to_big, ChunkPosition, Window};

@@ -23,6 +23,78 @@ pub enum RerankKind {
     /// against the passage's tokens, summed (ColBERT-style MaxSim).
     #[serde(alias = "maxsim")]
     MaxSim,
+    /// A local decoder's query likelihood (UPR): the mean log-probability of the question's
+    /// tokens after a prompt carrying the passage, computed by prefill and teacher forcing.
+    /// `model` is a decoder (a GGUF file, a model folder or a name in the models directory).
+    QueryLikelihood,
+}
+
+/// What the reranked head's order is made from: the reranker's score alone, or the reranker
+/// fused with the first stage (the fused list the reranker read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RerankFusion {
+    /// The reranker's score replaces the first stage's (the score cutoff applies to it).
+    #[default]
+    Replace,
+    /// Reciprocal rank fusion of the first-stage rank and the reranker's rank:
+    /// `1/(k + rank₁) + 1/(k + rank₂)`.
+    Rrf {
+        /// The RRF constant.
+        #[serde(default = "default_rrf_k")]
+        k: f32,
+    },
+    /// `weight · s₂ + (1 − weight) · s₁` over the head's scores, each min-max scaled to [0, 1]
+    /// (s₁ the first stage's, s₂ the reranker's).
+    Weighted {
+        /// The reranker's share, in [0, 1].
+        #[serde(default = "default_rerank_weight")]
+        weight: f32,
+    },
+}
+
+fn default_rrf_k() -> f32 {
+    60.0
+}
+
+fn default_rerank_weight() -> f32 {
+    0.5
+}
+
+impl RerankFusion {
+    /// Final scores of the head from its first-stage scores (in first-stage order) and the
+    /// reranker's.
+    pub fn fuse(&self, first: &[f32], rerank: &[f32]) -> Vec<f32> {
+        match *self {
+            RerankFusion::Replace => rerank.to_vec(),
+            RerankFusion::Rrf { k } => {
+                let ranks = ranks_of(rerank);
+                (0..rerank.len()).map(|i| 1.0 / (k + (i + 1) as f32) + 1.0 / (k + ranks[i] as f32)).collect()
+            }
+            RerankFusion::Weighted { weight } => {
+                let (a, b) = (min_max(first), min_max(rerank));
+                a.iter().zip(&b).map(|(x, y)| weight * y + (1.0 - weight) * x).collect()
+            }
+        }
+    }
+}
+
+/// 1-based rank of each score (highest first; ties by position).
+fn ranks_of(scores: &[f32]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    let mut ranks = vec![0; scores.len()];
+    for (r, &i) in order.iter().enumerate() {
+        ranks[i] = r + 1;
+    }
+    ranks
+}
+
+/// Scores scaled to [0, 1] (all 1 when they are equal).
+fn min_max(scores: &[f32]) -> Vec<f32> {
+    let lo = scores.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    scores.iter().map(|&s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }).collect()
 }
 
 /// Rerank settings: the model, how many fused candidates to read and how many to keep, and
@@ -30,10 +102,14 @@ pub enum RerankKind {
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RerankConfig {
-    /// Cross-encoder or MaxSim.
+    /// Cross-encoder, MaxSim or query likelihood.
     pub kind: RerankKind,
-    /// Model folder or hub id (a cross-encoder; a bi-encoder for MaxSim).
+    /// Model folder or hub id (a cross-encoder; a bi-encoder for MaxSim; a decoder for query
+    /// likelihood).
     pub model: String,
+    /// Whether the reranker's score replaces the first stage's or is fused with it.
+    #[serde(skip_serializing_if = "is_replace")]
+    pub fuse: RerankFusion,
     /// Fused candidates passed to the reranker.
     pub n_initial: usize,
     /// Candidates kept after reranking.
@@ -55,11 +131,16 @@ pub struct RerankConfig {
     pub fallback: Option<String>,
 }
 
+fn is_replace(f: &RerankFusion) -> bool {
+    *f == RerankFusion::Replace
+}
+
 impl Default for RerankConfig {
     fn default() -> Self {
         RerankConfig {
             kind: RerankKind::CrossEncoder,
             model: "cross-encoder/ms-marco-MiniLM-L-6-v2".into(),
+            fuse: RerankFusion::Replace,
             n_initial: 25,
             top_n: 10,
             query_prefix: String::new(),
@@ -72,8 +153,9 @@ impl Default for RerankConfig {
     }
 }
 
-/// Reranks the first `n_initial` candidates by the reranker's scores (stable for ties), keeps
-/// `top_n`, and makes the rerank score the candidate's score (so the cutoff applies to it).
+/// Reranks the first `n_initial` candidates by the reranker's scores (stable for ties), or by
+/// those fused with the first stage's ([`RerankFusion`]), keeps `top_n`, and makes the final
+/// score the candidate's score (so the cutoff applies to it).
 /// The reranker reads `instruction + query_prefix + query` and `passage_prefix + passage`.
 pub fn rerank_candidates(
     query: &str,
@@ -94,13 +176,16 @@ pub fn rerank_candidates(
     if scores.len() != head.len() {
         return Err(format!("reranker `{}` returned {} scores for {} passages", reranker.name(), scores.len(), head.len()));
     }
+    let first: Vec<f32> = head.iter().map(|c| c.score).collect();
+    let ranks = ranks_of(&scores);
+    let fused = config.fuse.fuse(&first, &scores);
     let mut order: Vec<usize> = (0..head.len()).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| fused[b].total_cmp(&fused[a]).then(a.cmp(&b)));
     let mut out = Vec::with_capacity(config.top_n.min(head.len()));
-    for (rank, &i) in order.iter().take(config.top_n).enumerate() {
+    for &i in order.iter().take(config.top_n) {
         let mut c = std::mem::replace(&mut head[i], Candidate { chunk_id: String::new(), score: 0.0, stages: Vec::new() });
-        c.stages.push(crate::fusion::StageHit { stage: reranker.name().to_string(), rank: rank + 1, score: scores[i] });
-        c.score = scores[i];
+        c.stages.push(crate::fusion::StageHit { stage: reranker.name().to_string(), rank: ranks[i], score: scores[i] });
+        c.score = fused[i];
         out.push(c);
     }
     Ok(out)
@@ -120,6 +205,39 @@ mod tests {
         fn score(&self, _query: &str, passages: &[&str]) -> Result<Vec<f32>, String> {
             Ok(passages.iter().map(|p| p.len() as f32).collect())
         }
+    }
+
+    #[test]
+    fn fusion_keeps_the_first_stage_in_the_order() {
+        // First stage a > b > c (scores 3, 2, 1); the reranker prefers c > b > a (lengths).
+        let texts: HashMap<&str, &str> = [("a", "x"), ("b", "xx"), ("c", "xxxxxx")].into_iter().collect();
+        let c: Vec<Candidate> = [("a", 3.0), ("b", 2.0), ("c", 1.0)].iter().map(|(id, s)| Candidate { chunk_id: id.to_string(), score: *s, stages: Vec::new() }).collect();
+        let ids = |out: &[Candidate]| out.iter().map(|c| c.chunk_id.clone()).collect::<Vec<_>>();
+        let run = |fuse| rerank_candidates("q", c.clone(), &RerankConfig { fuse, n_initial: 3, top_n: 3, ..RerankConfig::default() }, &LengthReranker, |id| texts[id].to_string()).unwrap();
+        assert_eq!(ids(&run(RerankFusion::Replace)), ["c", "b", "a"]);
+        // RRF, k 1: a 1/2 + 1/4, b 1/3 + 1/3, c 1/4 + 1/2 — a tie of a and c broken by the first stage.
+        let rrf = run(RerankFusion::Rrf { k: 1.0 });
+        assert_eq!(ids(&rrf), ["a", "c", "b"]);
+        assert!((rrf[2].score - 2.0 / 3.0).abs() < 1e-6);
+        // The stage records the reranker's own rank and score.
+        assert_eq!((rrf[0].stages[0].rank, rrf[0].stages[0].score), (3, 1.0));
+        // Weighted 0.75: min-max first (1, 0.5, 0), reranker (0, 0.2, 1): a 0.25, b 0.275, c 0.75.
+        let w = run(RerankFusion::Weighted { weight: 0.75 });
+        assert_eq!(ids(&w), ["c", "b", "a"]);
+        assert!((w[1].score - 0.275).abs() < 1e-6);
+        // Weight 0 is the first stage's order.
+        assert_eq!(ids(&run(RerankFusion::Weighted { weight: 0.0 })), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn fusion_configs_parse_with_defaults() {
+        let cfg: RerankConfig = serde_json::from_str(r#"{"kind": "query_likelihood", "fuse": {"kind": "rrf"}}"#).unwrap();
+        assert_eq!((cfg.kind, cfg.fuse), (RerankKind::QueryLikelihood, RerankFusion::Rrf { k: 60.0 }));
+        let cfg: RerankConfig = serde_json::from_str(r#"{"fuse": {"kind": "weighted", "weight": 0.3}}"#).unwrap();
+        assert_eq!(cfg.fuse, RerankFusion::Weighted { weight: 0.3 });
+        assert!(serde_json::from_str::<RerankConfig>(r#"{"fuse": {"kind": "average"}}"#).is_err());
+        // Replace is left out of the serialised config, so fingerprints of older configs hold.
+        assert!(!serde_json::to_string(&RerankConfig::default()).unwrap().contains("fuse"));
     }
 
     #[test]

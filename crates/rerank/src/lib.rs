@@ -6,9 +6,19 @@
 //! - [`MaxSimReranker`]: late interaction with a bi-encoder's token vectors (the embedding
 //!   model we already have): for each query token its best cosine against the passage's
 //!   tokens, summed, ColBERT-style. No extra weights.
+//! - [`QueryLikelihoodReranker`]: a local decoder's query likelihood (UPR): the mean
+//!   log-probability of the query's tokens after a prompt carrying the passage. Zero-shot, and
+//!   cached per (model, passage, query) in the model-call cache.
 #![deny(missing_docs)]
+pub mod likelihood;
+
+use std::sync::Arc;
+
 use gauge_encoder::{CrossEncoder, CrossEncoderOptions, Embedder, EmbedderOptions};
+use gauge_generator::cache::CallCache;
 use gauge_rank::{RerankConfig, RerankKind, Reranker};
+
+pub use likelihood::QueryLikelihoodReranker;
 
 /// A cross-encoder as a reranker.
 pub struct CrossEncoderReranker {
@@ -77,6 +87,9 @@ impl Reranker for MaxSimReranker {
 /// What a rerank config's model is: the BLAKE3 of its weights, or why it cannot be used
 /// (for fingerprints, and to skip configs whose model is not on this machine).
 pub fn reranker_identity(cfg: &RerankConfig) -> Result<String, String> {
+    if cfg.kind == RerankKind::QueryLikelihood {
+        return likelihood::decoder_identity(&cfg.model).map_err(|e| e.to_string());
+    }
     let source = resolve_reranker(cfg).map_err(|e| e.to_string())?;
     gauge_core::hash::file_hash(&source.dir.join("model.safetensors")).map_err(|e| e.to_string())
 }
@@ -93,9 +106,12 @@ pub fn resolve_reranker(cfg: &RerankConfig) -> Result<gauge_encoder::ModelSource
     }
 }
 
-/// Loads the reranker a config describes (`device`: `cpu`, …), from [`resolve_reranker`]'s folder.
-pub fn load_reranker(cfg: &RerankConfig, device: &str) -> anyhow::Result<Box<dyn Reranker>> {
+/// Loads the reranker a config describes (`device`: `cpu`, …), from [`resolve_reranker`]'s
+/// folder (a query-likelihood reranker: the decoder `model` names, its scores kept in `calls`
+/// when given).
+pub fn load_reranker(cfg: &RerankConfig, device: &str, calls: Option<Arc<CallCache>>) -> anyhow::Result<Box<dyn Reranker>> {
     match cfg.kind {
+        RerankKind::QueryLikelihood => Ok(Box::new(QueryLikelihoodReranker::load(&cfg.model, cfg.max_length, device, calls)?)),
         RerankKind::CrossEncoder => {
             let source = resolve_reranker(cfg)?;
             let options = CrossEncoderOptions { max_length: cfg.max_length, ..Default::default() };

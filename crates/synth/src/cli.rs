@@ -18,7 +18,8 @@ pub struct SynthArgs {
     /// `--mode sft`: a teacher-written set (JSONL: qid, question, thinking, answer, gold,
     /// in_corpus) to turn into SFT examples (needs --index); `--mode doc2query`: example
     /// questions (any JSONL with `question`) whose style the prompts show; `--mode heldout`: a
-    /// teacher set whose out-of-corpus questions the prompts show.
+    /// teacher set whose out-of-corpus questions the prompts show; `--mode likelihood`: the
+    /// synth-data artifact (or its golden.jsonl) to filter.
     #[arg(long)]
     #[serde(skip)]
     pub from: Option<PathBuf>,
@@ -36,7 +37,9 @@ pub struct SynthArgs {
     /// `llm` (a teacher), `ict` (inverse cloze, offline), `sft` (chat-format training examples),
     /// `doc2query` (questions per passage, round-trip filtered; needs --index) or `heldout` (an
     /// evaluation set on a seeded page split no training may touch, judged by the model; needs
-    /// --from, a teacher set whose out-of-corpus questions are the examples) (`mode`).
+    /// --from, a teacher set whose out-of-corpus questions are the examples) or `likelihood`
+    /// (the questions of --from, a doc2query artifact, filtered by how much their passage raises
+    /// their likelihood under a local decoder) (`mode`).
     #[arg(long, value_parser = parse_as::<Mode>)]
     pub mode: Option<Mode>,
     /// Samples to draw (`n`).

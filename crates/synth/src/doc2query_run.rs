@@ -46,6 +46,12 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
+    /// Records a dropped row (a filter over an earlier set) and its reason.
+    pub(crate) fn drop_row(&mut self, row: &SynthRow, reason: &str) {
+        *self.reasons.entry(reason.to_string()).or_default() += 1;
+        self.dropped.push(serde_json::json!({ "qid": row.golden.qid, "chunk_id": row.chunk_id, "question": row.golden.question, "reason": reason }));
+    }
+
     /// Records a dropped question and its reason.
     pub(crate) fn drop(&mut self, chunk: &ChunkRecord, question: &str, reason: &str) {
         *self.reasons.entry(reason.to_string()).or_default() += 1;

@@ -11,6 +11,7 @@ mod doc2query_run;
 pub mod heldout;
 mod heldout_run;
 pub mod journal;
+pub mod likelihood_filter;
 pub mod plan;
 mod samples;
 pub mod sft;
@@ -53,6 +54,9 @@ pub enum Mode {
     /// A synthetic evaluation set on a seeded page split no training may touch: one question
     /// per held passage, kept when the model judges the passage to answer it (see [`heldout`]).
     Heldout,
+    /// Another artifact's questions kept when their passage raises their likelihood under a
+    /// local decoder (query likelihood; see [`likelihood_filter`]).
+    Likelihood,
 }
 
 /// Effective configuration (serde, with defaults), echoed into the manifest. Holds the
@@ -89,6 +93,9 @@ pub struct SynthConfig {
     /// the other modes' fingerprints stay as they were.
     #[serde(skip_serializing_if = "heldout::HeldoutConfig::is_default")]
     pub heldout: heldout::HeldoutConfig,
+    /// The query-likelihood filter (`--mode likelihood`); left out of the echo while default.
+    #[serde(skip_serializing_if = "likelihood_filter::LikelihoodFilterConfig::is_default")]
+    pub likelihood: likelihood_filter::LikelihoodFilterConfig,
 }
 
 impl Default for SynthConfig {
@@ -106,6 +113,7 @@ impl Default for SynthConfig {
             sft: sft::SftConfig::default(),
             doc2query: doc2query::Doc2QueryConfig::default(),
             heldout: heldout::HeldoutConfig::default(),
+            likelihood: likelihood_filter::LikelihoodFilterConfig::default(),
         }
     }
 }
@@ -176,6 +184,7 @@ pub(crate) fn label(mode: Mode) -> &'static str {
         Mode::Sft => "sft",
         Mode::Doc2query => "doc2query",
         Mode::Heldout => "heldout",
+        Mode::Likelihood => "likelihood",
     }
 }
 
@@ -229,6 +238,8 @@ pub struct SynthState {
     pub(crate) doc2query: Option<Doc2QueryPlan>,
     /// `--mode heldout`: its prompts, example questions and page split.
     pub(crate) heldout: Option<heldout_run::HeldoutPlan>,
+    /// `--mode likelihood`: the rows to filter.
+    pub(crate) filter: Option<Vec<SynthRow>>,
     /// The `--hold-out` pages (`source#page`) and the ids of the chunks left out for
     /// touching one.
     pub(crate) held: Held,
@@ -274,7 +285,7 @@ impl Stage for Synth {
         let (styles, prompts, sft_prompts) = match cfg.mode {
             Mode::Ict => (vec![Style::Ict], None, None),
             Mode::Sft => (vec![Style::Ict], None, Some(load_sft_prompts(cfg, rt)?)),
-            Mode::Doc2query | Mode::Heldout => (vec![Style::Factual], None, None),
+            Mode::Doc2query | Mode::Heldout | Mode::Likelihood => (vec![Style::Factual], None, None),
             Mode::Llm => {
                 anyhow::ensure!(!cfg.styles.is_empty() && !cfg.styles.contains(&Style::Ict), "LLM mode takes styles among factual, scenario, multi_hop");
                 let p = teacher::Prompts::load(&rt.prompts).map_err(|e| anyhow::anyhow!(e))?;
@@ -287,7 +298,8 @@ impl Stage for Synth {
         }
         let doc2query = if cfg.mode == Mode::Doc2query { Some(plan_doc2query(cfg, inputs, rt, &mut files)?) } else { None };
         let heldout = if cfg.mode == Mode::Heldout { Some(plan_heldout(cfg, inputs, rt, &chunks, chunks_hash, &mut files)?) } else { None };
-        let teacher_set = if matches!(cfg.mode, Mode::Doc2query | Mode::Heldout) { None } else { plan_teacher_set(cfg, inputs, &mut files)? };
+        let filter = if cfg.mode == Mode::Likelihood { Some(plan_filter(cfg, inputs, &mut files)?) } else { None };
+        let teacher_set = if matches!(cfg.mode, Mode::Doc2query | Mode::Heldout | Mode::Likelihood) { None } else { plan_teacher_set(cfg, inputs, &mut files)? };
         let echo = serde_json::json!({
             "config": cfg,
             "reply_schema": (cfg.mode == Mode::Llm).then(|| teacher::reply_schema().schema),
@@ -296,12 +308,15 @@ impl Stage for Synth {
             "sft_templates": sft_prompts.as_ref().map(|p| gauge_core::hash::bytes_hash(format!("{}\u{0}{}", p.system, p.template).as_bytes())),
             "label": label(cfg.mode),
         });
-        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query, heldout, held }).echo(echo).seed(cfg.seed))
+        Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query, heldout, filter, held }).echo(echo).seed(cfg.seed))
     }
 
     fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
         if let Some(plan) = &state.doc2query {
             return doc2query_run::write_doc2query(&state.chunks, &state.chunks_path, plan, run, cfg, rt);
+        }
+        if let Some(rows) = state.filter {
+            return likelihood_filter::write_filtered(&state.chunks, rows, run, cfg, rt);
         }
         if let Some(plan) = &state.heldout {
             return heldout_run::write_heldout(&state.chunks, &state.chunks_path, plan, run, cfg, rt);
@@ -355,6 +370,18 @@ fn plan_doc2query(cfg: &SynthConfig, inputs: &SynthInputs, rt: &SynthOptions, fi
     files.extend(gauge_generator::model_entry(&d.generator)?);
     files.push(gauge_core::FileEntry::text("prompt", path.display(), &template));
     Ok(Doc2QueryPlan { template, examples, index: index.clone() })
+}
+
+/// `--mode likelihood`'s rows (`--from`, required) and its scorer as inputs.
+fn plan_filter(cfg: &SynthConfig, inputs: &SynthInputs, files: &mut Vec<gauge_core::FileEntry>) -> anyhow::Result<Vec<SynthRow>> {
+    anyhow::ensure!(inputs.index.is_none(), "--mode likelihood scores each question with its own passage: drop --index");
+    let from = inputs.from.as_ref().ok_or_else(|| anyhow::anyhow!("--mode likelihood filters a generated set: pass --from SYNTH_ARTIFACT (e.g. a doc2query run) or its golden.jsonl"))?;
+    let path = likelihood_filter::rows_file(from);
+    let rows = likelihood_filter::read_rows(&path)?;
+    let hash = gauge_core::hash::file_hash(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    files.push(gauge_core::FileEntry::hashed("rows", path.display(), hash).with_rows(rows.len()));
+    files.extend(gauge_generator::model_entry(&GeneratorConfig::Local { model: cfg.likelihood.model.clone(), adapter: None })?);
+    Ok(rows)
 }
 
 /// Drops the chunks that touch a page of the `--hold-out` files (each also an input); returns

@@ -56,6 +56,7 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
         Mode::Sft => unreachable!("SFT examples are written by write_sft"),
         Mode::Doc2query => unreachable!("doc2query questions are written by write_doc2query"),
         Mode::Heldout => unreachable!("held-out questions are written by write_heldout"),
+        Mode::Likelihood => unreachable!("filtered questions are written by write_filtered"),
         Mode::Llm => {
             let client = Generator::open(&cfg.teacher, &rt.device, rt.retry.clone())?;
             let prompts = prompts.as_ref().expect("LLM mode loads prompts");
