@@ -148,6 +148,26 @@ pub fn minimum_detectable_effect_at(sd: f64, n: usize, alpha: f64) -> f64 {
     (normal_quantile(1.0 - alpha / 2.0) + normal_quantile(0.8)) * sd / (n as f64).sqrt()
 }
 
+/// The power of a two-sided test at level `alpha` to detect a mean paired difference of
+/// `effect` on `n` questions whose differences have standard deviation `sd` (normal
+/// approximation: `Φ(effect · √n / sd − z_{1−α/2})`; NaN when `n` or `sd` is 0).
+pub fn power_at(effect: f64, sd: f64, n: usize, alpha: f64) -> f64 {
+    if n == 0 || sd <= 0.0 || !sd.is_finite() {
+        return f64::NAN;
+    }
+    normal_cdf(effect.abs() * (n as f64).sqrt() / sd - normal_quantile(1.0 - alpha / 2.0))
+}
+
+/// The standard normal distribution function, `erfc(−x/√2) / 2` (Numerical Recipes' `erfcc`,
+/// fractional error < 1.2e-7).
+pub fn normal_cdf(x: f64) -> f64 {
+    let z = (x / std::f64::consts::SQRT_2).abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23 + t * (1.000_023_68 + t * (0.374_091_96 + t * (0.096_784_18 + t * (-0.186_288_06 + t * (0.278_868_07 + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let erfc = t * poly.exp();
+    if x >= 0.0 { 1.0 - 0.5 * erfc } else { 0.5 * erfc }
+}
+
 /// The standard normal distribution's quantile (Acklam's rational approximation, relative
 /// error < 1.2e-9), for 0 < p < 1.
 pub fn normal_quantile(p: f64) -> f64 {
@@ -242,5 +262,18 @@ mod tests {
         }
         assert!((minimum_detectable_effect_at(0.5, 41, 0.05) - mde).abs() < 1e-4, "α 0.05 is the plain MDE");
         assert!(minimum_detectable_effect_at(0.5, 41, 0.01) > mde);
+    }
+
+    #[test]
+    fn power_by_hand() {
+        assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
+        assert!((normal_cdf(1.959_964) - 0.975).abs() < 1e-6);
+        assert!((normal_cdf(-1.0) - 0.158_655_25).abs() < 1e-6);
+        // At the MDE the power is 80 % by construction.
+        let mde = minimum_detectable_effect_at(0.3, 41, 0.05 / 6.0);
+        assert!((power_at(mde, 0.3, 41, 0.05 / 6.0) - 0.8).abs() < 1e-6);
+        // sd 0.296, n 165, α 0.05: 0.04 · √165 / 0.296 − 1.96 = −0.224 → 41 %.
+        assert!((power_at(0.04, 0.296, 165, 0.05) - 0.411).abs() < 0.002, "{}", power_at(0.04, 0.296, 165, 0.05));
+        assert!(power_at(0.04, 0.0, 10, 0.05).is_nan() && power_at(0.04, 0.3, 0, 0.05).is_nan());
     }
 }

@@ -123,7 +123,7 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
     run.set_stat("tokens_per_second", if seconds > 0.0 { generated as f64 / seconds } else { 0.0 });
     // The paired test's minimum detectable effect at 80 % power, two-sided α 0.05, per unit of
     // the per-question differences' sd (the gate prints it in MRR once it knows that sd).
-    run.set_stat("mde_per_sd", if rows.is_empty() { f64::INFINITY } else { (1.959_963_985 + 0.841_621_234) / (rows.len() as f64).sqrt() });
+    run.set_stat("mde_per_sd", (!rows.is_empty()).then(|| (1.959_963_985 + 0.841_621_234) / (rows.len() as f64).sqrt()));
     eprintln!(
         "synth-data: heldout: {} passages on {} held-out pages, {} questions written, {} kept by the judge and near-duplicate removal (dropped: {})",
         planned.len(),
