@@ -261,6 +261,9 @@ train-retrievers *flags="": setup models
     {{bin}}/train-lora "$d2q" "${reranker[@]}" "${common[@]}" --copy-to data/models/fra-reranker-doc2query {{flags}} | tail -n1
     {{bin}}/train-lora "$d2q" --also "$ict" "${embedder[@]}" "${common[@]}" --copy-to data/adapters/fra-embedder-mix {{flags}} | tail -n1
     {{bin}}/train-lora "$d2q" --also "$ict" "${reranker[@]}" "${common[@]}" --copy-to data/models/fra-reranker-mix {{flags}} | tail -n1
+    teacher=(--set retriever.teacher=SmolLM2-135M-Instruct.Q4_1.gguf)
+    {{bin}}/train-lora "$d2q" --also "$ict" "${reranker[@]}" "${common[@]}" "${teacher[@]}" --set retriever.loss=margin_mse --max-train-examples 600 --copy-to data/models/fra-reranker-distilled {{flags}} | tail -n1
+    {{bin}}/train-lora "$d2q" --also "$ict" "${embedder[@]}" "${common[@]}" "${teacher[@]}" --set retriever.denoise=true --copy-to data/adapters/fra-embedder-denoised {{flags}} | tail -n1
     {{bin}}/evaluate pipelines/fra-trained.toml --artifacts {{artifacts}}
     {{bin}}/evaluate pipelines/fra-trained.toml --golden golden/fra-heldout.jsonl --name fra-trained-heldout --relevance page --artifacts {{artifacts}}
 

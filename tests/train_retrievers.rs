@@ -225,3 +225,32 @@ fn a_mix_of_question_sets_trains_on_both() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--also mixes question sets for --target embedder or reranker"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The reranker distilled from a decoder's query likelihood (margin-MSE), its negatives
+/// denoised: the teacher's scores are in the model-call cache beside the index, the manifest
+/// counts the negatives it dropped, the held-out loss falls, and a rerun is a cache hit.
+/// Without a teacher, margin-MSE and denoising are refused in one line.
+#[test]
+fn a_reranker_distilled_from_query_likelihood_with_denoised_negatives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let b = build(tmp.path());
+    let data = same_split_data(&b.synth, &tmp.path().join("same"));
+    let teacher = ["--set", "retriever.teacher=SmolLM2-135M-Instruct.Q4_1.gguf", "--set", "retriever.loss=margin_mse", "--set", "retriever.denoise=true", "--set", "retriever.hard_negatives=2"];
+    let arts = tmp.path().join("d");
+    let dir = PathBuf::from(last_line(&ok(train(&data, &b.index, &arts, "reranker", &teacher))));
+    let m = manifest(&dir);
+    let denoised = m["stats"]["denoised_negatives"].as_u64().expect("the denoised count");
+    eprintln!("{denoised} negatives scored at or above their positive dropped");
+    assert!(m["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "teacher"), "{m:#}");
+    let cache = Path::new(&b.index).parent().unwrap().parent().unwrap().join("llm-cache");
+    assert!(std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0) > 0, "the teacher's scores are cached in {}", cache.display());
+    let (start, end) = (m["stats"]["dev_loss_start"].as_f64().unwrap(), m["stats"]["dev_loss_end"].as_f64().unwrap());
+    assert!(end < start, "the distillation loss falls on the questions it trains on: {start} → {end}");
+    assert_eq!(PathBuf::from(last_line(&ok(train(&data, &b.index, &arts, "reranker", &teacher)))), dir);
+    for lone in [["--set", "retriever.loss=margin_mse"], ["--set", "retriever.denoise=true"]] {
+        let out = train(&data, &b.index, &tmp.path().join("bad"), "reranker", &lone);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("retriever.teacher") && err.trim().lines().count() == 1, "{err}");
+    }
+}

@@ -235,6 +235,10 @@ pub enum RerankLoss {
     Listwise,
     /// Binary cross-entropy per pair (positive 1, negatives 0).
     Bce,
+    /// Margin-MSE distillation (Hofstätter et al. 2020; GPL): the squared difference between
+    /// the reranker's margin `s(q, p⁺) − s(q, n)` and the teacher's (`retriever.teacher`'s
+    /// query likelihoods), averaged over the negatives.
+    MarginMse,
 }
 
 /// Settings of the encoder targets (`[retriever]`; ignored by the generator target).
@@ -261,11 +265,20 @@ pub struct RetrieverConfig {
     pub passage_prefix: Option<String>,
     /// Probability that an inverse-cloze question's sentence is cut from its positive.
     pub ict_remove_sentence: f64,
+    /// A local decoder whose query likelihood log P(question | passage) scores every
+    /// (question, passage) of the examples (a GGUF file, a model folder or a name in the models
+    /// directory): the teacher of `loss = "margin_mse"` and of `denoise`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub teacher: Option<String>,
+    /// Mine twice the hard negatives and drop those the teacher scores at or above the
+    /// positive (likely unlabelled positives), keeping `hard_negatives` of the rest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub denoise: bool,
 }
 
 impl Default for RetrieverConfig {
     fn default() -> Self {
-        RetrieverConfig { tuning: TuningKind::Lora, temperature: 0.05, hard_negatives: 2, mine_depth: 30, loss: RerankLoss::Listwise, max_query_tokens: 64, max_passage_tokens: 256, query_prefix: None, passage_prefix: None, ict_remove_sentence: 0.9 }
+        RetrieverConfig { tuning: TuningKind::Lora, temperature: 0.05, hard_negatives: 2, mine_depth: 30, loss: RerankLoss::Listwise, max_query_tokens: 64, max_passage_tokens: 256, query_prefix: None, passage_prefix: None, ict_remove_sentence: 0.9, teacher: None, denoise: false }
     }
 }
 

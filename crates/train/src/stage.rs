@@ -83,6 +83,12 @@ impl Stage for TrainLora {
             }
             let base = crate::retriever::resolve_base(&cfg.base)?;
             inputs.push(FileEntry::hashed("base", &cfg.base, gauge_core::hash::file_hash(&base.join("model.safetensors"))?));
+            let rc = &cfg.retriever;
+            anyhow::ensure!(rc.teacher.is_some() || !(rc.denoise || rc.loss == crate::run::RerankLoss::MarginMse), "retriever.loss = \"margin_mse\" and retriever.denoise need a teacher: set retriever.teacher to a local decoder (e.g. SmolLM2-135M-Instruct.Q4_1.gguf)");
+            if let Some(t) = &rc.teacher {
+                let identity = gauge_rerank::likelihood::decoder_identity(t).map_err(|e| anyhow::anyhow!("retriever.teacher `{t}`: {e}"))?;
+                inputs.push(FileEntry::hashed("teacher", t, gauge_core::hash::bytes_hash(identity.as_bytes())));
+            }
             return Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed));
         }
         anyhow::ensure!(cfg.retriever.is_default(), "[retriever] settings are for --target embedder or reranker");
@@ -117,4 +123,3 @@ impl Stage for TrainLora {
         format!("{} steps on {} examples{dev}, {:.0} tokens/s{resumed}", s.steps, s.train_examples, s.tokens_per_second)
     }
 }
-

@@ -109,6 +109,26 @@ fn training_forward_matches_the_reference_logits() {
 /// with the new head), the embedder with mean and CLS pooling (LoRA) and full tuning (every
 /// weight, LayerNorm and embedding table) — sequences of different lengths in one step, so
 /// Burn pads and masks while the host runs each at its own length.
+/// A teacher's margins `t(p⁺) − t(n)` for two groups of three pairs (0 for each positive).
+const MARGINS: [f32; 6] = [0.0, 0.8, 1.5, 0.0, -0.3, 0.4];
+
+#[test]
+fn margin_mse_by_hand_and_without_a_teacher() {
+    let _serial = one_at_a_time();
+    let device = gauge_tensor::device::cpu();
+    let (model, params) = TrainableBert::load(&fixture(), EncoderTask::CrossEncoder, lora(2), 3, &device).unwrap();
+    let pairs: Vec<Encoded> = reference().iter().take(6).map(|(e, _)| e.clone()).collect();
+    let batch: Vec<&Encoded> = pairs.iter().collect();
+    let s: Vec<f32> = model.infer(&params, &batch).unwrap().iter().map(|l| l[0]).collect();
+    // Σ over the four negatives of ((s₀ − s_j) − m_j)², divided by 2 groups × 2 negatives.
+    let want: f64 = [(0, 1), (0, 2), (3, 4), (3, 5)].iter().map(|&(p, j)| (((s[p] - s[j]) - MARGINS[j]) as f64).powi(2)).sum::<f64>() / 4.0;
+    let cfg = RetrieverConfig { loss: RerankLoss::MarginMse, ..Default::default() };
+    let got = step_loss(&model, &params, &StepBatch::Pairs { pairs: pairs.clone(), group: 3, margins: MARGINS.to_vec() }, &cfg, false).unwrap().0;
+    assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+    let err = step_loss(&model, &params, &StepBatch::Pairs { pairs, group: 3, margins: Vec::new() }, &cfg, false).unwrap_err().to_string();
+    assert!(err.contains("retriever.teacher"), "{err}");
+}
+
 #[test]
 fn host_kernels_give_burns_loss_and_every_gradient() {
     let _serial = one_at_a_time();
@@ -122,8 +142,9 @@ fn host_kernels_give_burns_loss_and_every_gradient() {
     let mean = EncoderTask::Embedder { pooling: Pooling::Mean, normalize: true };
     let cls = EncoderTask::Embedder { pooling: Pooling::Cls, normalize: false };
     let cases: Vec<(&str, EncoderTask, Tuning, StepBatch, RetrieverConfig)> = vec![
-        ("reranker listwise", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs: pairs.clone(), group: 3 }, RetrieverConfig::default()),
-        ("reranker bce", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs, group: 3 }, RetrieverConfig { loss: RerankLoss::Bce, ..Default::default() }),
+        ("reranker listwise", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs: pairs.clone(), group: 3, margins: Vec::new() }, RetrieverConfig::default()),
+        ("reranker bce", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs: pairs.clone(), group: 3, margins: Vec::new() }, RetrieverConfig { loss: RerankLoss::Bce, ..Default::default() }),
+        ("reranker margin-mse", EncoderTask::CrossEncoder, lora(2), StepBatch::Pairs { pairs, group: 3, margins: MARGINS.to_vec() }, RetrieverConfig { loss: RerankLoss::MarginMse, ..Default::default() }),
         ("embedder mean lora", mean, lora(2), contrastive.clone(), RetrieverConfig { temperature: 0.1, ..Default::default() }),
         ("embedder cls lora", cls, lora(2), contrastive.clone(), RetrieverConfig { temperature: 0.1, ..Default::default() }),
         ("embedder full", mean, Tuning::Full, contrastive, RetrieverConfig { temperature: 0.1, ..Default::default() }),
@@ -164,7 +185,7 @@ fn reranker_gradients_match_finite_differences() {
     // Two groups of three pairs (positive first).
     let pairs: Vec<Encoded> = refs.iter().take(6).map(|(e, _)| e.clone()).collect();
     assert_eq!(pairs.len(), 6, "the fixture has at least six pairs");
-    let batch = StepBatch::Pairs { pairs, group: 3 };
+    let batch = StepBatch::Pairs { pairs, group: 3, margins: MARGINS.to_vec() };
     let coords = [
         ("encoder.layer.0.attention.self.query.lora_A.weight", 5),
         ("encoder.layer.0.attention.self.value.lora_B.weight", 3),
@@ -176,7 +197,7 @@ fn reranker_gradients_match_finite_differences() {
         ("classifier.weight", 7),
         ("classifier.bias", 0),
     ];
-    for loss in [RerankLoss::Listwise, RerankLoss::Bce] {
+    for loss in [RerankLoss::Listwise, RerankLoss::Bce, RerankLoss::MarginMse] {
         let cfg = RetrieverConfig { loss, ..Default::default() };
         check(&model, &params, &batch, &cfg, &coords);
     }

@@ -54,6 +54,20 @@ pub struct RetrievalExample {
     pub negatives: Vec<String>,
     /// `(source, page)` of the gold pages and the positive chunk.
     pub pages: Vec<(String, i32)>,
+    /// The teacher's scores of the positive, then of each negative (empty without a teacher).
+    pub teacher: Vec<f32>,
+}
+
+/// What [`build_examples`] mined.
+pub struct Mined {
+    /// The examples.
+    pub examples: Vec<RetrievalExample>,
+    /// Questions without a positive chunk.
+    pub missing: usize,
+    /// Negatives the teacher scored at or above their positive (dropped with `denoise`).
+    pub denoised: usize,
+    /// Questions left out, with a teacher, for want of any negative.
+    pub without_negatives: usize,
 }
 
 /// The gold pages of a question, expanded.
@@ -108,11 +122,13 @@ pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), TrainErro
 }
 
 /// Builds examples: positives from the index's chunks, hard negatives mined with its BM25 and
-/// dense retrievers. Returns the examples and how many questions had no positive.
-pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], cfg: &RetrieverConfig, seed: u64) -> anyhow::Result<(Vec<RetrievalExample>, usize)> {
+/// dense retrievers; with a `teacher`, each positive and negative scored by it (and, with
+/// `cfg.denoise`, twice the negatives mined and those scored at or above the positive dropped).
+pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], cfg: &RetrieverConfig, seed: u64, teacher: Option<&gauge_rerank::QueryLikelihoodReranker>) -> anyhow::Result<Mined> {
     let retrieval = gauge_engine::RetrievalConfig { candidates: cfg.mine_depth, k: cfg.mine_depth, ..Default::default() };
     let mut out = Vec::with_capacity(rows.len());
-    let mut missing = 0;
+    let (mut missing, mut denoised, mut without_negatives) = (0, 0, 0);
+    let wanted = if cfg.denoise && teacher.is_some() { 2 * cfg.hard_negatives } else { cfg.hard_negatives };
     let bar = gauge_core::progress::bar(rows.len() as u64, "questions mined");
     for (i, row) in rows.iter().enumerate() {
         bar.inc(1);
@@ -135,7 +151,7 @@ pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], c
         let mut negatives = Vec::new();
         let interleaved = bm25.hits.iter().zip(dense.hits.iter()).flat_map(|(a, b)| [a, b]).chain(bm25.hits.iter().skip(dense.hits.len())).chain(dense.hits.iter().skip(bm25.hits.len()));
         for (id, _) in interleaved {
-            if negatives.len() >= cfg.hard_negatives {
+            if negatives.len() >= wanted {
                 break;
             }
             if !seen.insert(id.clone()) {
@@ -151,10 +167,38 @@ pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], c
         pages.extend((positive.page_start..=positive.page_end).map(|p| (positive.source.clone(), p)));
         pages.sort();
         pages.dedup();
-        out.push(RetrievalExample { question: q.question.clone(), positive: text, negatives, pages });
+        let mut scores = Vec::new();
+        if let Some(t) = teacher {
+            let passages: Vec<&str> = std::iter::once(text.as_str()).chain(negatives.iter().map(String::as_str)).collect();
+            scores = t.likelihoods(&q.question, &passages)?.into_iter().map(|s| s as f32).collect();
+            if cfg.denoise {
+                let positive_score = scores[0];
+                let (mut kept, mut kept_scores) = (Vec::new(), vec![positive_score]);
+                for (n, s) in negatives.into_iter().zip(scores[1..].iter().copied()) {
+                    if s >= positive_score {
+                        denoised += 1;
+                    } else if kept.len() < cfg.hard_negatives {
+                        kept.push(n);
+                        kept_scores.push(s);
+                    }
+                }
+                (negatives, scores) = (kept, kept_scores);
+            }
+            if negatives.is_empty() {
+                // Nothing to contrast the positive with (every negative denoised away).
+                without_negatives += 1;
+                continue;
+            }
+        }
+        out.push(RetrievalExample { question: q.question.clone(), positive: text, negatives, pages, teacher: scores });
     }
     bar.finish_and_clear();
-    Ok((out, missing))
+    Ok(Mined { examples: out, missing, denoised, without_negatives })
+}
+
+/// The teacher's margins `t(p⁺) − t(n)` of a group (0 for the positive's own column).
+pub fn teacher_margins(scores: &[f32], group: usize) -> Vec<f32> {
+    (0..group).map(|j| scores[0] - scores[j]).collect()
 }
 
 /// Tokenizers of the encoder targets: single texts and (query, passage) pairs.
@@ -224,6 +268,9 @@ pub enum StepBatch {
         pairs: Vec<Encoded>,
         /// Pairs per question (1 + negatives).
         group: usize,
+        /// The teacher's margins of each pair, group by group ([`teacher_margins`]; empty
+        /// without a teacher).
+        margins: Vec<f32>,
     },
 }
 
@@ -263,13 +310,14 @@ pub fn step_batch(examples: &[&RetrievalExample], task: EncoderTask, tok: &Encod
         EncoderTask::CrossEncoder => {
             let group = 1 + examples.iter().map(|e| e.negatives.len().min(cfg.hard_negatives)).min().unwrap_or(0);
             let mut pairs = Vec::with_capacity(examples.len() * group);
+            let margins: Vec<f32> = if examples.iter().all(|e| e.teacher.len() >= group) { examples.iter().flat_map(|e| teacher_margins(&e.teacher, group)).collect() } else { Vec::new() };
             for e in examples {
                 pairs.push(tok.pair(&format!("{}{}", prefixes.0, e.question), &format!("{}{}", prefixes.1, e.positive))?);
                 for n in e.negatives.iter().take(group - 1) {
                     pairs.push(tok.pair(&format!("{}{}", prefixes.0, e.question), &format!("{}{}", prefixes.1, n))?);
                 }
             }
-            Ok(StepBatch::Pairs { pairs, group })
+            Ok(StepBatch::Pairs { pairs, group, margins })
         }
     }
 }
@@ -331,10 +379,13 @@ pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatc
             let batches: Vec<Vec<&Encoded>> = qb.into_iter().chain(pb).collect();
             run(model, params, &batches, loss_fn, train)
         }
-        StepBatch::Pairs { pairs, group } => {
+        StepBatch::Pairs { pairs, group, margins } => {
             let (b, idx) = forward_batches(pairs);
             let (g, n) = (*group, pairs.len() / *group);
             let loss = cfg.loss;
+            if loss == RerankLoss::MarginMse && (margins.len() != n * g || g < 2) {
+                return Err(TrainError::Model(format!("margin_mse needs the teacher's scores of each question's positive and at least one negative (retriever.teacher); this step has {} of {} and groups of {g}", margins.len(), n * g)));
+            }
             let loss_fn = |outs: Vec<Tensor<2>>| -> Tensor<1> {
                 let logits = gather(outs, &idx, &device).reshape([n, g]);
                 match loss {
@@ -345,6 +396,12 @@ pub fn step_loss(model: &TrainableBert, params: &EncoderParams, batch: &StepBatc
                         let z = logits * Tensor::<2>::from_data(TensorData::new(sign, [n, g]), &device);
                         let softplus = z.clone().clamp_min(0.0) + z.abs().neg().exp().add_scalar(1.0).log();
                         softplus.sum().div_scalar((n * g) as f64)
+                    }
+                    RerankLoss::MarginMse => {
+                        // (s₀ − s_j) − (t₀ − t_j) over the negatives (the positive's column is 0 − 0).
+                        let own = logits.clone().narrow(1, 0, 1).repeat_dim(1, g) - logits;
+                        let d = own - Tensor::<2>::from_data(TensorData::new(margins.clone(), [n, g]), &device);
+                        (d.clone() * d).sum().div_scalar((n * (g - 1)) as f64)
                     }
                 }
             };
@@ -502,13 +559,15 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     let train_rows = sample(kept, cfg.max_train_examples, cfg.seed);
     let dev_rows = sample(dev_all, Some(cfg.eval_examples), cfg.seed);
     let engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { device: opts.device.clone(), ..Default::default() })?;
-    let (mut train, missing) = build_examples(&engine, &train_rows, rc, cfg.seed)?;
+    // The teacher's scores go through the model-call cache beside the index.
+    let teacher = rc.teacher.as_deref().map(|m| gauge_rerank::QueryLikelihoodReranker::load(m, None, &opts.device, Some(gauge_engine::call_cache_beside(index)))).transpose()?;
+    let Mined { examples: mut train, missing, denoised, without_negatives } = build_examples(&engine, &train_rows, rc, cfg.seed, teacher.as_ref())?;
     // A positive chunk may reach onto a held-out page (chunks span pages): drop those too.
     let before_pages = train.len();
     train.retain(|e| !e.pages.iter().any(|p| held.contains(p)));
     let dropped_for_hold_out = dropped_for_hold_out + before_pages - train.len();
-    let (dev, dev_missing) = build_examples(&engine, &dev_rows, rc, cfg.seed ^ 1)?;
-    drop(engine);
+    let Mined { examples: dev, missing: dev_missing, .. } = build_examples(&engine, &dev_rows, rc, cfg.seed ^ 1, teacher.as_ref())?;
+    drop((engine, teacher));
     anyhow::ensure!(!train.is_empty(), "{}: no training question has a positive chunk in {} (is it the index of the chunks synth-data read?)", train_file.display(), index.display());
     let (model, params) = TrainableBert::load(&base, task, tuning, cfg.seed, &device)?;
     let tok = EncoderTokenizer::load(&base, rc.max_query_tokens, rc.max_passage_tokens, model.config.type_vocab_size <= 1)?;
@@ -553,6 +612,10 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     run.set_stat("trainable_parameters", params.trainable_count() as u64);
     run.set_stat("questions_without_positive", (missing + dev_missing) as u64);
     run.set_stat("dev_examples", dev.len() as u64);
+    if rc.teacher.is_some() {
+        run.set_stat("denoised_negatives", denoised as u64);
+        run.set_stat("questions_without_negatives", without_negatives as u64);
+    }
     run.set_stat("dropped_for_hold_out", dropped_for_hold_out as u64);
     run.set_stat("questions_per_set", serde_json::to_value(&per_set)?);
     run.set_stat("held_out_pages", held.len() as u64);
