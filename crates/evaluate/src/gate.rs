@@ -32,7 +32,8 @@ pub struct GateRow {
     /// The smallest mean difference detected with 80 % power at the family's first step
     /// (set by [`rows`]; NaN when unknown).
     pub mde: f64,
-    /// The power to detect [`TARGET_GAIN`] at the family's first step (NaN when unknown).
+    /// The power to detect [`TARGET_GAIN`] at the family's first step (MRR rows; NaN otherwise
+    /// or when unknown).
     pub power: f64,
 }
 
@@ -69,7 +70,7 @@ pub fn markdown(rows: &[GateRow]) -> String {
         return String::new();
     }
     let m = rows.len();
-    let mut s = format!("\n## Gate: trained models against their untrained base\n\nEach trained model against the row it changes, question by question: mean paired difference on the primary metric with its 95 % paired-bootstrap interval and a two-sided sign-flip p, raw and adjusted over the gate's own family — these {m} row{} alone, not the exploratory comparisons above. MDE: the smallest mean difference this set detects with 80 % power at the family's first step (α 0.05 / {m}); a Δ below it cannot be told from chance here. Power: the chance this set detects a real gain of +{TARGET_GAIN} at that step. A model that is not **better** (adjusted p < 0.05) than its base should not replace it.\n\n| Trained row | Base | Metric | n | Δ [95 %] | MDE | Power, +{TARGET_GAIN} | p | p adjusted | Verdict |\n|---|---|---|---|---|---|---|---|---|---|\n", if m == 1 { "" } else { "s" });
+    let mut s = format!("\n## Gate: trained models against their untrained base\n\nEach trained model against the row it changes, question by question: mean paired difference on the primary metric with its 95 % paired-bootstrap interval and a two-sided sign-flip p, raw and adjusted over the gate's own family — these {m} row{} alone, not the exploratory comparisons above. MDE: the smallest mean difference this set detects with 80 % power at the family's first step (α 0.05 / {m}); a Δ below it cannot be told from chance here. Power: the chance this set detects a real MRR@10 gain of +{TARGET_GAIN} at that step. A model that is not **better** (adjusted p < 0.05) than its base should not replace it.\n\n| Trained row | Base | Metric | n | Δ [95 %] | MDE | Power, +{TARGET_GAIN} | p | p adjusted | Verdict |\n|---|---|---|---|---|---|---|---|---|---|\n", if m == 1 { "" } else { "s" });
     for g in rows {
         let c = &g.comparison;
         let v = verdict(c);
@@ -127,7 +128,8 @@ pub fn family(mut rows: Vec<GateRow>, correction: crate::stats::Correction) -> V
     for (g, a) in rows.iter_mut().zip(adjusted) {
         g.comparison.p_adjusted = (correction != crate::stats::Correction::None).then_some(a);
         g.mde = if g.sd.is_finite() { crate::stats::minimum_detectable_effect_at(g.sd, g.n, alpha) } else { f64::NAN };
-        g.power = crate::stats::power_at(TARGET_GAIN, g.sd, g.n, alpha);
+        // The target is a retrieval gain (MRR@10); answer rows' metrics have other scales.
+        g.power = if g.metric.starts_with("MRR") { crate::stats::power_at(TARGET_GAIN, g.sd, g.n, alpha) } else { f64::NAN };
     }
     rows
 }

@@ -30,7 +30,10 @@ pub enum RerankKind {
 }
 
 /// What the reranked head's order is made from: the reranker's score alone, or the reranker
-/// fused with the first stage (the fused list the reranker read).
+/// fused with the first stage (the fused list the reranker read). The candidate's score becomes
+/// the fused score, so a `cutoff` applies on that scale (an RRF score is at most 2/(k + 1)).
+/// `weighted` reads the first stage's scores, so an identifier promoted to the top
+/// (`promote_exact`) keeps its own score there; `rrf` reads positions and keeps the promotion.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RerankFusion {
@@ -62,6 +65,15 @@ fn default_rerank_weight() -> f32 {
 }
 
 impl RerankFusion {
+    /// Refuses a weight outside [0, 1] or an RRF constant that is not positive.
+    pub fn validate(&self) -> Result<(), String> {
+        match *self {
+            RerankFusion::Rrf { k } if !(k > 0.0) => Err(format!("rerank.fuse.k must be positive, got {k}")),
+            RerankFusion::Weighted { weight } if !(0.0..=1.0).contains(&weight) => Err(format!("rerank.fuse.weight is a share in [0, 1], got {weight}")),
+            _ => Ok(()),
+        }
+    }
+
     /// Final scores of the head from its first-stage scores (in first-stage order) and the
     /// reranker's.
     pub fn fuse(&self, first: &[f32], rerank: &[f32]) -> Vec<f32> {
@@ -164,6 +176,7 @@ pub fn rerank_candidates(
     reranker: &dyn Reranker,
     text_of: impl Fn(&str) -> String,
 ) -> Result<Vec<Candidate>, String> {
+    config.fuse.validate()?;
     let mut head: Vec<Candidate> = candidates.into_iter().take(config.n_initial).collect();
     let texts: Vec<String> = head.iter().map(|c| format!("{}{}", config.passage_prefix, text_of(&c.chunk_id))).collect();
     let query = format!("{}{}{query}", config.instruction, config.query_prefix);
@@ -236,6 +249,8 @@ mod tests {
         let cfg: RerankConfig = serde_json::from_str(r#"{"fuse": {"kind": "weighted", "weight": 0.3}}"#).unwrap();
         assert_eq!(cfg.fuse, RerankFusion::Weighted { weight: 0.3 });
         assert!(serde_json::from_str::<RerankConfig>(r#"{"fuse": {"kind": "average"}}"#).is_err());
+        assert!(RerankFusion::Rrf { k: 0.0 }.validate().is_err() && RerankFusion::Weighted { weight: 1.5 }.validate().is_err());
+        assert!(RerankFusion::Rrf { k: 60.0 }.validate().is_ok() && RerankFusion::Weighted { weight: 1.0 }.validate().is_ok());
         // Replace is left out of the serialised config, so fingerprints of older configs hold.
         assert!(!serde_json::to_string(&RerankConfig::default()).unwrap().contains("fuse"));
     }

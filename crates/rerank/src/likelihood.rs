@@ -39,7 +39,7 @@ impl QueryLikelihoodReranker {
     /// [`DEFAULT_PASSAGE_TOKENS`]); scores are kept in `calls` when given.
     pub fn load(model: &str, max_length: Option<usize>, device: &str, calls: Option<Arc<CallCache>>) -> anyhow::Result<QueryLikelihoodReranker> {
         let config = GeneratorConfig::Local { model: model.to_string(), adapter: None };
-        let not_a_decoder = |e: GeneratorError| anyhow::anyhow!("rerank.model `{model}`: {e} (query_likelihood needs a local decoder with a chat template, e.g. {})", gauge_generator::default_model());
+        let not_a_decoder = |e: GeneratorError| anyhow::anyhow!("`{model}`: {e} (query likelihood needs a local decoder with a chat template, e.g. {})", gauge_generator::default_model());
         let identity = model_identity(&config).map_err(not_a_decoder)?;
         let generator = Generator::open(&config, device, RetryPolicy::default()).map_err(not_a_decoder)?;
         Ok(QueryLikelihoodReranker { generator, identity, passage_tokens: max_length.unwrap_or(DEFAULT_PASSAGE_TOKENS).max(1), calls })

@@ -44,5 +44,5 @@ fn passages_are_cut_to_max_length_tokens() {
 fn a_model_that_is_not_a_decoder_is_refused_in_one_line() {
     let cfg = RerankConfig { kind: RerankKind::QueryLikelihood, model: "no-such/decoder".into(), ..Default::default() };
     let err = load_reranker(&cfg, "cpu", None).err().expect("refused").to_string();
-    assert!(err.contains("no-such/decoder") && err.contains("query_likelihood") && !err.contains('\n'), "{err}");
+    assert!(err.contains("no-such/decoder") && err.contains("query likelihood") && !err.contains('\n'), "{err}");
 }

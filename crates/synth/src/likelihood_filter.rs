@@ -134,7 +134,8 @@ pub(crate) fn write_filtered(chunks: &[ChunkRecord], rows: Vec<SynthRow>, run: &
     for (i, row) in scorable.into_iter().enumerate() {
         match keep[i] {
             true => rows.push(row),
-            false if gains[i] <= 0.0 => kept.drop_row(&row, "passage_does_not_raise_likelihood"),
+            // A NaN gain (an empty question) counts as not raised, as in keep_by_gain.
+            false if !(gains[i] > 0.0) => kept.drop_row(&row, "passage_does_not_raise_likelihood"),
             false => kept.drop_row(&row, "low_likelihood_gain"),
         }
     }

@@ -103,12 +103,6 @@ fn training_forward_matches_the_reference_logits() {
     }
 }
 
-/// The host kernels against Burn's autodiff: the loss and every trainable tensor's gradient
-/// (each within 2e-4 of the Burn gradient's norm plus the step's largest; measured ≤ 1e-2 of
-/// its own norm on gradients 100× smaller than the largest, ≤ 1e-3 on the rest), for the reranker (listwise and BCE, LoRA
-/// with the new head), the embedder with mean and CLS pooling (LoRA) and full tuning (every
-/// weight, LayerNorm and embedding table) — sequences of different lengths in one step, so
-/// Burn pads and masks while the host runs each at its own length.
 /// A teacher's margins `t(p⁺) − t(n)` for two groups of three pairs (0 for each positive).
 const MARGINS: [f32; 6] = [0.0, 0.8, 1.5, 0.0, -0.3, 0.4];
 
@@ -129,6 +123,12 @@ fn margin_mse_by_hand_and_without_a_teacher() {
     assert!(err.contains("retriever.teacher"), "{err}");
 }
 
+/// The host kernels against Burn's autodiff: the loss and every trainable tensor's gradient
+/// (each within 2e-4 of the Burn gradient's norm plus the step's largest; measured ≤ 1e-2 of
+/// its own norm on gradients 100× smaller than the largest, ≤ 1e-3 on the rest), for the reranker (listwise and BCE, LoRA
+/// with the new head), the embedder with mean and CLS pooling (LoRA) and full tuning (every
+/// weight, LayerNorm and embedding table) — sequences of different lengths in one step, so
+/// Burn pads and masks while the host runs each at its own length.
 #[test]
 fn host_kernels_give_burns_loss_and_every_gradient() {
     let _serial = one_at_a_time();

@@ -64,9 +64,10 @@ pub struct Mined {
     pub examples: Vec<RetrievalExample>,
     /// Questions without a positive chunk.
     pub missing: usize,
-    /// Negatives the teacher scored at or above their positive (dropped with `denoise`).
+    /// Negatives the teacher scored at or above their positive (dropped with `denoise`, among
+    /// those examined until `hard_negatives` were kept).
     pub denoised: usize,
-    /// Questions left out, with a teacher, for want of any negative.
+    /// Questions left out, with a teacher, for want of any negative or of a finite score.
     pub without_negatives: usize,
 }
 
@@ -175,17 +176,21 @@ pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], c
                 let positive_score = scores[0];
                 let (mut kept, mut kept_scores) = (Vec::new(), vec![positive_score]);
                 for (n, s) in negatives.into_iter().zip(scores[1..].iter().copied()) {
+                    if kept.len() >= cfg.hard_negatives {
+                        break;
+                    }
                     if s >= positive_score {
                         denoised += 1;
-                    } else if kept.len() < cfg.hard_negatives {
+                    } else {
                         kept.push(n);
                         kept_scores.push(s);
                     }
                 }
                 (negatives, scores) = (kept, kept_scores);
             }
-            if negatives.is_empty() {
-                // Nothing to contrast the positive with (every negative denoised away).
+            if negatives.is_empty() || !scores.iter().all(|s| s.is_finite()) {
+                // Nothing to contrast the positive with (every negative denoised away), or a
+                // score the teacher could not give (an empty question).
                 without_negatives += 1;
                 continue;
             }
@@ -568,6 +573,7 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     let dropped_for_hold_out = dropped_for_hold_out + before_pages - train.len();
     let Mined { examples: dev, missing: dev_missing, .. } = build_examples(&engine, &dev_rows, rc, cfg.seed ^ 1, teacher.as_ref())?;
     drop((engine, teacher));
+    anyhow::ensure!(without_negatives == 0 || !train.is_empty(), "{}: the teacher left no training question with a negative ({without_negatives} left out); raise retriever.hard_negatives or drop retriever.denoise", train_file.display());
     anyhow::ensure!(!train.is_empty(), "{}: no training question has a positive chunk in {} (is it the index of the chunks synth-data read?)", train_file.display(), index.display());
     let (model, params) = TrainableBert::load(&base, task, tuning, cfg.seed, &device)?;
     let tok = EncoderTokenizer::load(&base, rc.max_query_tokens, rc.max_passage_tokens, model.config.type_vocab_size <= 1)?;
