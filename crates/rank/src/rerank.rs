@@ -68,7 +68,7 @@ impl RerankFusion {
     /// Refuses a weight outside [0, 1] or an RRF constant that is not positive.
     pub fn validate(&self) -> Result<(), String> {
         match *self {
-            RerankFusion::Rrf { k } if !(k > 0.0) => Err(format!("rerank.fuse.k must be positive, got {k}")),
+            RerankFusion::Rrf { k } if k.is_nan() || k <= 0.0 => Err(format!("rerank.fuse.k must be positive, got {k}")),
             RerankFusion::Weighted { weight } if !(0.0..=1.0).contains(&weight) => Err(format!("rerank.fuse.weight is a share in [0, 1], got {weight}")),
             _ => Ok(()),
         }

@@ -135,7 +135,7 @@ pub(crate) fn write_filtered(chunks: &[ChunkRecord], rows: Vec<SynthRow>, run: &
         match keep[i] {
             true => rows.push(row),
             // A NaN gain (an empty question) counts as not raised, as in keep_by_gain.
-            false if !(gains[i] > 0.0) => kept.drop_row(&row, "passage_does_not_raise_likelihood"),
+            false if gains[i].is_nan() || gains[i] <= 0.0 => kept.drop_row(&row, "passage_does_not_raise_likelihood"),
             false => kept.drop_row(&row, "low_likelihood_gain"),
         }
     }
