@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 pub mod cache;
 pub mod likelihood;
+pub mod query_likelihood;
 pub mod structured;
 
 use std::path::Path;

@@ -33,11 +33,11 @@ fn the_passage_a_question_was_written_for_scores_highest() {
 fn passages_are_cut_to_max_length_tokens() {
     let r = QueryLikelihoodReranker::load(SMOLLM2, Some(8), "cpu", None).expect("SmolLM2 (run `just models`)");
     let long = "The signal indication governs the movement of the train at every block. ".repeat(20);
-    let prompt = &r.messages(&long)[0].content;
+    let prompt = &r.scorer().messages(&long)[0].content;
     let kept = prompt.trim_start_matches("Passage: ").split("\n\n").next().unwrap();
     assert!(long.starts_with(kept) && !kept.is_empty() && kept.len() < 60, "{kept:?}");
     // A short passage is kept whole.
-    assert!(r.messages("Gates lower.")[0].content.contains("Passage: Gates lower.\n\n"));
+    assert!(r.scorer().messages("Gates lower.")[0].content.contains("Passage: Gates lower.\n\n"));
 }
 
 #[test]

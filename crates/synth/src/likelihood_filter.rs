@@ -16,7 +16,7 @@ use gauge_core::golden::write_jsonl;
 use gauge_core::schema::ChunkRecord;
 use gauge_core::StageRun;
 use gauge_generator::cache::CallCache;
-use gauge_rerank::QueryLikelihoodReranker;
+use gauge_generator::query_likelihood::QueryLikelihood;
 use serde::{Deserialize, Serialize};
 
 use crate::doc2query_run::Kept;
@@ -38,7 +38,7 @@ pub struct LikelihoodFilterConfig {
 
 impl Default for LikelihoodFilterConfig {
     fn default() -> Self {
-        LikelihoodFilterConfig { model: gauge_generator::default_model(), drop_share: 0.3, passage_tokens: gauge_rerank::likelihood::DEFAULT_PASSAGE_TOKENS }
+        LikelihoodFilterConfig { model: gauge_generator::default_model(), drop_share: 0.3, passage_tokens: gauge_generator::query_likelihood::DEFAULT_PASSAGE_TOKENS }
     }
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn write_filtered(chunks: &[ChunkRecord], rows: Vec<SynthRow>, run: &
     // Beside the artifacts' other model calls: `<root>/llm-cache`.
     let root = run.final_dir().parent().and_then(Path::parent).unwrap_or(Path::new("artifacts"));
     let calls = Arc::new(CallCache::new(root.join("llm-cache")));
-    let scorer = QueryLikelihoodReranker::load(&f.model, Some(f.passage_tokens), &rt.device, Some(calls))?;
+    let scorer = QueryLikelihood::load(&f.model, Some(f.passage_tokens), &rt.device, Some(calls))?;
     let bar = gauge_core::progress::bar(scorable.len() as u64, "questions");
     let started = std::time::Instant::now();
     let (mut with, mut without) = (Vec::with_capacity(scorable.len()), Vec::with_capacity(scorable.len()));

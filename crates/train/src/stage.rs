@@ -86,7 +86,7 @@ impl Stage for TrainLora {
             let rc = &cfg.retriever;
             anyhow::ensure!(rc.teacher.is_some() || !(rc.denoise || rc.loss == crate::run::RerankLoss::MarginMse), "retriever.loss = \"margin_mse\" and retriever.denoise need a teacher: set retriever.teacher to a local decoder (e.g. SmolLM2-135M-Instruct.Q4_1.gguf)");
             if let Some(t) = &rc.teacher {
-                let identity = gauge_rerank::likelihood::decoder_identity(t).map_err(|e| anyhow::anyhow!("retriever.teacher `{t}`: {e}"))?;
+                let identity = gauge_generator::query_likelihood::decoder_identity(t).map_err(|e| anyhow::anyhow!("retriever.teacher `{t}`: {e}"))?;
                 inputs.push(FileEntry::hashed("teacher", t, gauge_core::hash::bytes_hash(identity.as_bytes())));
             }
             return Ok(Plan::new(inputs, TrainState { train_file, dev_file }).seed(cfg.seed));

@@ -125,7 +125,7 @@ pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), TrainErro
 /// Builds examples: positives from the index's chunks, hard negatives mined with its BM25 and
 /// dense retrievers; with a `teacher`, each positive and negative scored by it (and, with
 /// `cfg.denoise`, twice the negatives mined and those scored at or above the positive dropped).
-pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], cfg: &RetrieverConfig, seed: u64, teacher: Option<&gauge_rerank::QueryLikelihoodReranker>) -> anyhow::Result<Mined> {
+pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], cfg: &RetrieverConfig, seed: u64, teacher: Option<&gauge_generator::query_likelihood::QueryLikelihood>) -> anyhow::Result<Mined> {
     let retrieval = gauge_engine::RetrievalConfig { candidates: cfg.mine_depth, k: cfg.mine_depth, ..Default::default() };
     let mut out = Vec::with_capacity(rows.len());
     let (mut missing, mut denoised, mut without_negatives) = (0, 0, 0);
@@ -565,7 +565,7 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     let dev_rows = sample(dev_all, Some(cfg.eval_examples), cfg.seed);
     let engine = gauge_engine::Engine::open(index, &gauge_engine::EngineOptions { device: opts.device.clone(), ..Default::default() })?;
     // The teacher's scores go through the model-call cache beside the index.
-    let teacher = rc.teacher.as_deref().map(|m| gauge_rerank::QueryLikelihoodReranker::load(m, None, &opts.device, Some(gauge_engine::call_cache_beside(index)))).transpose()?;
+    let teacher = rc.teacher.as_deref().map(|m| gauge_generator::query_likelihood::QueryLikelihood::load(m, None, &opts.device, Some(gauge_engine::call_cache_beside(index)))).transpose()?;
     let Mined { examples: mut train, missing, denoised, without_negatives } = build_examples(&engine, &train_rows, rc, cfg.seed, teacher.as_ref())?;
     // A positive chunk may reach onto a held-out page (chunks span pages): drop those too.
     let before_pages = train.len();
