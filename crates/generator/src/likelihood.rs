@@ -86,9 +86,8 @@ fn score_batch(lm: &LanguageModel, batch: &[(Vec<u32>, Vec<u32>)]) -> Result<Vec
     let longest = batch.iter().map(|(_, r)| r.len()).max().unwrap_or(0);
     for t in 1..longest {
         // Sequences with a token at position t: feed their token t − 1, score token t.
-        let active: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].1.len() > t).collect();
+        let (active, mut refs): (Vec<usize>, Vec<&mut KvCache>) = caches.iter_mut().enumerate().filter(|(i, _)| batch[*i].1.len() > t).unzip();
         let tokens: Vec<u32> = active.iter().map(|&i| batch[i].1[t - 1]).collect();
-        let mut refs: Vec<&mut KvCache> = caches.iter_mut().enumerate().filter(|(i, _)| batch[*i].1.len() > t).map(|(_, c)| c).collect();
         let logits = lm.model.forward_batch(&tokens, &mut refs)?;
         for (&i, l) in active.iter().zip(&logits) {
             out[i].log_prob += log_softmax_at(l, batch[i].1[t]);

@@ -1,7 +1,7 @@
 //! Reranking the head of a fused list with a [`Reranker`] (cross-encoder, MaxSim…).
 use serde::Serialize;
 
-use crate::fusion::Candidate;
+use crate::fusion::{fuse, Candidate, Fusion, Normalization, RankedList};
 
 /// Scores (query, passage) pairs; higher is more relevant. `gauge-rerank` implements it with
 /// a cross-encoder and with late interaction (MaxSim).
@@ -74,40 +74,17 @@ impl RerankFusion {
         }
     }
 
-    /// Final scores of the head from its first-stage scores (in first-stage order) and the
-    /// reranker's.
-    pub fn fuse(&self, first: &[f32], rerank: &[f32]) -> Vec<f32> {
+    /// The list fusion it is ([`crate::fusion::fuse`] over the reranker's list, then the first
+    /// stage's): replace is the reranker's list alone.
+    fn as_fusion(&self) -> Fusion {
         match *self {
-            RerankFusion::Replace => rerank.to_vec(),
-            RerankFusion::Rrf { k } => {
-                let ranks = ranks_of(rerank);
-                (0..rerank.len()).map(|i| 1.0 / (k + (i + 1) as f32) + 1.0 / (k + ranks[i] as f32)).collect()
-            }
-            RerankFusion::Weighted { weight } => {
-                let (a, b) = (min_max(first), min_max(rerank));
-                a.iter().zip(&b).map(|(x, y)| weight * y + (1.0 - weight) * x).collect()
-            }
+            RerankFusion::Replace => Fusion::None,
+            RerankFusion::Rrf { k } => Fusion::Rrf { k },
+            RerankFusion::Weighted { weight } => Fusion::Weighted { alpha: weight, normalization: Normalization::MinMax },
         }
     }
 }
 
-/// 1-based rank of each score (highest first; ties by position).
-fn ranks_of(scores: &[f32]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    let mut ranks = vec![0; scores.len()];
-    for (r, &i) in order.iter().enumerate() {
-        ranks[i] = r + 1;
-    }
-    ranks
-}
-
-/// Scores scaled to [0, 1] (all 1 when they are equal).
-fn min_max(scores: &[f32]) -> Vec<f32> {
-    let lo = scores.iter().copied().fold(f32::INFINITY, f32::min);
-    let hi = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    scores.iter().map(|&s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }).collect()
-}
 
 /// Rerank settings: the model, how many fused candidates to read and how many to keep, and
 /// the text around query and passage.
@@ -189,16 +166,25 @@ pub fn rerank_candidates(
     if scores.len() != head.len() {
         return Err(format!("reranker `{}` returned {} scores for {} passages", reranker.name(), scores.len(), head.len()));
     }
-    let first: Vec<f32> = head.iter().map(|c| c.score).collect();
-    let ranks = ranks_of(&scores);
-    let fused = config.fuse.fuse(&first, &scores);
+    // The reranker's list (ties by first-stage position) and the first stage's, fused as lists;
+    // candidates are named by their zero-padded first-stage position, so fusion's last tie
+    // break (the id) is that position.
+    let name = |i: usize| format!("{i:08}");
     let mut order: Vec<usize> = (0..head.len()).collect();
-    order.sort_by(|&a, &b| fused[b].total_cmp(&fused[a]).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    let mut ranks = vec![0; head.len()];
+    for (r, &i) in order.iter().enumerate() {
+        ranks[i] = r + 1;
+    }
+    let reranked = RankedList { stage: reranker.name().to_string(), hits: order.iter().map(|&i| (name(i), scores[i])).collect() };
+    let first = RankedList { stage: "first".into(), hits: head.iter().enumerate().map(|(i, c)| (name(i), c.score)).collect() };
+    let fused = fuse(&[reranked, first], &config.fuse.as_fusion());
     let mut out = Vec::with_capacity(config.top_n.min(head.len()));
-    for &i in order.iter().take(config.top_n) {
+    for f in fused.iter().take(config.top_n) {
+        let i: usize = f.chunk_id.parse().expect("a position");
         let mut c = std::mem::replace(&mut head[i], Candidate { chunk_id: String::new(), score: 0.0, stages: Vec::new() });
         c.stages.push(crate::fusion::StageHit { stage: reranker.name().to_string(), rank: ranks[i], score: scores[i] });
-        c.score = fused[i];
+        c.score = f.score;
         out.push(c);
     }
     Ok(out)

@@ -128,7 +128,7 @@ pub fn input_files(input: &Path) -> Result<(PathBuf, Option<PathBuf>), TrainErro
 pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], cfg: &RetrieverConfig, seed: u64, teacher: Option<&gauge_generator::query_likelihood::QueryLikelihood>) -> anyhow::Result<Mined> {
     let retrieval = gauge_engine::RetrievalConfig { candidates: cfg.mine_depth, k: cfg.mine_depth, ..Default::default() };
     let mut out = Vec::with_capacity(rows.len());
-    let (mut missing, mut denoised, mut without_negatives) = (0, 0, 0);
+    let mut missing = 0;
     let wanted = if cfg.denoise && teacher.is_some() { 2 * cfg.hard_negatives } else { cfg.hard_negatives };
     let bar = gauge_core::progress::bar(rows.len() as u64, "questions mined");
     for (i, row) in rows.iter().enumerate() {
@@ -168,37 +168,59 @@ pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], c
         pages.extend((positive.page_start..=positive.page_end).map(|p| (positive.source.clone(), p)));
         pages.sort();
         pages.dedup();
-        let mut scores = Vec::new();
-        if let Some(t) = teacher {
-            let passages: Vec<&str> = std::iter::once(text.as_str()).chain(negatives.iter().map(String::as_str)).collect();
-            scores = t.likelihoods(&q.question, &passages)?.into_iter().map(|s| s as f32).collect();
-            if cfg.denoise {
-                let positive_score = scores[0];
-                let (mut kept, mut kept_scores) = (Vec::new(), vec![positive_score]);
-                for (n, s) in negatives.into_iter().zip(scores[1..].iter().copied()) {
-                    if kept.len() >= cfg.hard_negatives {
-                        break;
-                    }
-                    if s >= positive_score {
-                        denoised += 1;
-                    } else {
-                        kept.push(n);
-                        kept_scores.push(s);
-                    }
-                }
-                (negatives, scores) = (kept, kept_scores);
-            }
-            if negatives.is_empty() || !scores.iter().all(|s| s.is_finite()) {
-                // Nothing to contrast the positive with (every negative denoised away), or a
-                // score the teacher could not give (an empty question).
-                without_negatives += 1;
-                continue;
-            }
-        }
-        out.push(RetrievalExample { question: q.question.clone(), positive: text, negatives, pages, teacher: scores });
+        out.push(RetrievalExample { question: q.question.clone(), positive: text, negatives, pages, teacher: Vec::new() });
     }
     bar.finish_and_clear();
-    Ok(Mined { examples: out, missing, denoised, without_negatives })
+    let Some(t) = teacher else { return Ok(Mined { examples: out, missing, denoised: 0, without_negatives: 0 }) };
+    let (examples, denoised, without_negatives) = teach(out, t, cfg)?;
+    Ok(Mined { examples, missing, denoised, without_negatives })
+}
+
+/// Scores every example's positive and negatives with the teacher — all pairs at once, so the
+/// decoder steps passages of different questions together — then, with `cfg.denoise`, drops
+/// the negatives scored at or above their positive (keeping `hard_negatives`), and leaves out
+/// the examples without a negative or a finite score. Returns them with the two counts.
+fn teach(examples: Vec<RetrievalExample>, teacher: &gauge_generator::query_likelihood::QueryLikelihood, cfg: &RetrieverConfig) -> anyhow::Result<(Vec<RetrievalExample>, usize, usize)> {
+    let pairs: Vec<(&str, &str)> = examples.iter().flat_map(|e| std::iter::once(e.positive.as_str()).chain(e.negatives.iter().map(String::as_str)).map(|p| (p, e.question.as_str()))).collect();
+    let bar = gauge_core::progress::bar(pairs.len() as u64, "teacher scores");
+    let mut scores: Vec<f32> = Vec::with_capacity(pairs.len());
+    for part in pairs.chunks(64) {
+        scores.extend(teacher.pair_likelihoods(part)?.into_iter().map(|s| s as f32));
+        bar.inc(part.len() as u64);
+    }
+    bar.finish_and_clear();
+    drop(pairs);
+    let (mut denoised, mut without_negatives) = (0, 0);
+    let mut out = Vec::with_capacity(examples.len());
+    let mut at = 0;
+    for mut e in examples {
+        let mut own = scores[at..at + 1 + e.negatives.len()].to_vec();
+        at += own.len();
+        if cfg.denoise {
+            let (mut kept, mut kept_scores) = (Vec::new(), vec![own[0]]);
+            for (n, s) in std::mem::take(&mut e.negatives).into_iter().zip(own[1..].iter().copied()) {
+                if kept.len() >= cfg.hard_negatives {
+                    break;
+                }
+                if s >= own[0] {
+                    denoised += 1;
+                } else {
+                    kept.push(n);
+                    kept_scores.push(s);
+                }
+            }
+            (e.negatives, own) = (kept, kept_scores);
+        }
+        if e.negatives.is_empty() || !own.iter().all(|s| s.is_finite()) {
+            // Nothing to contrast the positive with (every negative denoised away), or a
+            // score the teacher could not give (an empty question).
+            without_negatives += 1;
+            continue;
+        }
+        e.teacher = own;
+        out.push(e);
+    }
+    Ok((out, denoised, without_negatives))
 }
 
 /// The teacher's margins `t(p⁺) − t(n)` of a group (0 for the positive's own column).
