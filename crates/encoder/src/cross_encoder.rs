@@ -10,7 +10,7 @@ use crate::device::{Device, Tensor};
 use serde::Serialize;
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
-use crate::bert::{BertEncoder, Dense};
+use crate::bert::{load_dense as dense, BertEncoder, Dense};
 use crate::config::BertConfig;
 use crate::embedder::{for_each_batch, plan_batches};
 use gauge_core::models::ModelSource;
@@ -69,12 +69,6 @@ pub struct CrossEncoder {
     workers: usize,
     /// Settings in effect.
     pub info: CrossEncoderInfo,
-}
-
-fn dense(weights: &Weights, prefix: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Dense, EncoderError> {
-    let w = weights.get(&format!("{prefix}.weight"), &[d_out, d_in])?.transposed();
-    let b = weights.get(&format!("{prefix}.bias"), &[d_out])?;
-    Ok(Dense::new(w.values, b.values, d_in, d_out, device))
 }
 
 impl CrossEncoder {

@@ -1,14 +1,14 @@
 //! Sentence embeddings: tokenize, batch by a token budget, encode, pool, normalise.
 use std::path::Path;
 
-use burn::tensor::{Bool, Int, TensorData};
+use burn::tensor::Bool;
 
 use crate::device::{Device, Tensor};
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
-use crate::bert::BertEncoder;
-use crate::config::{BertConfig, Pooling, SentenceConfig};
+use crate::architecture::{Encoder, EncoderConfig};
+use crate::config::{Pooling, SentenceConfig};
 use crate::family::Family;
 use gauge_core::models::ModelSource;
 use crate::weights::Weights;
@@ -68,7 +68,7 @@ pub struct EmbedderInfo {
 
 /// A loaded sentence embedder (weights loaded once; reuse it for every batch).
 pub struct Embedder {
-    encoder: BertEncoder,
+    encoder: Encoder,
     tokenizer: Tokenizer,
     device: Device,
     token_budget: usize,
@@ -119,7 +119,7 @@ impl Embedder {
         let config_path = need(dir, "config.json", "the model configuration")?;
         let tokenizer_path = need(dir, "tokenizer.json", "the Hugging Face tokenizer")?;
         let weights_path = need(dir, "model.safetensors", "the weights")?;
-        let config = BertConfig::from_file(&config_path)?;
+        let config = EncoderConfig::from_file(&config_path)?;
         let sentence = SentenceConfig::from_dir(dir)?;
         let family = Family::detect(&format!("{} {}", source.id, dir.display()));
         let pooling = options.pooling.or(sentence.pooling).unwrap_or(family.default_pooling());
@@ -127,15 +127,15 @@ impl Embedder {
         let max_length = options
             .max_length
             .or(sentence.max_seq_length)
-            .unwrap_or(config.max_position_embeddings - config.position_offset())
-            .min(config.max_position_embeddings - config.position_offset());
+            .unwrap_or(config.max_tokens())
+            .min(config.max_tokens());
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
             .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot load tokenizer ({e})")))?;
         tokenizer
             .with_truncation(Some(tokenizers::TruncationParams { max_length, ..Default::default() }))
             .map_err(|e| EncoderError::file(&tokenizer_path, format!("cannot set truncation ({e})")))?;
         tokenizer.with_padding(None);
-        let mut weights = Weights::open(&weights_path, &["", "bert.", "roberta."])?;
+        let mut weights = Weights::open(&weights_path, &["", "bert.", "roberta.", "mpnet."])?;
         let adapter_hash = match &options.adapter {
             Some(dir) => {
                 let adapter = crate::adapter::LoraAdapter::load(dir)?;
@@ -144,13 +144,13 @@ impl Embedder {
             }
             None => None,
         };
-        let encoder = BertEncoder::load(&config, &weights, device)?;
+        let encoder = Encoder::load(&config, &weights, device)?;
         let info = EmbedderInfo {
             model: source.id.clone(),
             family,
             weights_hash: weights.hash(),
             tokenizer_hash: file_hash(&tokenizer_path)?,
-            dimension: config.hidden_size,
+            dimension: config.hidden_size(),
             pooling,
             normalize,
             max_length,
@@ -163,7 +163,7 @@ impl Embedder {
     }
 
     /// The encoder (for token-level uses such as late interaction).
-    pub fn encoder(&self) -> &BertEncoder {
+    pub fn encoder(&self) -> &Encoder {
         &self.encoder
     }
 
@@ -178,21 +178,7 @@ impl Embedder {
 
     /// Last hidden states `[B, L, H]` and the padding mask for a batch of token id lists.
     pub fn hidden_states(&self, batch: &[&TokenIds]) -> (Tensor<3>, Tensor<2, Bool>, usize) {
-        let b = batch.len();
-        let l = batch.iter().map(|t| t.len()).max().unwrap_or(1).max(1);
-        let mut ids = vec![self.encoder.config.pad_token_id as i64; b * l];
-        let mut pad = vec![true; b * l];
-        for (r, t) in batch.iter().enumerate() {
-            for (c, &id) in t.iter().enumerate() {
-                ids[r * l + c] = id as i64;
-                pad[r * l + c] = false;
-            }
-        }
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, l]), &self.device);
-        let types = Tensor::<2, Int>::zeros([b, l], &self.device);
-        let padding = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &self.device);
-        let lengths: Vec<usize> = batch.iter().map(|t| t.len()).collect();
-        (self.encoder.forward(ids, types, padding.clone(), &lengths), padding, l)
+        self.encoder.forward_batch(batch, &self.device)
     }
 
     /// Pools hidden states `[B, L, H]` into `[B, H]`.

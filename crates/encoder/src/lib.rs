@@ -2,20 +2,26 @@
 //! with no conversion step.
 //!
 //! - [`config`]: `config.json`, `modules.json`, pooling and `sentence_bert_config.json`.
-//! - [`bert`]: the encoder (embeddings, post-norm layers with padding-masked attention).
+//! - [`bert`]: the BERT encoder (embeddings, post-norm layers with padding-masked attention).
+//! - [`mpnet`]: the MPNet encoder (BERT's layers with a relative-position bias, all-mpnet-base-v2).
+//! - [`architecture`]: which of the two a folder's `config.json` names.
 //! - [`embedder`]: tokenization, token-budget batching, pooling, normalisation, prefixes.
 //! - [`adapter`], [`weights`], [`matmul`], [`device`]: re-exported from `gauge-tensor`, the floor
 //!   under the encoders, decoders and trainers.
 //! - [`family`]: defaults of the MiniLM, BGE, E5 and GTE families.
 #![deny(missing_docs)]
+pub mod architecture;
 pub mod bert;
 pub mod config;
 pub mod cross_encoder;
 pub mod embedder;
 pub mod family;
+pub mod mpnet;
 
 pub use gauge_tensor::{adapter, burn, matmul, weights};
+pub use architecture::{Encoder, EncoderConfig};
 pub use config::{BertConfig, Pooling};
+pub use mpnet::MpnetConfig;
 pub use cross_encoder::{CrossEncoder, CrossEncoderInfo, CrossEncoderOptions, PairEncoding};
 pub use embedder::{BatchStats, Embedder, EmbedderInfo, EmbedderOptions};
 pub use family::Family;
