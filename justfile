@@ -229,7 +229,7 @@ bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 bench-extract: setup
     scripts/bench-extract.sh {{corpus}} bench/extract.json
 
-# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk (all-MiniLM-L6-v2), then all-mpnet-base-v2 (fetched on first use) against sentence-transformers on PyTorch on the first 500 chunks, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~MPNET_BENCH_MINUTES min on 2 cores.
+# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk (all-MiniLM-L6-v2), then all-mpnet-base-v2 (fetched on first use) against sentence-transformers on PyTorch on the first 128 chunks, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~MPNET_BENCH_MINUTES min on 2 cores.
 bench-embed: setup models bench-venv torch-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PYTHON={{venv}}/bin/python3 GAUGE_VENV={{torch_venv}} scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2

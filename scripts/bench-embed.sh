@@ -4,7 +4,7 @@
 # Runtime, sentence-transformers' preprocessing and pooling, as many threads as cores) on every
 # chunk of the FRA corpus (recursive 1000/150), tokenization included on both sides, in
 # interleaved A/B pairs (gauge-bench, crates/bench) → bench/embed.json. Then all-mpnet-base-v2 on
-# the first $GAUGE_BENCH_MPNET_TEXTS (500) chunks against sentence-transformers on PyTorch
+# the first $GAUGE_BENCH_MPNET_TEXTS (128) chunks against sentence-transformers on PyTorch
 # (scripts/bench_embed_reference.py), the vectors' sums checked equal.
 # Usage: scripts/bench-embed.sh CHUNKS_DIR [OUT] [MODEL]; PYTHON: a Python with onnxruntime,
 # tokenizers, numpy and pyarrow (`just bench-venv`); GAUGE_VENV: one with torch and
@@ -17,7 +17,7 @@ model="${3:-models/all-MiniLM-L6-v2}"
 pairs="${GAUGE_BENCH_PAIRS:-5}"
 py="${PYTHON:-python3}"
 torch_venv="${GAUGE_VENV:-$HOME/.cache/gauge-torch-venv}"
-mpnet_texts="${GAUGE_BENCH_MPNET_TEXTS:-500}"
+mpnet_texts="${GAUGE_BENCH_MPNET_TEXTS:-128}"
 torch_py=none
 if [ "$torch_venv" != none ]; then
   torch_py="$torch_venv/bin/python3"

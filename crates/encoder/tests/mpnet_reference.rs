@@ -56,8 +56,8 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-/// Tolerances: cosine ≥ 0.99999 per text and every component within 2e-5 of PyTorch's (the
-/// largest difference seen is printed; it comes from summation order, GELU's erf and
+/// Tolerances: cosine ≥ 0.99999 per text and every component within 2e-6 of PyTorch's (the
+/// largest difference is printed: 6.6e-7 on this machine; it comes from summation order, GELU's erf and
 /// PyTorch's own batch-dependent kernels).
 #[test]
 fn mpnet_matches_sentence_transformers() {
@@ -82,7 +82,7 @@ fn mpnet_matches_sentence_transformers() {
         let cos = cosine(v, &c.sentence);
         let abs = v.iter().zip(&c.sentence).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(cos >= 0.99999, "cosine {cos} for {:?}", c.text);
-        assert!(abs <= 2e-5, "max |gauge - sentence-transformers| {abs} for {:?}", c.text);
+        assert!(abs <= 2e-6, "max |gauge - sentence-transformers| {abs} for {:?}", c.text);
         worst_cos = worst_cos.min(cos);
         worst_abs = worst_abs.max(abs);
     }
