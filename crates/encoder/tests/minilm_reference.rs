@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use gauge_encoder::embedder::TokenIds;
+use gauge_test_support::{bits, cosine};
 use gauge_encoder::{device, Embedder, EmbedderOptions, ModelSource, Pooling};
 
 fn root() -> PathBuf {
@@ -42,12 +43,6 @@ fn embedder() -> Embedder {
     Embedder::load(&source, &EmbedderOptions::default(), &device::parse("cpu").unwrap()).unwrap()
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
 
 #[test]
 fn minilm_matches_the_reference() {
@@ -98,9 +93,6 @@ fn minilm_matches_the_reference() {
     }
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// The vectors of every third fixture text up to 128 tokens (short, non-ASCII and identifier
 /// ones among them; the portable body is slow) as hex bits, one line per text, into the file

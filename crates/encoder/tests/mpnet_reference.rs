@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use gauge_encoder::embedder::TokenIds;
+use gauge_test_support::{bits, cosine};
 use gauge_encoder::{device, Embedder, EmbedderOptions, ModelSource, Pooling};
 
 fn root() -> PathBuf {
@@ -45,16 +46,7 @@ fn embedder() -> Embedder {
     Embedder::load(&source, &EmbedderOptions::default(), &device::parse("cpu").unwrap()).unwrap()
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// Tolerances: cosine ≥ 0.99999 per text and every component within 2e-6 of PyTorch's (the
 /// largest difference is printed: 6.6e-7 on this machine; it comes from summation order, GELU's erf and

@@ -31,6 +31,19 @@ pub fn shared_path(relative: &str) -> PathBuf {
     p
 }
 
+/// Cosine of two vectors, accumulated in f64 (the fixture tests' measure of agreement).
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// The bit patterns of a vector (for "the same bits" assertions).
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
