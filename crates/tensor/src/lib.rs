@@ -5,7 +5,7 @@
 //! - [`weights`]: safetensors checkpoints read by name, with a PEFT adapter merged at load.
 //! - [`adapter`]: LoRA adapters in PEFT's folder format.
 //! - [`matmul`]: the deterministic f32 matrix product (one summation order per output on every
-//!   CPU; scalar and AVX2 paths chosen at run time, `GAUGE_MATMUL`), and [`dense::Dense`] on it.
+//!   CPU; scalar, AVX2 and AVX-512 paths chosen at run time, `GAUGE_MATMUL`), and [`dense::Dense`] on it.
 //! - [`gemm`]: strided f32 products through the `gemm` crate (the decoder's host forward and the
 //!   trainers' kernels), with their thread choice.
 //! - [`cpu_path`]: run-time kernel-path selection shared by every hot loop (a path per CPU

@@ -2,9 +2,10 @@
 //!
 //! `c[i][j] = init[j] + Σₚ a[i][p]·b[p][j]`, accumulated for p = 0, 1, …, k − 1 in that order,
 //! each step one fused multiply-add (one rounding). The SIMD body vectorises over output
-//! columns only — each lane is one output's own chain — so AVX2+FMA and the portable body
-//! (`f32::mul_add`) produce the same bits, whatever the tile shape, the thread count or the
-//! caches. A BLAS-style gemm (the `gemm` crate, OpenBLAS) picks micro-kernels and its k-blocking
+//! columns only — each lane is one output's own chain — so AVX-512F, AVX2+FMA and the portable
+//! body (`f32::mul_add`) produce the same bits, whatever the tile shape, the thread count or the
+//! caches. The AVX-512 body doubles the f32 peak of a core with two 512-bit FMA units (Intel
+//! server cores); on one that runs AVX-512 on 256-bit pipes (AMD Zen 4) it matches AVX2. A BLAS-style gemm (the `gemm` crate, OpenBLAS) picks micro-kernels and its k-blocking
 //! from the CPU at run time, which changes the order of the partial sums: embeddings then
 //! differ in their last bits between an AVX2 and an AVX-512 machine, and so do index
 //! fingerprints and printed scores. This is what makes `eval/fra` rebuild byte for byte on
@@ -36,11 +37,13 @@ pub enum MatmulPath {
     Scalar,
     /// AVX2 + FMA, 6 rows × 16 columns per tile.
     Avx2,
+    /// AVX-512F, 8 rows × 32 columns per tile (the columns past the last 16 on the AVX2 body).
+    Avx512,
 }
 
 impl MatmulPath {
     /// The body [`matmul`] runs: the fastest this CPU has, unless `GAUGE_MATMUL` names another
-    /// it has (`scalar`, `avx2`) — the results are the same bits either way, so this only
+    /// it has (`scalar`, `avx2`, `avx512`) — the results are the same bits either way, so this only
     /// checks that claim or measures the bodies.
     pub fn chosen() -> MatmulPath {
         static CHOSEN: std::sync::OnceLock<MatmulPath> = std::sync::OnceLock::new();
@@ -63,6 +66,8 @@ impl MatmulPath {
             MatmulPath::Scalar => true,
             #[cfg(target_arch = "x86_64")]
             MatmulPath::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            MatmulPath::Avx512 => MatmulPath::Avx2.supported() && is_x86_feature_detected!("avx512f"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -73,12 +78,13 @@ impl MatmulPath {
         match self {
             MatmulPath::Scalar => "scalar",
             MatmulPath::Avx2 => "avx2",
+            MatmulPath::Avx512 => "avx512",
         }
     }
 }
 
 impl crate::cpu_path::CpuPath for MatmulPath {
-    const ALL: &'static [MatmulPath] = &[MatmulPath::Scalar, MatmulPath::Avx2];
+    const ALL: &'static [MatmulPath] = &[MatmulPath::Scalar, MatmulPath::Avx2, MatmulPath::Avx512];
     const ENV: &'static str = "GAUGE_MATMUL";
     fn name(self) -> &'static str {
         MatmulPath::name(self)
@@ -188,7 +194,9 @@ impl<'a> Rhs<'a> {
     }
 
     /// Where `b[0][j]` lies and the distance from `b[p][j]` to `b[p + 1][j]`; the next seven
-    /// columns follow it (`j` a multiple of 8, `j + 8 ≤ cols`).
+    /// columns follow it (`j` a multiple of 8, `j + 8 ≤ cols`), the next fifteen when `j` is a
+    /// multiple of 16 and `j + 16 ≤ cols` (a packed panel is 16 columns, and a packed view's
+    /// first column is a multiple of 16: [`product`] splits columns by multiples of 16).
     #[inline(always)]
     fn column(&self, j: usize) -> (*const f32, usize) {
         match self {
@@ -319,8 +327,15 @@ unsafe fn block(path: MatmulPath, a: Mat<'_>, b: Rhs<'_>, init: Init<'_>, out: O
             // SAFETY: AVX2 and FMA are present (checked above); the views were bounds-checked.
             avx2::block(a, b, init, out)
         }
+        #[cfg(target_arch = "x86_64")]
+        MatmulPath::Avx512 => {
+            assert!(MatmulPath::Avx512.supported(), "the AVX-512 matmul body needs AVX-512F, AVX2 and FMA");
+            // SAFETY: AVX-512F, AVX2 and FMA are present (checked above); the views were
+            // bounds-checked.
+            avx512::block(a, b, init, out)
+        }
         #[cfg(not(target_arch = "x86_64"))]
-        MatmulPath::Avx2 => unreachable!("no AVX2 body off x86-64"),
+        MatmulPath::Avx2 | MatmulPath::Avx512 => unreachable!("no SIMD body off x86-64"),
     }
 }
 
@@ -442,6 +457,123 @@ mod avx2 {
         for (r, row) in acc.iter().enumerate() {
             for (v, value) in row.iter().enumerate() {
                 _mm256_storeu_ps(c_ptr.add(r * ldc + 8 * v), *value);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Init, Mat, Out, Rhs};
+    use std::arch::x86_64::*;
+
+    /// Rows per tile: 8 rows × 2 vectors are 16 of the 32 registers.
+    const MR: usize = 8;
+
+    /// Steps of k per pass, as the AVX2 body's (a 32-column slice of `b` over KC steps is
+    /// 32 KiB).
+    const KC: usize = 256;
+
+    /// k in passes of [`KC`]; within a pass columns in tiles of 32, then 16; rows in tiles of
+    /// eight, then one tile of the rest. The columns past the last multiple of 16 run on the
+    /// AVX2 body (its 8-wide tiles, then the scalar chain): every output keeps its one chain,
+    /// whichever body computes it.
+    ///
+    /// # Safety
+    /// AVX-512F, AVX2 and FMA present; as [`super::block`] otherwise.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn block(a: Mat<'_>, b: Rhs<'_>, init: Init<'_>, out: Out) {
+        let (m, k, n) = (a.rows, a.cols, b.cols());
+        let full16 = n / 16 * 16;
+        let mut p0 = 0;
+        loop {
+            let p1 = (p0 + KC).min(k);
+            let mut j = 0;
+            while j + 32 <= full16 {
+                rows::<2>(a, b, init, out, j, p0, p1, m);
+                j += 32;
+            }
+            if j < full16 {
+                rows::<1>(a, b, init, out, j, p0, p1, m);
+            }
+            p0 = p1;
+            if p0 >= k {
+                break;
+            }
+        }
+        if full16 < n {
+            let init = match init {
+                Init::Zero => Init::Zero,
+                Init::Bias(bias) => Init::Bias(&bias[full16..]),
+            };
+            super::avx2::block(a, b.columns(full16, n - full16), init, out.offset(full16));
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows<const V: usize>(a: Mat<'_>, b: Rhs<'_>, init: Init<'_>, out: Out, j: usize, p0: usize, p1: usize, m: usize) {
+        let mut i = 0;
+        while i + MR <= m {
+            tile::<MR, V>(a, b, init, out, i, j, p0, p1);
+            i += MR;
+        }
+        match m - i {
+            0 => {}
+            1 => tile::<1, V>(a, b, init, out, i, j, p0, p1),
+            2 => tile::<2, V>(a, b, init, out, i, j, p0, p1),
+            3 => tile::<3, V>(a, b, init, out, i, j, p0, p1),
+            4 => tile::<4, V>(a, b, init, out, i, j, p0, p1),
+            5 => tile::<5, V>(a, b, init, out, i, j, p0, p1),
+            6 => tile::<6, V>(a, b, init, out, i, j, p0, p1),
+            _ => tile::<7, V>(a, b, init, out, i, j, p0, p1),
+        }
+    }
+
+    /// Rows `i..i + R`, columns `j..j + 16·V`, steps `p0..p1` of k: R·V accumulators started
+    /// from `init` (first pass) or from `c` (later passes), FMA in order, stored back to `c`.
+    /// Each 16-column vector of `b` is read through [`Rhs::column`] on its own (two vectors
+    /// are two packed panels).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const R: usize, const V: usize>(a: Mat<'_>, b: Rhs<'_>, init: Init<'_>, out: Out, i: usize, j: usize, p0: usize, p1: usize) {
+        let (c_ptr, ldc) = (out.ptr.add(i * out.ldc + j), out.ldc);
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (v, slot) in row.iter_mut().enumerate() {
+                *slot = if p0 > 0 {
+                    _mm512_loadu_ps(c_ptr.add(r * ldc + 16 * v))
+                } else {
+                    match init {
+                        Init::Zero => _mm512_setzero_ps(),
+                        Init::Bias(bias) => _mm512_loadu_ps(bias.as_ptr().add(j + 16 * v)),
+                    }
+                };
+            }
+        }
+        let a_ptr = a.data.as_ptr().add(i * a.stride);
+        let mut columns = [(std::ptr::null::<f32>(), 0usize); V];
+        for (v, slot) in columns.iter_mut().enumerate() {
+            *slot = b.column(j + 16 * v);
+        }
+        for p in p0..p1 {
+            let mut bv = [_mm512_setzero_ps(); V];
+            for (v, slot) in bv.iter_mut().enumerate() {
+                let (ptr, step) = columns[v];
+                *slot = _mm512_loadu_ps(ptr.add(p * step));
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(*a_ptr.add(r * a.stride + p));
+                for v in 0..V {
+                    row[v] = _mm512_fmadd_ps(x, bv[v], row[v]);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (v, value) in row.iter().enumerate() {
+                _mm512_storeu_ps(c_ptr.add(r * ldc + 16 * v), *value);
             }
         }
     }
