@@ -256,14 +256,8 @@ bench-train-encoder steps="2": setup models torch-venv
 train-retrievers *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail
-    chunks=$({{just}} chunk | tail -n1)
-    idx=$({{just}} index | tail -n1)
-    held=(--hold-out golden/fra-heldout.pages.json)
-    ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 "${held[@]}" | tail -n1)
-    scripts/fetch-models.sh qwen2.5-1.5b
-    qwen=(--set doc2query.generator.kind=local --set doc2query.generator.model=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --set doc2query.reply=json --set generation.temperature=0)
-    written=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 500 --split 85:15:0 --seed 42 --set generation.max_new_tokens=200 "${qwen[@]}" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
-    d2q=$({{bin}}/synth-data "$chunks" --mode likelihood --from "$written" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
+    data=$({{just}} retriever-data | tail -n3)
+    idx=$(sed -n 1p <<<"$data"); ict=$(sed -n 2p <<<"$data"); d2q=$(sed -n 3p <<<"$data")
     common=(--index "$idx" --base sentence-transformers/all-MiniLM-L6-v2 --hold-out ../shared/golden/fra-dev.jsonl --hold-out golden/fra-heldout.jsonl --artifacts {{artifacts}} --grad-accum 1 --set eval_examples=64 --set eval_every=10)
     embedder=(--target embedder --learning-rate 3e-4 --set batch_size=16)
     reranker=(--target reranker --learning-rate 2e-3 --set batch_size=8)
@@ -278,6 +272,29 @@ train-retrievers *flags="": setup models
     {{bin}}/train-lora "$d2q" --also "$ict" "${embedder[@]}" "${common[@]}" "${teacher[@]}" --set retriever.denoise=true --copy-to data/adapters/fra-embedder-denoised {{flags}} | tail -n1
     {{bin}}/evaluate pipelines/fra-trained.toml --artifacts {{artifacts}}
     {{bin}}/evaluate pipelines/fra-trained.toml --golden golden/fra-heldout.jsonl --name fra-trained-heldout --relevance page --artifacts {{artifacts}}
+
+# The question sets `just train-retrievers` and `just train-embedder` learn from, built once and cached: the index, the inverse-cloze set (800 sentences) and the doc2query questions Qwen2.5-Coder-1.5B wrote, kept by query likelihood — their artifact paths, one per line (index, ICT, doc2query), every page of the held-out synthetic set's split left out.
+retriever-data: setup models
+    #!/usr/bin/env bash
+    set -euo pipefail
+    chunks=$({{just}} chunk | tail -n1)
+    idx=$({{just}} index | tail -n1)
+    held=(--hold-out golden/fra-heldout.pages.json)
+    ict=$({{just}} synth --mode ict --n 800 --split 85:15:0 "${held[@]}" | tail -n1)
+    scripts/fetch-models.sh qwen2.5-1.5b >&2
+    qwen=(--set doc2query.generator.kind=local --set doc2query.generator.model=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --set doc2query.reply=json --set generation.temperature=0)
+    written=$({{bin}}/synth-data "$chunks" --mode doc2query --index "$idx" --n 500 --split 85:15:0 --seed 42 --set generation.max_new_tokens=200 "${qwen[@]}" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
+    d2q=$({{bin}}/synth-data "$chunks" --mode likelihood --from "$written" "${held[@]}" --artifacts {{artifacts}} | tail -n1)
+    printf '%s\n' "$idx" "$ict" "$d2q"
+
+# One embedder trained on both question sets of `just retriever-data` (doc2query + inverse cloze), on any BERT or MPNet base — by default all-mpnet-base-v2 (fetched on first use) — with `just train-retrievers`' embedder settings (LoRA r 16 on every linear module, InfoNCE over 16 questions × (positive + 2 hard negatives), lr 3e-4, 1 epoch), the dev and held-out pages left out → the adapter in OUT. Pass e.g. `--max-train-examples 320` to bound it: all-mpnet-base-v2 is 5× MiniLM's matrices and reads passages up to 256 tokens.
+train-embedder base="sentence-transformers/all-mpnet-base-v2" out="data/adapters/fra-embedder-mpnet" *flags="": setup models
+    #!/usr/bin/env bash
+    set -euo pipefail
+    data=$({{just}} retriever-data | tail -n3)
+    idx=$(sed -n 1p <<<"$data"); ict=$(sed -n 2p <<<"$data"); d2q=$(sed -n 3p <<<"$data")
+    case "{{base}}" in *all-mpnet-base-v2) scripts/fetch-models.sh all-mpnet-base-v2 >&2 ;; esac
+    {{bin}}/train-lora "$d2q" --also "$ict" --target embedder --base "{{base}}" --index "$idx" --hold-out ../shared/golden/fra-dev.jsonl --hold-out golden/fra-heldout.jsonl --artifacts {{artifacts}} --learning-rate 3e-4 --set batch_size=16 --grad-accum 1 --set eval_examples=64 --set eval_every=10 --copy-to "{{out}}" {{flags}} | tail -n1
 
 # The same as `just train-retrievers` (the doc2query models are trained with the others and judged in one table).
 train-doc2query *flags="": (train-retrievers flags)

@@ -49,7 +49,7 @@ plan = {
 if torch_py != "none":
     mpnet = "models/all-mpnet-base-v2"
     plan["notes"].append(f"all-mpnet-base-v2 (12 layers, 768 hidden, max length 384) on the first {mpnet_texts} chunks against sentence-transformers' encode on PyTorch CPU fp32 (scripts/bench_embed_reference.py: its defaults, batches of 32, every core); the sums of every vector component must agree within 0.05 in every pair.")
-    plan["comparisons"].append({"name": f"all-mpnet-base-v2, first {mpnet_texts} FRA chunks",
+    plan["comparisons"].append({"name": f"all-mpnet-base-v2, first {mpnet_texts} FRA chunks", "reference_name": "sentence-transformers (PyTorch CPU fp32)",
                                 "gauge": {"argv": [bin_, "side", chunks, mpnet, mpnet_texts]},
                                 "reference": {"argv": [torch_py, "scripts/bench_embed_reference.py", mpnet, f"{chunks}/chunks.parquet", mpnet_texts]},
                                 "ratios": [{"name": "speed", "gauge": "tokens_per_s", "reference": "tokens_per_s", "unit": "tok/s"}],

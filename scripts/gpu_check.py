@@ -484,11 +484,15 @@ def peft_embedder(base, adapter, chunks_parquet, embeddings_parquet, n=64):
     gauge_vectors = {r["chunk_id"]: np.array(r["vector"], dtype=np.float64) for r in pq.read_table(embeddings_parquet).to_pylist()}
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModel.from_pretrained(base, dtype=torch.float32).eval()
+    # gauge's embedder truncates at the folder's sentence-transformers max_seq_length (MiniLM
+    # 256, MPNet 384), as sentence-transformers does.
+    st_config = os.path.join(base, "sentence_bert_config.json")
+    max_length = json.load(open(st_config)).get("max_seq_length", 256) if os.path.exists(st_config) else 256
 
     def embed(m):
         out = []
         for i in range(0, len(chunks), 16):
-            b = tok([c["text"] for c in chunks[i:i + 16]], padding=True, truncation=True, max_length=256, return_tensors="pt")
+            b = tok([c["text"] for c in chunks[i:i + 16]], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
             with torch.no_grad():
                 h = m(**b).last_hidden_state
             mask = b["attention_mask"].unsqueeze(-1).float()

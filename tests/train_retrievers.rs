@@ -181,7 +181,14 @@ fn embedder_and_reranker_train_resume_and_load_in_the_pipeline() {
     let out = run("train-lora", &[data.to_str().unwrap(), "--target", "reranker", "--index", &b.index, "--base", shared().join("fixtures/tiny-llama").to_str().unwrap(), "--artifacts", bad_root.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unsupported architecture `llama`") && err.contains("BERT model folder"), "{err}");
+    assert!(err.contains("unsupported architecture `llama`") && err.contains("BERT or MPNet model folder"), "{err}");
+    // An MPNet base trains the embedder only (`just models all-mpnet-base-v2`, which `just test` fetches).
+    let mpnet = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-mpnet-base-v2");
+    let out = run("train-lora", &[data.to_str().unwrap(), "--target", "reranker", "--index", &b.index, "--base", mpnet.to_str().unwrap(), "--artifacts", bad_root.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("an MPNet base trains as --target embedder") && err.lines().count() <= 2, "{err}");
+    assert!(complete_dirs(&bad_root, "train-lora").is_empty());
 }
 
 /// `--also`: two question sets trained together — both sets' questions train (their pages are

@@ -135,6 +135,10 @@ pub struct Comparison {
     pub gauge: Command,
     /// The reference's command.
     pub reference: Command,
+    /// The reference's name where this comparison's differs from the plan's
+    /// [`Plan::reference`] (a second model measured against another library).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_name: Option<String>,
     /// The ratios reported.
     pub ratios: Vec<RatioSpec>,
     /// Figures both sides must agree on in every pair (the first step's loss of a like-for-like
@@ -269,6 +273,7 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
     let mut comparisons = Vec::new();
     for c in &plan.comparisons {
         let t = Instant::now();
+        let reference_name = c.reference_name.as_deref().unwrap_or(&plan.reference);
         let load_before = MachineState::observe().load_average;
         let (mut g, mut r) = (Vec::new(), Vec::new());
         let mut warm = None;
@@ -278,7 +283,7 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
             let label = if pair == 0 { "warm-up".to_string() } else { format!("pair {pair}/{}", plan.pairs) };
             let mut one = |is_gauge: bool| -> Result<Run> {
                 done += 1;
-                let who = if is_gauge { "gauge" } else { plan.reference.as_str() };
+                let who = if is_gauge { "gauge" } else { reference_name };
                 eprintln!("[{done}/{total}] {}: {}, {label}", c.name, who);
                 run_once(&format!("{} ({who}, {label})", c.name), if is_gauge { &c.gauge } else { &c.reference })
             };
@@ -319,7 +324,7 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
             let (gv, rv) = (figure(&g, &e.gauge, &what)?, figure(&r, &e.reference, &what)?);
             let worst = gv.iter().zip(&rv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
             if worst.is_nan() || worst > e.tolerance {
-                return Err(BenchError::Invalid(format!("{what}: gauge {gv:?} against {} {rv:?} differ by {worst:e}, more than {:e}", plan.reference, e.tolerance)));
+                return Err(BenchError::Invalid(format!("{what}: gauge {gv:?} against {} {rv:?} differ by {worst:e}, more than {:e}", reference_name, e.tolerance)));
             }
             equal.push(json!({ "gauge": e.gauge, "reference": e.reference, "tolerance": e.tolerance, "largest_difference": worst }));
         }
@@ -327,7 +332,7 @@ pub fn run(plan: &Plan, root: &Path) -> Result<Value> {
             "name": c.name,
             "equal": equal,
             "gauge": { "argv": c.gauge.argv, "env": c.gauge.env, "figures": summaries(&g), "printed": warm_g.printed },
-            "reference": { "argv": c.reference.argv, "env": c.reference.env, "format": c.reference.format, "figures": summaries(&r), "printed": warm_r.printed },
+            "reference": { "name": reference_name, "argv": c.reference.argv, "env": c.reference.env, "format": c.reference.format, "figures": summaries(&r), "printed": warm_r.printed },
             "ratios": ratios,
             "load_average": { "before": load_before, "after": MachineState::observe().load_average },
             "seconds": t.elapsed().as_secs_f64(),
@@ -383,8 +388,8 @@ mod tests {
             describe: vec![Describe { name: "version".into(), argv: vec!["echo".into(), "{\"v\": 3}".into()] }],
             notes: vec![],
             comparisons: vec![
-                Comparison { name: "one".into(), gauge: side("g", "$((100 + n))"), reference: side("r", "50"), ratios: vec![RatioSpec { name: "speed".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: None, better: Better::Higher, unit: "tok/s".into() }], equal: vec![] },
-                Comparison { name: "two".into(), gauge: side("g", "200"), reference: side("r", "80"), ratios: vec![RatioSpec { name: "vs one".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: Some("one".into()), better: Better::Higher, unit: "tok/s".into() }], equal: vec![EqualSpec { gauge: "run".into(), reference: "run".into(), tolerance: 1.5 }] },
+                Comparison { name: "one".into(), gauge: side("g", "$((100 + n))"), reference: side("r", "50"), reference_name: None, ratios: vec![RatioSpec { name: "speed".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: None, better: Better::Higher, unit: "tok/s".into() }], equal: vec![] },
+                Comparison { name: "two".into(), gauge: side("g", "200"), reference: side("r", "80"), reference_name: Some("other library".into()), ratios: vec![RatioSpec { name: "vs one".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: Some("one".into()), better: Better::Higher, unit: "tok/s".into() }], equal: vec![EqualSpec { gauge: "run".into(), reference: "run".into(), tolerance: 1.5 }] },
             ],
             readme: vec![ReadmeRow { what: "toy speed".into(), comparison: "one".into(), ratio: "speed".into() }],
         }
@@ -408,6 +413,8 @@ mod tests {
         assert_eq!(c["gauge"]["printed"], "g");
         // The second denominator comes from comparison one's reference runs.
         assert_eq!(v["comparisons"][1]["ratios"][0]["ratio"]["median"], json!(4.0));
+        // Each comparison names its reference: the plan's, or its own.
+        assert_eq!((v["comparisons"][0]["reference"]["name"].as_str(), v["comparisons"][1]["reference"]["name"].as_str()), (Some("ref"), Some("other library")));
         assert_eq!(v["describe"]["version"]["v"], 3);
         assert_eq!(v["harness"]["pairs"], 5);
         assert!(v["machine"]["before"]["cores"].as_u64().unwrap() >= 1);
@@ -432,7 +439,7 @@ mod tests {
         let mut p = plan(root.path(), 5);
         p.comparisons[1].equal[0].tolerance = 0.5;
         let e = run(&p, root.path()).unwrap_err().to_string();
-        assert!(e.contains("two, `run` = `run`") && e.contains("more than"), "{e}");
+        assert!(e.contains("two, `run` = `run`") && e.contains("other library") && e.contains("more than"), "{e}");
         let mut p = plan(root.path(), 5);
         p.comparisons[0].ratios[0].gauge = "missing".into();
         assert!(run(&p, root.path()).unwrap_err().to_string().contains("no figure `missing`"));

@@ -73,9 +73,11 @@ pub fn generate(root: &Path) -> Result<String> {
             let c = v["comparisons"].as_array().into_iter().flatten().find(|c| c["name"] == cname).ok_or_else(|| BenchError::Invalid(format!("{file}: readme row names comparison `{cname}`, which the file lacks")))?;
             let r = c["ratios"].as_array().into_iter().flatten().find(|r| r["name"] == rname).ok_or_else(|| BenchError::Invalid(format!("{file}: comparison `{cname}` has no ratio `{rname}`")))?;
             let unit = r["unit"].as_str().unwrap_or("");
+            // The comparison's own reference name where it has one (older files: the plan's).
+            let name = c["reference"]["name"].as_str().or(v["reference"].as_str()).unwrap_or("?");
             let denominator = match r["reference_comparison"].as_str() {
-                Some(other) => format!("{} ({other})", v["reference"].as_str().unwrap_or("?")),
-                None => v["reference"].as_str().unwrap_or("?").to_string(),
+                Some(other) => format!("{name} ({other})"),
+                None => name.to_string(),
             };
             let ratio = &r["ratio"];
             let better = if r["better"] == "lower" { ", lower is better" } else { "" };
@@ -132,7 +134,14 @@ pub fn file_table(root: &Path, file: &str) -> Result<String> {
         let bytes = c["gauge"]["figures"]["weight_bytes_read_per_token"]["median"].as_f64();
         for r in c["ratios"].as_array().into_iter().flatten() {
             let unit = r["unit"].as_str().unwrap_or("");
-            let denominator = r["reference_comparison"].as_str().map(|o| format!(" ({o})")).unwrap_or_default();
+            // The comparison's own reference (when it is not the file's), and where its figure came from.
+            let own = c["reference"]["name"].as_str().filter(|n| Some(*n) != v["reference"].as_str());
+            let denominator = match (own, r["reference_comparison"].as_str()) {
+                (Some(n), Some(o)) => format!(" ({n}, {o})"),
+                (Some(n), None) => format!(" ({n})"),
+                (None, Some(o)) => format!(" ({o})"),
+                (None, None) => String::new(),
+            };
             let share = |s: &Value| match bytes.filter(|_| r["gauge_figure"] == "decode_tokens_per_s" && bandwidth.is_finite()) {
                 Some(b) => format!(", {:.0} % of the read bandwidth", s["median"].as_f64().unwrap_or(f64::NAN) * b / bandwidth * 100.0),
                 None => String::new(),
@@ -256,7 +265,7 @@ mod tests {
             reference: "llama.cpp".into(),
             describe: vec![],
             notes: vec![],
-            comparisons: vec![crate::plan::Comparison { name: "decode".into(), gauge: side("150"), reference: side("120"), ratios: vec![crate::plan::RatioSpec { name: "decode".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: None, better: crate::plan::Better::Higher, unit: "tok/s".into() }], equal: vec![] }],
+            comparisons: vec![crate::plan::Comparison { name: "decode".into(), gauge: side("150"), reference: side("120"), reference_name: None, ratios: vec![crate::plan::RatioSpec { name: "decode".into(), gauge: "tps".into(), reference: "tps".into(), reference_comparison: None, better: crate::plan::Better::Higher, unit: "tok/s".into() }], equal: vec![] }],
             readme: vec![crate::plan::ReadmeRow { what: "decoding".into(), comparison: "decode".into(), ratio: "decode".into() }],
         };
         crate::plan::run_to(&plan, root.path(), &root.path().join("bench/generate.json")).unwrap();

@@ -97,9 +97,14 @@ impl Encoder {
 
     /// Last hidden states `[B, L, H]` of a batch of token id lists (single texts: token type 0),
     /// padded at the end with the model's pad id, and the padding mask (true = padding).
+    ///
+    /// # Panics
+    /// When a list is longer than [`EncoderConfig::max_tokens`] (the embedder truncates first).
     pub fn forward_batch(&self, batch: &[&Vec<u32>], device: &Device) -> (Tensor<3>, Tensor<2, Bool>, usize) {
         let b = batch.len();
         let l = batch.iter().map(|t| t.len()).max().unwrap_or(1).max(1);
+        let max = self.config().max_tokens();
+        assert!(l <= max, "a sequence of {l} tokens is longer than the model's {max} positions");
         let pad_id = match self {
             Encoder::Bert(e) => e.config.pad_token_id,
             Encoder::Mpnet(e) => e.config.pad_token_id,

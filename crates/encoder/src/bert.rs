@@ -243,8 +243,8 @@ impl RelativeBias {
         RelativeBias { heads, max_len, values }
     }
 
-    /// The biases of query `t` against keys `0..n` for `head`.
-    fn row(&self, head: usize, t: usize, n: usize) -> &[f32] {
+    /// The biases of query `t` against keys `0..n` for `head` (`n`, `t` < [`Self::max_len`]).
+    pub fn row(&self, head: usize, t: usize, n: usize) -> &[f32] {
         let span = 2 * self.max_len - 1;
         let start = head * span + self.max_len - 1 - t;
         &self.values[start..start + n]

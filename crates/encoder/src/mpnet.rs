@@ -116,7 +116,7 @@ const MPNET_ATTENTION: AttentionNames = AttentionNames {
 };
 
 /// `MPNetAttention.relative_position_bucket` for `relative = key − query`: offsets
-/// −7 … 7 get buckets of their own (keys before the query in the upper half), larger ones
+/// −7 … 7 get buckets of their own (keys after the query in the upper half), larger ones
 /// share logarithmic buckets up to `max_distance`. Computed in f32 as PyTorch does.
 pub fn relative_position_bucket(relative: i64, num_buckets: usize, max_distance: usize) -> usize {
     let half = num_buckets / 2;

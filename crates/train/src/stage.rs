@@ -61,7 +61,6 @@ impl Stage for TrainLora {
         let input = &inputs_in.data;
         if !cfg.target.is_generator() {
             anyhow::ensure!(cfg.lora_dropout == 0.0, "lora_dropout is not supported for the encoder targets (their training is deterministic); set it to 0");
-            crate::retriever::bert::module_targets(&cfg.target_modules)?;
             let index = inputs_in.index.as_ref().ok_or_else(|| anyhow::anyhow!("--target {} needs --index DIR: the index artifact of the chunks the questions came from (positives and hard negatives are drawn from it)", serde_json::to_value(cfg.target).unwrap_or_default().as_str().unwrap_or("")))?;
             let (train_file, dev_file) = crate::retriever::input_files(input)?;
             let mut inputs = vec![data_entry(&train_file, "train")?];
@@ -81,7 +80,9 @@ impl Stage for TrainLora {
                 gauge_core::golden::load_golden(h)?;
                 inputs.push(FileEntry::file(format!("hold_out:{k}"), h)?);
             }
-            let base = crate::retriever::resolve_base(&cfg.base)?;
+            let (base, arch) = crate::retriever::resolve_base(&cfg.base)?;
+            crate::retriever::check_base(arch, cfg.target, &cfg.base)?;
+            crate::retriever::bert::module_targets(&cfg.target_modules, arch)?;
             inputs.push(FileEntry::hashed("base", &cfg.base, gauge_core::hash::file_hash(&base.join("model.safetensors"))?));
             let rc = &cfg.retriever;
             anyhow::ensure!(rc.teacher.is_some() || !(rc.denoise || rc.loss == crate::run::RerankLoss::MarginMse), "retriever.loss = \"margin_mse\" and retriever.denoise need a teacher: set retriever.teacher to a local decoder (e.g. SmolLM2-135M-Instruct.Q4_1.gguf)");

@@ -1,15 +1,17 @@
-//! BERT-family encoders for training: the sentence embedder (pooled, normalised vectors) and
-//! the cross-encoder (`BertForSequenceClassification`, one logit per pair), with LoRA on the
-//! six linear modules of every layer or every weight trainable (full fine-tuning), gradients
-//! by Burn autodiff over the same dispatch backend the inference encoder runs on.
+//! BERT and MPNet encoders for training: the sentence embedder (pooled, normalised vectors)
+//! and the cross-encoder (`BertForSequenceClassification`, one logit per pair), with LoRA on
+//! the six linear modules of every layer or every weight trainable (full fine-tuning),
+//! gradients by Burn autodiff over the same dispatch backend the inference encoder runs on.
 //!
 //! Parameters live on the host as named, row-major f32 arrays with the checkpoint's names
-//! (`encoder.layer.0.attention.self.query.weight`, `[out, in]`) plus LoRA's
-//! (`….query.lora_A.weight` `[r, in]`, `….lora_B.weight` `[out, r]`) and the classifier's;
-//! each step builds the graph from them, so the optimiser, checkpoints and savers see plain
-//! arrays. The forward pass is Hugging Face's `BertModel` (post-norm, exact GELU, padded keys
-//! masked) written with differentiable Burn ops; it is checked against the inference encoder
-//! and the fixtures in the tests. Dropout is off (deterministic training).
+//! (`encoder.layer.0.attention.self.query.weight`, `[out, in]`; MPNet's
+//! `encoder.layer.0.attention.attn.q.weight`) plus LoRA's (`….query.lora_A.weight` `[r, in]`,
+//! `….lora_B.weight` `[out, r]`) and the classifier's; each step builds the graph from them,
+//! so the optimiser, checkpoints and savers see plain arrays. The forward pass is Hugging
+//! Face's `BertModel` / `MPNetModel` (post-norm, exact GELU, padded keys masked; MPNet's
+//! relative-position bias added to the scores, its table frozen) written with differentiable
+//! Burn ops; it is checked against the inference encoder and the fixtures in the tests.
+//! Dropout is off (deterministic training).
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -18,24 +20,31 @@ use burn::tensor::module::embedding;
 use burn::tensor::{Int, TensorData};
 use gauge_tensor::device::{Device, Tensor};
 use gauge_tensor::weights::Weights;
-use gauge_encoder::{BertConfig, Pooling};
+use gauge_encoder::bert::RelativeBias;
+use gauge_encoder::mpnet::{relative_position_bucket, RELATIVE_BUCKETS, RELATIVE_MAX_DISTANCE};
+use gauge_encoder::{BertConfig, EncoderConfig, MpnetConfig, Pooling};
 
 use crate::generator::model::TrainKernels;
 use crate::TrainError;
-pub use crate::retriever::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
+pub use crate::retriever::bert_types::{Arch, EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES, MPNET_MODULES};
+use crate::retriever::bert_types::{linear_name, max_tokens, positions};
 
-/// PEFT `target_modules` names of [`BERT_MODULES`] (`dense` covers the last three, as in PEFT).
-pub fn module_targets(names: &[String]) -> Result<Vec<usize>, TrainError> {
+/// Indices into [`Arch::modules`] of PEFT `target_modules` names: `all` (or `all-linear`),
+/// or the architecture's names ([`Arch::peft_names`]: BERT's `query`, `key`, `value`,
+/// `dense`; MPNet's `q`, `k`, `v`, `o`, `dense`), `dense` covering every module so named.
+pub fn module_targets(names: &[String], arch: Arch) -> Result<Vec<usize>, TrainError> {
+    let peft = arch.peft_names();
     let mut out = Vec::new();
     for n in names {
         let idx: Vec<usize> = match n.as_str() {
             "all" | "all-linear" => (0..6).collect(),
-            "query" => vec![0],
-            "key" => vec![1],
-            "value" => vec![2],
-            "dense" => vec![3, 4, 5],
-            other => return Err(TrainError::Config(format!("unknown encoder target module `{other}` (expected query, key, value, dense or all)"))),
+            other => (0..6).filter(|&m| peft[m] == other).collect(),
         };
+        if idx.is_empty() {
+            let mut known: Vec<&str> = peft.to_vec();
+            known.dedup();
+            return Err(TrainError::Config(format!("unknown encoder target module `{n}` for this {} base (expected {} or all)", arch.label(), known.join(", "))));
+        }
         out.extend(idx);
     }
     out.sort_unstable();
@@ -44,28 +53,67 @@ pub fn module_targets(names: &[String]) -> Result<Vec<usize>, TrainError> {
 }
 
 /// The PEFT `target_modules` list of module indices.
-pub fn target_names(targets: &[usize]) -> Vec<String> {
-    let mut names: Vec<String> = targets.iter().map(|&t| if t < 3 { BERT_MODULES[t].rsplit('.').next().unwrap_or("").to_string() } else { "dense".to_string() }).collect();
-    names.dedup();
+pub fn target_names(targets: &[usize], arch: Arch) -> Vec<String> {
+    let peft = arch.peft_names();
+    let mut names: Vec<String> = Vec::new();
+    for &t in targets {
+        if !names.iter().any(|n| n == peft[t]) {
+            names.push(peft[t].to_string());
+        }
+    }
     names
 }
 
 /// The trainable encoder.
 pub struct TrainableBert {
-    /// Architecture.
+    /// Architecture (an MPNet base's shape in BERT's fields: one token type, no table).
     pub config: BertConfig,
+    /// BERT or MPNet.
+    pub arch: Arch,
     /// Embedder or cross-encoder.
     pub task: EncoderTask,
     /// LoRA or full.
     pub tuning: Tuning,
+    /// MPNet's relative-position bias, tabulated from its (frozen) table.
+    bias: Option<RelativeBias>,
     device: Device,
     ad_device: Device,
     kernels: TrainKernels,
 }
 
-fn linear_names(l: usize, m: usize) -> String {
-    format!("encoder.layer.{l}.{}", BERT_MODULES[m])
+impl Arch {
+    /// Reads a model folder's `config.json`: the architecture and its shape in BERT's fields.
+    pub fn from_dir(dir: &Path) -> Result<(Arch, BertConfig), TrainError> {
+        match EncoderConfig::from_file(&dir.join("config.json")).map_err(|e| TrainError::Model(e.to_string()))? {
+            EncoderConfig::Bert(c) if c.is_roberta() => Err(TrainError::Config(format!("{}: train-lora's encoder targets train BERT and MPNet checkpoints; this is {}", dir.display(), c.model_type))),
+            EncoderConfig::Bert(c) => Ok((Arch::Bert, c)),
+            EncoderConfig::Mpnet(c) => Ok((Arch::Mpnet, mpnet_shape(&c))),
+        }
+    }
 }
+
+/// An MPNet config in BERT's fields (one token type; positions handled by [`Arch::Mpnet`]).
+fn mpnet_shape(c: &MpnetConfig) -> BertConfig {
+    BertConfig {
+        model_type: c.model_type.clone(),
+        architectures: c.architectures.clone(),
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        num_hidden_layers: c.num_hidden_layers,
+        num_attention_heads: c.num_attention_heads,
+        intermediate_size: c.intermediate_size,
+        hidden_act: c.hidden_act.clone(),
+        max_position_embeddings: c.max_position_embeddings,
+        type_vocab_size: 1,
+        layer_norm_eps: c.layer_norm_eps,
+        pad_token_id: c.pad_token_id,
+        position_embedding_type: "relative_key".into(),
+        id2label: Default::default(),
+    }
+}
+
+/// MPNet's relative-attention-bias table (`[buckets, heads]`).
+pub const RELATIVE_BIAS: &str = "encoder.relative_attention_bias.weight";
 
 /// Seeded normal(0, std) values (Box–Muller).
 fn normal(n: usize, std: f64, rng: &mut gauge_core::rng::SplitMix64) -> Vec<f32> {
@@ -74,19 +122,21 @@ fn normal(n: usize, std: f64, rng: &mut gauge_core::rng::SplitMix64) -> Vec<f32>
 }
 
 impl TrainableBert {
-    /// Loads a BERT checkpoint folder (config.json + model.safetensors) as `task`, tuned as
-    /// `tuning`. LoRA A matrices start Kaiming-uniform (PEFT), B at zero; a cross-encoder
-    /// without a one-logit `classifier` gets a new one (normal(0, 0.02), bias 0, as
-    /// `BertForSequenceClassification` initialises it) and, without a pooler, a new pooler.
+    /// Loads a BERT or MPNet checkpoint folder (config.json + model.safetensors) as `task`,
+    /// tuned as `tuning`. LoRA A matrices start Kaiming-uniform (PEFT), B at zero; a
+    /// cross-encoder (BERT only) without a one-logit `classifier` gets a new one
+    /// (normal(0, 0.02), bias 0, as `BertForSequenceClassification` initialises it) and,
+    /// without a pooler, a new pooler. MPNet's relative-attention-bias table is loaded frozen
+    /// (full tuning trains every other weight).
     pub fn load(dir: &Path, task: EncoderTask, tuning: Tuning, seed: u64, device: &Device) -> Result<(TrainableBert, EncoderParams), TrainError> {
         fn model(e: impl std::fmt::Display) -> TrainError {
             TrainError::Model(e.to_string())
         }
-        let config = BertConfig::from_file(&dir.join("config.json")).map_err(model)?;
-        if config.is_roberta() {
-            return Err(TrainError::Config(format!("{}: train-lora's encoder targets train BERT checkpoints; this is {}", dir.display(), config.model_type)));
+        let (arch, config) = Arch::from_dir(dir)?;
+        if arch == Arch::Mpnet && task == EncoderTask::CrossEncoder {
+            return Err(TrainError::Config(format!("{}: an MPNet base trains as --target embedder; the reranker (a cross-encoder) needs a BERT base", dir.display())));
         }
-        let weights = Weights::open(&dir.join("model.safetensors"), &["", "bert."]).map_err(model)?;
+        let weights = Weights::open(&dir.join("model.safetensors"), &arch.weight_prefixes()).map_err(model)?;
         let (h, i) = (config.hidden_size, config.intermediate_size);
         let full = matches!(tuning, Tuning::Full);
         let mut p = EncoderParams { names: vec![], shapes: vec![], values: vec![], trainable: vec![], by_name: HashMap::new() };
@@ -97,17 +147,29 @@ impl TrainableBert {
         };
         take(&mut p, "embeddings.word_embeddings.weight", vec![config.vocab_size, h], full)?;
         take(&mut p, "embeddings.position_embeddings.weight", vec![config.max_position_embeddings, h], full)?;
-        take(&mut p, "embeddings.token_type_embeddings.weight", vec![config.type_vocab_size, h], full)?;
+        if arch == Arch::Bert {
+            take(&mut p, "embeddings.token_type_embeddings.weight", vec![config.type_vocab_size, h], full)?;
+        }
         take(&mut p, "embeddings.LayerNorm.weight", vec![h], full)?;
         take(&mut p, "embeddings.LayerNorm.bias", vec![h], full)?;
         let dims = [(h, h), (h, h), (h, h), (h, h), (h, i), (i, h)];
+        let bias = match arch {
+            Arch::Bert => None,
+            Arch::Mpnet => {
+                // `nn.Embedding(buckets, heads)`: row = bucket, column = head; frozen.
+                let heads = config.num_attention_heads;
+                take(&mut p, RELATIVE_BIAS, vec![RELATIVE_BUCKETS, heads], false)?;
+                let table = p.get(RELATIVE_BIAS).expect("just loaded").to_vec();
+                Some(RelativeBias::new(heads, max_tokens(arch, &config), |r, head| table[relative_position_bucket(r, RELATIVE_BUCKETS, RELATIVE_MAX_DISTANCE) * heads + head]))
+            }
+        };
         for l in 0..config.num_hidden_layers {
             for (m, &(d_in, d_out)) in dims.iter().enumerate() {
-                let name = linear_names(l, m);
+                let name = linear_name(arch, l, m);
                 take(&mut p, &format!("{name}.weight"), vec![d_out, d_in], full)?;
                 take(&mut p, &format!("{name}.bias"), vec![d_out], full)?;
             }
-            for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            for norm in [arch.attention_norm(), "output.LayerNorm"] {
                 take(&mut p, &format!("encoder.layer.{l}.{norm}.weight"), vec![h], full)?;
                 take(&mut p, &format!("encoder.layer.{l}.{norm}.bias"), vec![h], full)?;
             }
@@ -136,7 +198,7 @@ impl TrainableBert {
                     let (d_in, d_out) = dims[m];
                     let bound = 1.0 / (d_in as f64).sqrt();
                     let a = (0..r * d_in).map(|_| (((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * bound) as f32).collect();
-                    let name = linear_names(l, m);
+                    let name = linear_name(arch, l, m);
                     p.push(format!("{name}.lora_A.weight"), vec![*r, d_in], a, true);
                     p.push(format!("{name}.lora_B.weight"), vec![d_out, *r], vec![0.0; d_out * r], true);
                 }
@@ -144,7 +206,7 @@ impl TrainableBert {
         }
         let ad_device = burn::DispatchDevice::autodiff(device.clone());
         let kernels = crate::generator::model::default_kernels(device);
-        Ok((TrainableBert { config, task, tuning, device: device.clone(), ad_device, kernels }, p))
+        Ok((TrainableBert { config, arch, task, tuning, bias, device: device.clone(), ad_device, kernels }, p))
     }
 
     /// Which implementation runs the step: [`TrainKernels::Host`] on CPU devices (unless
@@ -160,7 +222,7 @@ impl TrainableBert {
     }
 
     fn host(&self) -> crate::retriever::bert_host::HostBert<'_> {
-        crate::retriever::bert_host::HostBert { config: &self.config, task: self.task, tuning: &self.tuning, scale: self.lora_scale() as f32 }
+        crate::retriever::bert_host::HostBert { config: &self.config, arch: self.arch, bias: self.bias.as_ref(), task: self.task, tuning: &self.tuning, scale: self.lora_scale() as f32 }
     }
 
     /// Host outputs of `batches` (all sequences in one pass) as one tensor per batch on `device`.
@@ -231,10 +293,11 @@ impl TrainableBert {
         let hd = h / heads;
         let b = batch.len();
         let l = batch.iter().map(|e| e.ids.len()).max().unwrap_or(1).max(1);
-        if l > c.max_position_embeddings {
-            return Err(TrainError::Model(format!("a sequence of {l} tokens is longer than the model's {} positions", c.max_position_embeddings)));
+        let max = max_tokens(self.arch, c);
+        if l > max {
+            return Err(TrainError::Model(format!("a sequence of {l} tokens is longer than the model's {max} positions")));
         }
-        let (mut ids, mut types, mut pos, mut mask) = (vec![c.pad_token_id as i64; b * l], vec![0i64; b * l], vec![0i64; b * l], vec![0f32; b * l]);
+        let (mut ids, mut types, mut pos, mut mask) = (vec![c.pad_token_id as i64; b * l], vec![0i64; b * l], vec![c.pad_token_id as i64; b * l], vec![0f32; b * l]);
         for (r, e) in batch.iter().enumerate() {
             for (k, (&id, &ty)) in e.ids.iter().zip(&e.types).enumerate() {
                 if id as usize >= c.vocab_size || ty as usize >= c.type_vocab_size {
@@ -243,30 +306,48 @@ impl TrainableBert {
                 ids[r * l + k] = id as i64;
                 types[r * l + k] = ty as i64;
             }
+            for (k, p) in positions(self.arch, c, &e.ids).into_iter().enumerate() {
+                pos[r * l + k] = p as i64;
+            }
             for k in 0..l {
-                pos[r * l + k] = k as i64;
                 mask[r * l + k] = if k < e.ids.len() { 0.0 } else { -1e9 };
             }
         }
         let int = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [b, l]), device);
         let get = |name: &str| t[p.index(name).unwrap_or_else(|| panic!("{name} loaded"))].clone();
-        let x = embedding(get("embeddings.word_embeddings.weight"), int(ids)) + embedding(get("embeddings.position_embeddings.weight"), int(pos)) + embedding(get("embeddings.token_type_embeddings.weight"), int(types));
+        let mut x = embedding(get("embeddings.word_embeddings.weight"), int(ids)) + embedding(get("embeddings.position_embeddings.weight"), int(pos));
+        if self.arch == Arch::Bert {
+            x = x + embedding(get("embeddings.token_type_embeddings.weight"), int(types));
+        }
         let eps = c.layer_norm_eps;
         let mut x = Self::layer_norm(x.reshape([b * l, h]), &get("embeddings.LayerNorm.weight"), &get("embeddings.LayerNorm.bias"), eps);
-        // Additive key mask at full shape [B, heads, L, L].
-        let full_mask: Vec<f32> = (0..b).flat_map(|r| { let row = &mask[r * l..(r + 1) * l]; std::iter::repeat_n(row, heads * l).flatten().copied().collect::<Vec<_>>() }).collect();
+        // Additive key mask (and MPNet's relative-position bias) at full shape [B, heads, L, L].
+        let mut full_mask = Vec::with_capacity(b * heads * l * l);
+        for r in 0..b {
+            let row = &mask[r * l..(r + 1) * l];
+            for head in 0..heads {
+                for q in 0..l {
+                    match &self.bias {
+                        Some(bias) => full_mask.extend(row.iter().zip(bias.row(head, q, l)).map(|(m, b)| m + b)),
+                        None => full_mask.extend_from_slice(row),
+                    }
+                }
+            }
+        }
         let key_mask = Tensor::<4>::from_data(TensorData::new(full_mask, [b, heads, l, l]), device);
         let scale = 1.0 / (hd as f64).sqrt();
         for layer in 0..c.num_hidden_layers {
             let split = |y: Tensor<2>| y.reshape([b, l, heads, hd]).swap_dims(1, 2);
-            let q = split(self.linear(x.clone(), p, t, &linear_names(layer, 0)));
-            let k = split(self.linear(x.clone(), p, t, &linear_names(layer, 1)));
-            let v = split(self.linear(x.clone(), p, t, &linear_names(layer, 2)));
+            let name = |m: usize| linear_name(self.arch, layer, m);
+            let q = split(self.linear(x.clone(), p, t, &name(0)));
+            let k = split(self.linear(x.clone(), p, t, &name(1)));
+            let v = split(self.linear(x.clone(), p, t, &name(2)));
             let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + key_mask.clone();
             let ctx = softmax(scores, 3).matmul(v).swap_dims(1, 2).reshape([b * l, h]);
-            let attn = self.linear(ctx, p, t, &linear_names(layer, 3)) + x;
-            x = Self::layer_norm(attn, &get(&format!("encoder.layer.{layer}.attention.output.LayerNorm.weight")), &get(&format!("encoder.layer.{layer}.attention.output.LayerNorm.bias")), eps);
-            let ff = self.linear(gelu(self.linear(x.clone(), p, t, &linear_names(layer, 4))), p, t, &linear_names(layer, 5)) + x;
+            let attn = self.linear(ctx, p, t, &name(3)) + x;
+            let norm = self.arch.attention_norm();
+            x = Self::layer_norm(attn, &get(&format!("encoder.layer.{layer}.{norm}.weight")), &get(&format!("encoder.layer.{layer}.{norm}.bias")), eps);
+            let ff = self.linear(gelu(self.linear(x.clone(), p, t, &name(4))), p, t, &name(5)) + x;
             x = Self::layer_norm(ff, &get(&format!("encoder.layer.{layer}.output.LayerNorm.weight")), &get(&format!("encoder.layer.{layer}.output.LayerNorm.bias")), eps);
         }
         Ok((x, l))
@@ -416,10 +497,11 @@ impl TrainableBert {
         if train { &self.ad_device } else { &self.device }
     }
 
-    /// The LoRA adapter (PEFT, `FEATURE_EXTRACTION`, BERT module names) of LoRA parameters.
+    /// The LoRA adapter (PEFT, `FEATURE_EXTRACTION`, the checkpoint's module names) of LoRA
+    /// parameters.
     pub fn adapter(&self, p: &EncoderParams, base: Option<String>) -> Option<gauge_tensor::adapter::LoraAdapter> {
         let Tuning::Lora { r, alpha, rslora, targets } = &self.tuning else { return None };
-        let config = gauge_tensor::adapter::AdapterConfig::new(*r, *alpha, 0.0, &target_names(targets), *rslora, base).with_task_type("FEATURE_EXTRACTION");
+        let config = gauge_tensor::adapter::AdapterConfig::new(*r, *alpha, 0.0, &target_names(targets, self.arch), *rslora, base).with_task_type("FEATURE_EXTRACTION");
         let mut modules = std::collections::BTreeMap::new();
         for (i, name) in p.names.iter().enumerate() {
             if let Some(module) = name.strip_suffix(".lora_A.weight") {

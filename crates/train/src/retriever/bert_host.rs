@@ -1,4 +1,4 @@
-//! The encoder trainer's CPU kernels: the BERT forward and backward pass of
+//! The encoder trainer's CPU kernels: the BERT (and MPNet) forward and backward pass of
 //! [`crate::retriever::bert::TrainableBert`] written by hand on host memory, as [`crate::generator::host`] does for
 //! the Llama block (the Burn graph in [`crate::retriever::bert`] stays for CUDA and as the reference the
 //! tests compare these with).
@@ -18,10 +18,11 @@
 //! Shapes: row-major; heads side by side in a row (`[T, heads · head_dim]`).
 use rayon::prelude::*;
 
-use crate::retriever::bert_types::{EncoderParams, EncoderTask, Encoded, Tuning, BERT_MODULES};
+use crate::retriever::bert_types::{linear_name, max_tokens, positions, Arch, EncoderParams, EncoderTask, Encoded, Tuning};
 use crate::generator::host::{exp_in_place, project, project_backward, rows_per_task, Projection, Saved};
 use gauge_tensor::gemm::{gemm, gemm_new, Operand, Product};
 use crate::TrainError;
+use gauge_encoder::bert::RelativeBias;
 use gauge_encoder::{BertConfig, Pooling};
 
 /// Where each sequence's rows start in the step's `[T, H]` matrix (`starts[s]..starts[s+1]`).
@@ -209,22 +210,29 @@ fn pairs(rows: &Rows, heads: usize) -> Vec<(usize, usize, usize)> {
     out
 }
 
-/// Scaled scores `q kᵀ / √hd` of one (sequence, head), `[n, n]`.
-fn scores(q: &[f32], k: &[f32], h: usize, hd: usize, start: usize, n: usize, head: usize) -> Vec<f32> {
+/// Scaled scores `q kᵀ / √hd` of one (sequence, head), `[n, n]`, plus the relative-position
+/// bias when the model has one.
+fn scores(q: &[f32], k: &[f32], (h, hd): (usize, usize), start: usize, n: usize, head: usize, bias: Option<&RelativeBias>) -> Vec<f32> {
     let scale = 1.0 / (hd as f32).sqrt();
     let (qs, ks) = (&q[start * h..(start + n) * h], &k[start * h..(start + n) * h]);
-    gemm_new(Product::new(n, n, hd, Operand::cols_from(qs, h, head * hd), Operand::cols_from_transposed(ks, h, head * hd)).scaled(scale))
+    let mut s = gemm_new(Product::new(n, n, hd, Operand::cols_from(qs, h, head * hd), Operand::cols_from_transposed(ks, h, head * hd)).scaled(scale));
+    if let Some(bias) = bias {
+        for (t, row) in s.chunks_mut(n).enumerate() {
+            row.iter_mut().zip(bias.row(head, t, n)).for_each(|(s, b)| *s += b);
+        }
+    }
+    s
 }
 
 /// Bidirectional multi-head attention over each sequence's own rows: `(ctx [T, H], lse)`.
-fn attention(q: &[f32], k: &[f32], v: &[f32], rows: &Rows, h: usize, heads: usize) -> (Vec<f32>, Vec<f32>) {
+fn attention(q: &[f32], k: &[f32], v: &[f32], rows: &Rows, (h, heads): (usize, usize), bias: Option<&RelativeBias>) -> (Vec<f32>, Vec<f32>) {
     let hd = h / heads;
     let work = pairs(rows, heads);
     let results: Vec<(Vec<f32>, Vec<f32>)> = work
         .par_iter()
         .map(|&(s, head, _)| {
             let (start, n) = rows.span(s);
-            let mut p = scores(q, k, h, hd, start, n, head);
+            let mut p = scores(q, k, (h, hd), start, n, head, bias);
             let mut lse = vec![0f32; n];
             softmax_rows(&mut p, n, &mut lse);
             let o = gemm_new(Product::new(n, hd, n, Operand::rows(&p, n), Operand::cols_from(&v[start * h..(start + n) * h], h, head * hd)));
@@ -245,7 +253,7 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], rows: &Rows, h: usize, heads: usiz
 
 /// The gradient of [`attention`]: `(dq, dk, dv)` from `d_ctx`, the probabilities rebuilt
 /// from the scores and the kept log-sum-exp.
-fn attention_backward(d_ctx: &[f32], (q, k, v): (&[f32], &[f32], &[f32]), lse: &[f32], rows: &Rows, h: usize, heads: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+fn attention_backward(d_ctx: &[f32], (q, k, v): (&[f32], &[f32], &[f32]), lse: &[f32], rows: &Rows, (h, heads): (usize, usize), bias: Option<&RelativeBias>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let hd = h / heads;
     let work = pairs(rows, heads);
     let scale = 1.0 / (hd as f32).sqrt();
@@ -255,7 +263,7 @@ fn attention_backward(d_ctx: &[f32], (q, k, v): (&[f32], &[f32], &[f32]), lse: &
             let (start, n) = rows.span(s);
             let span = start * h..(start + n) * h;
             let (qs, ks, vs, dos) = (&q[span.clone()], &k[span.clone()], &v[span.clone()], &d_ctx[span]);
-            let mut p = scores(q, k, h, hd, start, n, head);
+            let mut p = scores(q, k, (h, hd), start, n, head, bias);
             for (row, &l) in p.chunks_mut(n).zip(&lse[at..at + n]) {
                 row.iter_mut().for_each(|x| *x -= l);
                 exp_in_place(row);
@@ -344,6 +352,9 @@ fn backward_linear(dy: &[f32], saved: Saved, t: usize, m: &Linear, (r, scale): (
 /// The host implementation of the encoder's training step.
 pub(crate) struct HostBert<'a> {
     pub config: &'a BertConfig,
+    pub arch: Arch,
+    /// MPNet's relative-position bias (frozen).
+    pub bias: Option<&'a RelativeBias>,
     pub task: EncoderTask,
     pub tuning: &'a Tuning,
     pub scale: f32,
@@ -368,21 +379,23 @@ impl HostBert<'_> {
         // Embeddings.
         let (_, word) = get(p, "embeddings.word_embeddings.weight");
         let (_, pos) = get(p, "embeddings.position_embeddings.weight");
-        let (_, types) = get(p, "embeddings.token_type_embeddings.weight");
+        let types = p.get("embeddings.token_type_embeddings.weight");
+        let max = max_tokens(self.arch, c);
         let mut x = vec![0f32; t * h];
         for (s, e) in seqs.iter().enumerate() {
-            if e.ids.len() > c.max_position_embeddings {
-                return Err(TrainError::Model(format!("a sequence of {} tokens is longer than the model's {} positions", e.ids.len(), c.max_position_embeddings)));
+            if e.ids.len() > max {
+                return Err(TrainError::Model(format!("a sequence of {} tokens is longer than the model's {max} positions", e.ids.len())));
             }
             let start = rows.span(s).0;
-            for (k, (&id, &ty)) in e.ids.iter().zip(&e.types).enumerate() {
+            for (k, ((&id, &ty), position)) in e.ids.iter().zip(&e.types).zip(positions(self.arch, c, &e.ids)).enumerate() {
                 if id as usize >= c.vocab_size || ty as usize >= c.type_vocab_size {
                     return Err(TrainError::Model(format!("token id {id} (type {ty}) is outside the vocabulary ({}, {} types)", c.vocab_size, c.type_vocab_size)));
                 }
                 let row = &mut x[(start + k) * h..(start + k + 1) * h];
-                let (wr, pr, tr) = (&word[id as usize * h..][..h], &pos[k * h..][..h], &types[ty as usize * h..][..h]);
-                for (((o, &a), &b), &cc) in row.iter_mut().zip(wr).zip(pr).zip(tr) {
-                    *o = a + b + cc;
+                let (wr, pr) = (&word[id as usize * h..][..h], &pos[position * h..][..h]);
+                row.iter_mut().zip(wr).zip(pr).for_each(|((o, &a), &b)| *o = a + b);
+                if let Some(types) = types {
+                    row.iter_mut().zip(&types[ty as usize * h..][..h]).for_each(|(o, &cc)| *o += cc);
                 }
             }
         }
@@ -391,15 +404,16 @@ impl HostBert<'_> {
         let (emb_xhat, emb_rstd, mut x) = layer_norm(&x, h, g, b, eps);
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
-            let m: Vec<Linear> = (0..6).map(|i| linear(p, &format!("encoder.layer.{l}.{}", BERT_MODULES[i]))).collect();
+            let m: Vec<Linear> = (0..6).map(|i| linear(p, &linear_name(self.arch, l, i))).collect();
             let (q, uq) = forward_linear(&x, t, &m[0], r, self.scale);
             let (k, uk) = forward_linear(&x, t, &m[1], r, self.scale);
             let (v, uv) = forward_linear(&x, t, &m[2], r, self.scale);
-            let (ctx, lse) = attention(&q, &k, &v, &rows, h, heads);
+            let (ctx, lse) = attention(&q, &k, &v, &rows, (h, heads), self.bias);
             let (mut attn, uo) = forward_linear(&ctx, t, &m[3], r, self.scale);
             attn.iter_mut().zip(&x).for_each(|(a, &x)| *a += x);
-            let (_, g1) = get(p, &format!("encoder.layer.{l}.attention.output.LayerNorm.weight"));
-            let (_, b1) = get(p, &format!("encoder.layer.{l}.attention.output.LayerNorm.bias"));
+            let norm = self.arch.attention_norm();
+            let (_, g1) = get(p, &format!("encoder.layer.{l}.{norm}.weight"));
+            let (_, b1) = get(p, &format!("encoder.layer.{l}.{norm}.bias"));
             let (xhat1, rstd1, x1) = layer_norm(&attn, h, g1, b1, eps);
             drop(attn);
             let (inter, ui) = forward_linear(&x1, t, &m[4], r, self.scale);
@@ -512,7 +526,7 @@ impl HostBert<'_> {
         // The layers, top down; `dx` is the gradient of the layer's output.
         for l in (0..c.num_hidden_layers).rev() {
             let a = layers.pop().expect("one kept set per layer");
-            let m: Vec<Linear> = (0..6).map(|i| linear(p, &format!("encoder.layer.{l}.{}", BERT_MODULES[i]))).collect();
+            let m: Vec<Linear> = (0..6).map(|i| linear(p, &linear_name(self.arch, l, i))).collect();
             let (g2i, g2) = get(p, &format!("encoder.layer.{l}.output.LayerNorm.weight"));
             let b2i = p.index(&format!("encoder.layer.{l}.output.LayerNorm.bias")).expect("bias loaded");
             let mut d_ff = vec![0f32; t * h];
@@ -525,15 +539,16 @@ impl HostBert<'_> {
             let mut d_x1 = d_ff;
             backward_linear(&d_inter, Saved { x: &a.x1, mask: None, u: a.u[4].as_deref() }, t, &m[4], (r, self.scale), &mut d_x1, &mut g);
             drop(d_inter);
-            let (g1i, g1) = get(p, &format!("encoder.layer.{l}.attention.output.LayerNorm.weight"));
-            let b1i = p.index(&format!("encoder.layer.{l}.attention.output.LayerNorm.bias")).expect("bias loaded");
+            let norm = self.arch.attention_norm();
+            let (g1i, g1) = get(p, &format!("encoder.layer.{l}.{norm}.weight"));
+            let b1i = p.index(&format!("encoder.layer.{l}.{norm}.bias")).expect("bias loaded");
             let mut d_attn = vec![0f32; t * h];
             layer_norm_backward(&d_x1, &a.xhat1, &a.rstd1, h, g1, &mut d_attn, g.pair(g1i, b1i));
             drop(d_x1);
             // attn = dense(ctx) + x.
             let mut d_ctx = vec![0f32; t * h];
             backward_linear(&d_attn, Saved { x: &a.ctx, mask: None, u: a.u[3].as_deref() }, t, &m[3], (r, self.scale), &mut d_ctx, &mut g);
-            let (dq, dk, dv) = attention_backward(&d_ctx, (&a.q, &a.k, &a.v), &a.lse, &rows, h, heads);
+            let (dq, dk, dv) = attention_backward(&d_ctx, (&a.q, &a.k, &a.v), &a.lse, &rows, (h, heads), self.bias);
             drop(d_ctx);
             let mut d_x = d_attn;
             for (i, d) in [(0, &dq), (1, &dk), (2, &dv)] {
@@ -544,17 +559,17 @@ impl HostBert<'_> {
         // Embeddings (only when they train).
         let (gi, gam) = get(p, "embeddings.LayerNorm.weight");
         let bi = p.index("embeddings.LayerNorm.bias").expect("bias loaded");
-        let tables = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"].map(|n| p.index(n).expect("embeddings loaded"));
-        let trains = g.slot[gi].is_some() || g.slot[bi].is_some() || tables.iter().any(|&i| g.slot[i].is_some());
+        let tables = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"].map(|n| p.index(n));
+        let trains = g.slot[gi].is_some() || g.slot[bi].is_some() || tables.iter().flatten().any(|&i| g.slot[i].is_some());
         if trains {
             let mut d_emb = vec![0f32; t * h];
             layer_norm_backward(&dx, &emb_xhat, &emb_rstd, h, gam, &mut d_emb, g.pair(gi, bi));
             for (s, e) in seqs.iter().enumerate() {
                 let start = rows.span(s).0;
-                for (k, (&id, &ty)) in e.ids.iter().zip(&e.types).enumerate() {
+                for (k, ((&id, &ty), position)) in e.ids.iter().zip(&e.types).zip(positions(self.arch, c, &e.ids)).enumerate() {
                     let src = &d_emb[(start + k) * h..(start + k + 1) * h];
-                    for (table, row) in tables.iter().zip([id as usize, k, ty as usize]) {
-                        if let Some(gt) = g.get(*table) {
+                    for (table, row) in tables.iter().zip([id as usize, position, ty as usize]) {
+                        if let Some(gt) = table.and_then(|i| g.get(i)) {
                             gt[row * h..(row + 1) * h].iter_mut().zip(src).for_each(|(g, &d)| *g += d);
                         }
                     }

@@ -36,7 +36,7 @@ use gauge_core::schema::ChunkRecord;
 use gauge_tensor::device::Tensor;
 use tokenizers::{EncodeInput, Tokenizer, TruncationParams, TruncationStrategy};
 
-use crate::retriever::bert::{module_targets, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
+use crate::retriever::bert::{module_targets, Arch, EncoderParams, EncoderTask, Encoded, TrainableBert, Tuning};
 use crate::curve;
 use crate::steps::{optimise, StepOut, Trainee};
 use crate::run::{peak_rss_mib, sample, write_safetensors, TrainConfig, TrainInputs, TrainOptions, TrainSummary};
@@ -446,15 +446,20 @@ fn run(model: &TrainableBert, params: &EncoderParams, batches: &[Vec<&Encoded>],
     }
 }
 
-/// The base model folder of an encoder target.
-pub fn resolve_base(spec: &str) -> anyhow::Result<PathBuf> {
+/// Refuses a base the target cannot train: the reranker (a cross-encoder) needs BERT.
+pub fn check_base(arch: Arch, target: Target, spec: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(arch == Arch::Bert || target != Target::Reranker, "--base {spec}: an {} base trains as --target embedder; the reranker (a cross-encoder) needs a BERT base (e.g. sentence-transformers/all-MiniLM-L6-v2)", arch.label());
+    Ok(())
+}
+
+/// The base model folder of an encoder target and its architecture (BERT or MPNet).
+pub fn resolve_base(spec: &str) -> anyhow::Result<(PathBuf, Arch)> {
     let source = gauge_encoder::resolve_model(spec)?;
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
-        anyhow::ensure!(source.dir.join(f).is_file(), "{}: missing {f}; an encoder target's base is a BERT model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)", source.dir.display());
+        anyhow::ensure!(source.dir.join(f).is_file(), "{}: missing {f}; an encoder target's base is a BERT or MPNet model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)", source.dir.display());
     }
-    let config = gauge_encoder::BertConfig::from_file(&source.dir.join("config.json")).map_err(|e| anyhow::anyhow!("{e}; an encoder target's base is a BERT model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)"))?;
-    anyhow::ensure!(!config.is_roberta(), "{}: train-lora's encoder targets train BERT checkpoints; this is {}", source.dir.display(), config.model_type);
-    Ok(source.dir)
+    let (arch, _) = Arch::from_dir(&source.dir).map_err(|e| anyhow::anyhow!("{e}; an encoder target's base is a BERT or MPNet model folder (e.g. --base sentence-transformers/all-MiniLM-L6-v2)"))?;
+    Ok((source.dir, arch))
 }
 
 /// Copies a model folder's files except its weights (config, tokenizer, sentence-transformers
@@ -541,7 +546,7 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     let rc = &cfg.retriever;
     anyhow::ensure!(rc.temperature > 0.0, "retriever.temperature must be positive, got {}", rc.temperature);
     let device = gauge_tensor::device::parse(&opts.device)?;
-    let base = resolve_base(&cfg.base)?;
+    let (base, arch) = resolve_base(&cfg.base)?;
     let family = gauge_encoder::Family::detect(&format!("{} {}", cfg.base, base.display()));
     let prefixes = (rc.query_prefix.clone().unwrap_or_else(|| family.query_prefix().to_string()), rc.passage_prefix.clone().unwrap_or_else(|| family.passage_prefix().to_string()));
     let task = match cfg.target {
@@ -553,7 +558,7 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     };
     let tuning = match rc.tuning {
         TuningKind::Full => Tuning::Full,
-        TuningKind::Lora => Tuning::Lora { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: module_targets(&cfg.target_modules)? },
+        TuningKind::Lora => Tuning::Lora { r: cfg.r, alpha: cfg.lora_alpha, rslora: cfg.use_rslora, targets: module_targets(&cfg.target_modules, arch)? },
     };
     let (train_file, dev_file) = input_files(&inputs.data)?;
     let (mut all_rows, mut dev_all) = (read_questions(&train_file)?, match &dev_file {
