@@ -40,6 +40,7 @@ models *names="":
 # Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety). Fetches all-mpnet-base-v2 too (its fixture test; ~10 s on a fast link).
 test: setup models refs-venv
     scripts/fetch-models.sh all-mpnet-base-v2
+    scripts/setup-system.sh chromium
     GAUGE_REFS_PYTHON={{refs_venv}}/bin/python3 cargo test --release --workspace
 
 # Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval, jsonschema for the pipeline schema) → ~/.cache/gauge-refs-venv.
@@ -190,6 +191,16 @@ ablate-mpnet: setup models
 mpnet-reference: torch-venv
     scripts/fetch-models.sh all-mpnet-base-v2
     {{torch_venv}}/bin/python3 scripts/mpnet_reference.py models/all-mpnet-base-v2 ../shared crates/encoder/tests/fixtures/mpnet-reference.jsonl
+
+# Rewrites every committed evaluation folder's report.html from its own files (evaluate --report-only; nothing is re-evaluated).
+reports: setup
+    for d in {{eval_dir}}/*/; do if grep -q '"stage": "evaluate"' "$d/manifest.json" 2>/dev/null; then {{bin}}/evaluate --report-only "$d" >/dev/null; fi; done
+
+# A screenshot of eval/fra's report page in headless Chromium (installed when missing) → docs/src/images/report-fra.png.
+report-screenshot: setup
+    scripts/setup-system.sh chromium
+    mkdir -p docs/src/images
+    chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1400 --screenshot=docs/src/images/report-fra.png "file://$(pwd)/{{eval_dir}}/fra/report.html"
 
 # The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
 ablate-ict: synth

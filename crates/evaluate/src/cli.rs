@@ -1,5 +1,7 @@
 //! The `evaluate` binary's own flags (the shared ones come from [`gauge_core::cli`]).
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use gauge_core::cli::{Invocation, SharedArgs, StageCli};
 use gauge_core::config::{parse_as, Layer};
@@ -46,14 +48,22 @@ pub struct EvaluateArgs {
     #[arg(long, requires = "verify")]
     #[serde(skip)]
     pub rebuild: bool,
+    /// Rewrite DIR/report.html (e.g. eval/fra) from the folder's committed tables and
+    /// manifest, without evaluating anything; input paths resolve from the current directory.
+    #[arg(long, value_name = "DIR", conflicts_with = "verify")]
+    #[serde(skip)]
+    pub report_only: Option<PathBuf>,
 }
 
 impl StageCli for Evaluate {
-    const ABOUT: &'static str = "Builds every distinct upstream artifact of a pipeline once, evaluates every config on its golden set, and writes metrics.parquet, per_query.parquet, runs.parquet, TREC run/qrels files, ablation.md and ablation.png into artifacts/evaluate/<fingerprint>/, copied to eval/<pipeline>/. Prints the artifact directory as the last line of stdout.";
+    const ABOUT: &'static str = "Builds every distinct upstream artifact of a pipeline once, evaluates every config on its golden set, and writes metrics.parquet, per_query.parquet, runs.parquet, TREC run/qrels files, ablation.md and ablation.png into artifacts/evaluate/<fingerprint>/, copied to eval/<pipeline>/ with report.html (one self-contained page: tables, plots, every question's passages; --report-only DIR rewrites it). Prints the artifact directory as the last line of stdout.";
     type Args = EvaluateArgs;
 
     /// `--verify DIR`: the reproducibility check of a finished evaluation.
     fn instead(args: &EvaluateArgs, shared: &SharedArgs) -> Option<anyhow::Result<()>> {
+        if let Some(dir) = &args.report_only {
+            return Some(crate::report_page::write(dir, Path::new(".")).map(|out| println!("{}", out.display())));
+        }
         let dir = args.verify.as_ref()?;
         let opts = crate::verify::VerifyOptions { rebuild: args.rebuild.then(|| args.pipeline.clone()), artifacts: shared.artifacts.clone(), device: args.device.clone() };
         Some(crate::verify::verify(dir, &opts).and_then(|r| crate::verify::print(&r)))
@@ -72,7 +82,8 @@ impl StageCli for Evaluate {
         gauge_core::names::plain_name(&name).map_err(|why| anyhow::anyhow!("{}: the pipeline name {why}", built.dir.join("manifest.json").display()))?;
         let dest = options.eval_dir.join(name);
         copy_to_eval(&built.dir, &dest)?;
-        eprintln!("evaluate: tables in {}", dest.display());
+        crate::report_page::write(&dest, Path::new(".")).with_context(|| format!("{}: the report page", dest.display()))?;
+        eprintln!("evaluate: tables and report.html in {}", dest.display());
         Ok(())
     }
 }

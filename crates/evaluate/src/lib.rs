@@ -33,6 +33,7 @@ pub mod planning;
 pub mod variant;
 pub mod relevance;
 pub mod report;
+pub mod report_page;
 pub mod retrieve;
 pub mod rows;
 pub mod search;
