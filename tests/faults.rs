@@ -451,10 +451,16 @@ fn races(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
                 break;
             }
             Ok(dir) => {
-                let copied = files(&eval_dir.join("faults"));
+                // eval/<name> is the artifact plus the report page rendered from it.
+                let mut copied = files(&eval_dir.join("faults"));
+                let page = copied.remove("report.html");
                 let made = files(Path::new(&dir));
                 if copied != made {
                     result = Err(format!("pair {pair}: eval/faults differs from the artifact"));
+                    break;
+                }
+                if !page.is_some_and(|p| p.starts_with(b"<!DOCTYPE html>") && p.ends_with(b"</html>\n")) {
+                    result = Err(format!("pair {pair}: eval/faults/report.html is missing or cut short"));
                     break;
                 }
             }

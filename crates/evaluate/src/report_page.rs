@@ -33,9 +33,13 @@ pub fn write(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
     let html = render(dir, root)?;
     let out = dir.join(REPORT_FILE);
     let tmp = dir.join(format!(".{REPORT_FILE}.partial-{}", std::process::id()));
-    std::fs::write(&tmp, html).with_context(|| format!("{}: cannot write", tmp.display()))?;
-    std::fs::rename(&tmp, &out).with_context(|| format!("{}: cannot move into place", out.display()))?;
-    Ok(out)
+    // A failed write or rename leaves nothing behind (a full disk, a read-only folder).
+    let written = std::fs::write(&tmp, html).with_context(|| format!("{}: cannot write the report page (is the disk full or the folder read-only?)", tmp.display()))
+        .and_then(|()| std::fs::rename(&tmp, &out).with_context(|| format!("{}: cannot move the report page into place", out.display())));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map(|()| out)
 }
 
 /// One metric row of `metrics.parquet`.
