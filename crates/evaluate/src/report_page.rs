@@ -644,7 +644,7 @@ fn questions(h: &mut String, s: &Study) {
     }
     h.push_str("</tr></thead>\n<tbody>\n");
     for (n, q) in s.qids.iter().enumerate() {
-        let text = s.questions.get(q).map(|(t, _)| t.clone()).or_else(|| s.answers.iter().find(|((_, aq), _)| aq == q).map(|(_, a)| a.question.clone())).unwrap_or_default();
+        let text = question_text(s, q);
         let _ = write!(h, "<tr data-q=\"{}\"><td data-v=\"{n}\"><a href=\"#q-{}\">{}</a> <small>{}</small></td>", esc(&anchor(q)), esc(&anchor(q)), esc(q), esc(&shorten(&text, 90)));
         for c in &ranked {
             match s.queries.get(&((*c).clone(), q.clone())) {
@@ -665,8 +665,8 @@ fn questions(h: &mut String, s: &Study) {
     }
     h.push_str("</p>\n");
     for q in &s.qids {
-        let (text, gold) = s.questions.get(q).cloned().unwrap_or_default();
-        let text = if text.is_empty() { s.answers.iter().find(|((_, aq), _)| aq == q).map(|(_, a)| a.question.clone()).unwrap_or_default() } else { text };
+        let gold = s.questions.get(q).map(|(_, g)| g.clone()).unwrap_or_default();
+        let text = question_text(s, q);
         let _ = writeln!(h, "<details id=\"q-{}\" class=\"question\"><summary><b>{}</b> {}</summary>", esc(&anchor(q)), esc(q), esc(&text));
         if !gold.is_empty() {
             let _ = writeln!(h, "<p class=\"gold\">Gold: {}</p>", gold.iter().map(|g| esc(g)).collect::<Vec<_>>().join("; "));
@@ -721,6 +721,11 @@ fn questions(h: &mut String, s: &Study) {
         h.push_str("</tbody></table></details>\n");
     }
     h.push_str("</section>\n");
+}
+
+/// A question's text: the golden set's, else an answer row's, else empty.
+fn question_text(s: &Study, q: &str) -> String {
+    s.questions.get(q).map(|(t, _)| t.clone()).filter(|t| !t.is_empty()).or_else(|| s.answers.iter().find(|((_, aq), _)| aq == q).map(|(_, a)| a.question.clone())).unwrap_or_default()
 }
 
 /// The answer text escaped, with bracketed citations (`[source p. 3]`) marked: with the
