@@ -382,6 +382,10 @@ gpu-rehearse out=(env_var("HOME") / ".cache/gauge-gpu-rehearse"): setup models t
 # The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU, training, generation) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
 gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
     scripts/gpu-check.sh {{flags}} {{out}}
+    # The qwen2 reference (a tiny random Qwen2 — q/k/v biases, GQA 6:1, tied embeddings — with a fixed LoRA adapter, transformers + PEFT in float64): regenerated with this venv, it must equal the committed fixture that crates/train/tests/qwen2_peft.rs holds the trainer (every kernel path: loss, every gradient) and the decoder (logits with the saved adapter) to; then that test runs.
+    work=$(mktemp -d); {{torch_venv}}/bin/python scripts/qwen2_peft_reference.py "$work/tiny-qwen2" 2>> {{out}}/python.log; \
+      {{torch_venv}}/bin/python scripts/qwen2_peft_reference.py compare crates/train/tests/fixtures/tiny-qwen2 "$work/tiny-qwen2" | tee {{out}}/qwen2-reference.json; rm -rf "$work"
+    cargo test --release --workspace --test qwen2_peft
     for f in {{out}}/*.json; do {{bin}}/gauge-bench stamp "$f" --crate gauge-gpu-check --path scripts/gpu-check.sh --path scripts/gpu_check.py; done
 
 # Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers, peft and sentence-transformers, outside the clone.
@@ -389,7 +393,7 @@ torch-venv:
     test -x {{torch_venv}}/bin/python3 || python3 -m venv {{torch_venv}}
     {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check torch transformers peft sentence-transformers safetensors numpy pyarrow
 
-# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids), PEFT loading gauge's decoder adapter and (after `just train-retrievers`) its embedder adapter, transformers loading its reranker → OUT.
+# The GPU check's CPU half with PyTorch + PEFT beside gauge: adds train-lora's step vs PEFT on the CPU (same shapes, same token ids), PEFT loading gauge's decoder adapter and (after `just train-retrievers`) its embedder adapter, transformers loading its reranker, and the qwen2 reference (tiny random Qwen2, float64) regenerated and compared with the committed fixture → OUT.
 check-peft out="bench/gpu-check-cpu-peft": models torch-venv
     GAUGE_VENV={{torch_venv}} scripts/gpu-check.sh --cpu-only {{out}}
     # With `just train-retrievers`' embedder adapter: PEFT's vectors vs `embed --adapter`'s.

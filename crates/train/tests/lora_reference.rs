@@ -4,6 +4,8 @@
 //! (saved as a PEFT folder, loaded by the decoder) — within the stated f32 tolerances.
 use std::path::PathBuf;
 
+mod support;
+
 use gauge_decoder::adapter::PROJECTIONS;
 use gauge_decoder::generate::argmax;
 use gauge_decoder::{LanguageModel, LoadOptions, ModelFiles};
@@ -35,18 +37,7 @@ fn load() -> TrainableLlama {
 
 /// The fixture's fixed A and B values (r 4, alpha 8, all seven projections of both layers).
 fn fixed_params(model: &TrainableLlama) -> LoraParams {
-    let shape = LoraShape { r: 4, alpha: 8.0, rslora: false, targets: (0..7).collect() };
-    let mut modules = Vec::new();
-    for l in 0..2 {
-        for p in 0..7 {
-            let (d_in, d_out) = model.projection_dims(p);
-            let (lf, pf) = (l as f64, p as f64);
-            let a = (0..4 * d_in).map(|k| (0.1 * (1.0 + 7.0 * (k / d_in) as f64 + 3.0 * (k % d_in) as f64 + 11.0 * lf + 13.0 * pf).sin()) as f32).collect();
-            let b = (0..d_out * 4).map(|k| (0.02 * (2.0 + 5.0 * (k / 4) as f64 + 2.0 * (k % 4) as f64 + 17.0 * lf + 19.0 * pf).cos()) as f32).collect();
-            modules.push(LoraModule { layer: l, proj: p, d_in, d_out, a, b });
-        }
-    }
-    LoraParams { shape, modules }
+    support::fixed_params(model, 2)
 }
 
 fn key(m: &LoraModule, which: &str) -> String {
