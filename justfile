@@ -326,13 +326,33 @@ train-teacher url="" model="smollm2" api_key_env="GAUGE_NO_KEY" *flags="": setup
 
 # The generator trained on the teacher-written set: ../shared/golden/fra-sft.jsonl → SFT examples with contexts retrieved from the FRA index (synth-data --mode sft --from, split 50:10:40 by page group) → SmolLM2 adapter (train-lora, blocks kept 4-bit) in data/adapters/fra-sft-teacher-set → base vs adapter on the dev questions whose pages training never touched → eval/fra-sft-teacher/ (with the gate verdict). ~25 min on 2 cores (training ~10 min on the host kernels, 21 on Burn's ops; answers ~10 min).
 train-sft *flags="": setup models
+    {{just}} sft-teacher-set {{flags}} > /dev/null
+    {{bin}}/evaluate pipelines/fra-sft-teacher.toml --artifacts {{artifacts}}
+
+# The teacher-written set as SFT examples (synth-data --mode sft --from ../shared/golden/fra-sft.jsonl, contexts retrieved from the FRA index, split 50:10:40 by page group; its untrained-golden.jsonl holds the dev and test records) and SmolLM2's adapter from its training split (lr 1e-3, 1 epoch, 1 × 4 sequences per step, ≤ 2048 tokens) → data/adapters/fra-sft-teacher-set; prints the synth artifact's path. Shared by `just train-sft` and `just train-sft-qwen`; cached.
+sft-teacher-set *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail
     chunks=$({{just}} chunk | tail -n1)
     index=$({{just}} index | tail -n1)
     data=$({{bin}}/synth-data "$chunks" --mode sft --from ../shared/golden/fra-sft.jsonl --index "$index" --split 50:10:40 --seed 42 --artifacts {{artifacts}} | tail -n1)
-    {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 2048 --learning-rate 1e-3 --grad-accum 4 --set batch_size=1 --set warmup_steps=2 --set eval_examples=6 --set eval_every=4 --copy-to data/adapters/fra-sft-teacher-set {{flags}}
-    {{bin}}/evaluate pipelines/fra-sft-teacher.toml --artifacts {{artifacts}}
+    {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 2048 --learning-rate 1e-3 --grad-accum 4 --set batch_size=1 --set warmup_steps=2 --set eval_examples=6 --set eval_every=4 --copy-to data/adapters/fra-sft-teacher-set {{flags}} >&2
+    echo "$data"
+
+# QLoRA of the 1.5B generator on the teacher-written set: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, fetched on first use; its Q4_K/Q6_K blocks stay frozen in 4 bits, dequantised per layer as the step reads them) + LoRA r 16 / alpha 16 on all seven projections, loss on the answer, trained on the same split as `just sft-teacher-set` (29 examples ≤ 2048 tokens, 3 epochs, 1 × 4 sequences per step, lr 2e-4 cosine, a checkpoint every 2 steps: kill -9 resumes) with a 12 GB memory budget (no layer recomputed) → data/adapters/fra-sft-qwen; then the 1.5B with and without it and SmolLM2 with and without its adapter answer the teacher records no training split holds (data/golden/fra-sft-untrained.jsonl), gated on grounded answers and out-of-corpus refusals (pipelines/fra-sft-qwen.toml) → eval/fra-sft-qwen/. About 3 hours on 2 cores (training ~1 h 40 min, answers ~1 h).
+train-sft-qwen *flags="": setup models
+    #!/usr/bin/env bash
+    set -euo pipefail
+    scripts/fetch-models.sh qwen2.5-1.5b >&2
+    data=$({{just}} sft-teacher-set | tail -n1)
+    {{bin}}/train-lora "$data" --base qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --artifacts {{artifacts}} --max-seq-len 2048 --epochs 3 --learning-rate 2e-4 --grad-accum 4 --set batch_size=1 --set warmup_steps=2 --set eval_examples=6 --set eval_every=6 --set checkpoint_every=2 --set max_memory_mib=12000 --copy-to data/adapters/fra-sft-qwen {{flags}}
+    mkdir -p data/golden
+    cp "$data/untrained-golden.jsonl" data/golden/.fra-sft-untrained.jsonl.tmp && mv data/golden/.fra-sft-untrained.jsonl.tmp data/golden/fra-sft-untrained.jsonl
+    {{bin}}/evaluate pipelines/fra-sft-qwen.toml --artifacts {{artifacts}}
+
+# train-lora's step at the 1.5B scale (r 16 on all projections, 1 × 512 tokens, all cores, no layer recomputed) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Qwen2 of Qwen2.5-1.5B's shape, base f32 on both sides (first-step loss equal to 1e-3); tokens/s, peak memory and memory above the after-load baseline; and on Qwen2.5-Coder-1.5B Q4_K_M against llama.cpp's prefill → bench/train-qwen.json. ~20 min on 2 cores.
+bench-train-qwen: setup models torch-venv
+    GAUGE_VENV={{torch_venv}} scripts/bench-train-qwen.sh
 
 # SmolLM2 base, + the offline SFT adapter and + the teacher SFT adapter on the same contexts (paired) → eval/fra-adapter-teacher/ (the first two rows are the cached answers of `just ablate-adapter`).
 ablate-adapter-teacher: train train-teacher

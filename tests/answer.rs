@@ -338,3 +338,69 @@ fn answer_rewrites_the_query_when_its_config_asks() {
     let rewrites = server.requests().iter().filter(|q| q.message(0).starts_with("Rewrite this search query")).count();
     assert_eq!(rewrites, 1, "one expansion call for one question");
 }
+
+/// A pipeline's declared answer gate (`[answer] gate`): an adapted local generator is judged
+/// against its base on every metric of the family (one gate row each, adjusted together) and on
+/// its secondary metrics against their margins; a gate naming a metric that is not a
+/// higher-is-better answer metric is refused in one line naming the file.
+#[test]
+fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
+    use gauge_train::generator::model::{LoraShape, TrainableLlama};
+    let gguf = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(gguf.is_file(), "{}: missing; run `just models`", gguf.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    build_index(root);
+    copy_answer_prompts(root);
+    let golden = [
+        json!({"qid": "q1", "question": "When are gate arms lowered?", "gold": [{"source": "gates.md", "page": 1}], "reference_answer": "At least five seconds before the train reaches the crossing."}),
+        json!({"qid": "q2", "question": "How often do lights flash?", "gold": [{"source": "lights.md", "page": 1}], "reference_answer": "35 to 65 times a minute."}),
+        json!({"qid": "q3", "question": "Do bells ring while the gate arms descend?", "gold": [{"source": "bells.md", "page": 1}], "reference_answer": "Yes, while the arms descend."}),
+    ];
+    std::fs::write(root.join("golden.jsonl"), golden.iter().map(|g| g.to_string() + "\n").collect::<String>()).unwrap();
+    // A PEFT adapter for SmolLM2 as train-lora initialises it (B = 0: the base's answers).
+    let files = gauge_decoder::ModelFiles::open(gguf.to_str().unwrap(), false).unwrap();
+    let model = TrainableLlama::load(files.config.clone(), &files.checkpoint, gauge_train::BaseStorage::Auto, &gauge_encoder::device::cpu()).unwrap();
+    let adapter = root.join("adapter");
+    model.init_lora(LoraShape { r: 4, alpha: 4.0, rslora: false, targets: vec![0, 2] }, 1).to_adapter(0.0, None).save(&adapter).unwrap();
+    let local = |adapter: Option<&Path>| match adapter {
+        Some(a) => json!({"kind": "local", "model": gguf.to_str().unwrap(), "adapter": a.to_str().unwrap()}),
+        None => json!({"kind": "local", "model": gguf.to_str().unwrap()}),
+    };
+    let with_gate = |name: &str, gate: serde_json::Value| {
+        pipeline(name)
+            .set("k", json!(2))
+            .baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" })))
+            .set("answer", json!({
+                "template": "plain", "generation": {"max_new_tokens": 6},
+                "generators": [{"name": "base", "generator": local(None)}, {"name": "+ adapter", "generator": local(Some(&adapter))}],
+                "gate": gate,
+            }))
+            .write(&root.join(format!("{name}.toml")))
+    };
+    let args = |p: &Path| vec![p.to_str().unwrap().to_string(), "--artifacts".into(), root.join("artifacts").to_str().unwrap().into(), "--eval-dir".into(), root.join("eval").to_str().unwrap().into()];
+    let good = with_gate("gated", json!({"family": ["grounded_answer", "refusal_accuracy"], "non_inferiority": {"reference_token_f1": 0.05}}));
+    let a = args(&good);
+    let dir = PathBuf::from(last_line(&ok(run("evaluate", &a.iter().map(String::as_str).collect::<Vec<_>>()))));
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let gate = manifest["stats"]["gate"].as_array().unwrap();
+    let metrics: Vec<&str> = gate.iter().map(|g| g["metric"].as_str().unwrap()).collect();
+    assert_eq!(metrics, ["Grounded answers", "Refusal accuracy"], "{gate:?}");
+    assert!(gate.iter().all(|g| g["row"] == "Hybrid · + adapter" && g["base"] == "Hybrid · base" && g["family"] == 2), "{gate:?}");
+    let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
+    assert!(md.contains("| Hybrid · + adapter | Hybrid · base | Grounded answers | 3 |") && md.contains("| Hybrid · + adapter | Hybrid · base | Refusal accuracy | 3 |") && md.contains("these 2 rows alone"), "{md}");
+    // B = 0: the adapter's answers are the base's, so token F1 moves by nothing and is
+    // non-inferior at any margin; the gate cannot call it better.
+    let ni = manifest["stats"]["non_inferiority"].as_array().unwrap();
+    assert_eq!(ni.len(), 1, "{ni:?}");
+    assert_eq!((ni[0]["metric"].as_str(), ni[0]["delta"].as_f64(), ni[0]["verdict"].as_str()), (Some("Token F1 vs reference"), Some(0.0), Some("non-inferior")));
+    assert!(md.contains("### Secondary metrics: non-inferiority") && md.contains("| −0.05 | ✓ non-inferior |"), "{md}");
+    assert!(gate.iter().all(|g| g["verdict"] == "not better"), "{gate:?}");
+    let page = std::fs::read_to_string(root.join("eval/gated/report.html")).unwrap();
+    assert!(page.contains("Secondary metrics: non-inferiority") && page.contains("Grounded answers"));
+    // A lower-is-better metric cannot be gated on.
+    let bad = with_gate("badgate", json!({"family": ["tokens_generated"]}));
+    let out = run("evaluate", &args(&bad).iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("badgate.toml") && err.contains("tokens_generated") && err.contains("higher-is-better"), "{err}");
+}

@@ -38,6 +38,53 @@ pub struct AnswerSection {
     /// half, judge them on the held-out half, whose pages the choice never saw.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split_seed: Option<u64>,
+    /// The gate of the rows whose generator has an adapter, declared before the run (default:
+    /// token F1 against the reference answers, else answers with a verified citation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<AnswerGate>,
+}
+
+/// What an adapter must show against its base, declared in the pipeline before the run: a
+/// family of metrics on which it must be **better** (each a gate row, the family's p-values
+/// adjusted together), and secondary metrics on which it must not be worse than its base by
+/// more than a stated margin (non-inferiority: the lower end of the paired 95 % interval above
+/// −margin). Metric names are `answers.parquet`'s (`grounded_answer`, `out_of_corpus_refusal`,
+/// `reference_token_f1`, `format_compliance`, …); every one is higher-is-better.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerGate {
+    /// The metrics judged for superiority, the primary one first.
+    pub family: Vec<String>,
+    /// Secondary metrics and their non-inferiority margins (in the metric's units).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub non_inferiority: std::collections::BTreeMap<String, f64>,
+}
+
+/// Every answer metric name a gate may name (higher is better for each of them).
+pub const GATE_METRICS: [&str; 10] = ["answer_verified_citation", "citation_precision", "citation_accuracy", "answer_cites_gold", "grounded_answer", "refusal_accuracy", "out_of_corpus_refusal", "format_compliance", "reference_token_f1", "answer_keyword_recall"];
+
+impl AnswerGate {
+    /// Refuses an empty family, an unknown or lower-is-better metric, a negative margin, or a
+    /// metric both in the family and among the secondary ones.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.family.is_empty() {
+            return Err("answer.gate.family is empty: name the primary metric (e.g. \"grounded_answer\")".into());
+        }
+        for m in self.family.iter().chain(self.non_inferiority.keys()) {
+            if !GATE_METRICS.contains(&m.as_str()) {
+                return Err(format!("answer.gate: `{m}` is not a higher-is-better answer metric (one of {})", GATE_METRICS.join(", ")));
+            }
+        }
+        for (m, margin) in &self.non_inferiority {
+            if !(margin.is_finite() && *margin >= 0.0) {
+                return Err(format!("answer.gate.non_inferiority.{m} = {margin}: a margin is a finite number ≥ 0"));
+            }
+            if self.family.contains(m) {
+                return Err(format!("answer.gate: `{m}` is both in the family and a non-inferiority metric"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A generator with the name its answer rows carry, and optionally its own generation
@@ -86,7 +133,7 @@ impl AnswerRun {
 impl Default for AnswerSection {
     fn default() -> Self {
         let a = AnswerConfig::default();
-        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0, generators: Vec::new(), split_seed: None }
+        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0, generators: Vec::new(), split_seed: None, gate: None }
     }
 }
 
@@ -218,8 +265,13 @@ pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], f
         ("invented_citation_rate", "Invented citations", per(&|a, _| frac(a, &|c| !c.verified))),
         ("citation_accuracy", "Citation accuracy (gold pages)", per(&|a, q| q.filter(|q| !q.gold.is_empty()).and_then(|q| frac(a, &|c| c.cites_gold(&q.gold))))),
         ("answer_cites_gold", "Answers citing a gold page", per(&|a, q| q.filter(|q| !q.gold.is_empty() && !a.refused).map(|q| if a.citations.iter().any(|c| c.cites_gold(&q.gold)) { 1.0 } else { 0.0 }))),
+        ("grounded_answer", "Grounded answers", per(&|a, q| q.filter(|q| !q.gold.is_empty()).map(|q| if a.citations.iter().any(|c| c.verified && c.cites_gold(&q.gold)) { 1.0 } else { 0.0 }))),
         ("refusal_accuracy", "Refusal accuracy", per(&|a, q| q.map(|q| if (a.refused || says_refusal(&a.answer, refusal_sentence)) == (q.gold.is_empty() && q.keywords.is_empty()) { 1.0 } else { 0.0 }))),
     ];
+    // Questions the corpus cannot answer (no gold, no keywords): refusing them is right.
+    if golden.iter().any(|q| q.gold.is_empty() && q.keywords.is_empty()) {
+        out.push(("out_of_corpus_refusal", "Refusals of out-of-corpus questions", per(&|a, q| q.filter(|q| q.gold.is_empty() && q.keywords.is_empty()).map(|_| if a.refused || says_refusal(&a.answer, refusal_sentence) { 1.0 } else { 0.0 }))));
+    }
     if four_phase {
         out.push(("format_compliance", "Four phases in order", per(&|a, _| (!a.refused).then(|| if four_phases_in_order(&a.answer) { 1.0 } else { 0.0 }))));
     }
@@ -388,10 +440,24 @@ mod tests {
         assert_eq!((get("tokens_generated"), get("loop_rate"), get("length_rate"), get("seconds_per_answer")), (Some(12.0), Some(0.0), Some(0.0), Some(0.5)));
         // A model refusal on an answerable question is a wrong refusal.
         let declined = vec![AnsweredQuestion { qid: "a".into(), answer: "The documents  do not say".into(), refused: false, citations: vec![], completion_tokens: 5, seconds: 0.1, finish_reason: "loop".into() }];
-        let m = answer_metrics(&declined, &[q], false, "The documents do not say.");
+        let m = answer_metrics(&declined, std::slice::from_ref(&q), false, "The documents do not say.");
         assert_eq!(m.iter().find(|x| x.0 == "refusal_accuracy").unwrap().2[0], Some(0.0));
         assert_eq!(m.iter().find(|x| x.0 == "loop_rate").unwrap().2[0], Some(1.0));
         assert!(!says_refusal("anything", ""));
+        // Grounded: a verified citation of a gold page. An unverified one on the gold page, a
+        // verified one elsewhere, or a refusal of an answerable question is not grounded; an
+        // out-of-corpus question (no gold, no keywords) is not counted there, but in the
+        // out-of-corpus refusals, which exist only when the set has such questions.
+        assert_eq!(get("grounded_answer"), Some(1.0));
+        let outside = GoldenQuestion { qid: "o".into(), question: "q".into(), gold: vec![], keywords: vec![], reference_answer: None, category: None };
+        let q3 = GoldenQuestion { keywords: vec![], ..q.clone() };
+        let rows = [("unverified gold", vec![cite("m.pdf", 3, false)], "a"), ("verified elsewhere", vec![cite("m.pdf", 9, true)], "a"), ("refused", vec![], "a"), ("answered outside", vec![cite("m.pdf", 3, true)], "o"), ("refused outside", vec![], "o")];
+        let answered: Vec<AnsweredQuestion> = rows.iter().map(|(text, c, qid)| AnsweredQuestion { qid: qid.to_string(), answer: if text.starts_with("refused") { "The documents do not say.".into() } else { text.to_string() }, refused: false, citations: c.clone(), completion_tokens: 1, seconds: 0.1, finish_reason: "eos".into() }).collect();
+        let m = answer_metrics(&answered, &[q3.clone(), outside], false, "The documents do not say.");
+        let col = |n: &str| m.iter().find(|x| x.0 == n).unwrap().2.clone();
+        assert_eq!(col("grounded_answer"), vec![Some(0.0), Some(0.0), Some(0.0), None, None]);
+        assert_eq!(col("out_of_corpus_refusal"), vec![None, None, None, Some(0.0), Some(1.0)]);
+        assert!(answer_metrics(&answered, &[q3], false, "x").iter().all(|x| x.0 != "out_of_corpus_refusal"), "no out-of-corpus question, no such metric");
         // A restricted run keeps the questions asked for and drops the others' values.
         let run: RunMetrics = (AnswerRun { config: "c".into(), generator: None, compare_to: None, dir: std::path::PathBuf::new() }, [answers.clone(), declined.clone()].concat().into_iter().enumerate().map(|(i, mut a)| { a.qid = format!("q{i}"); a }).collect(), vec![("x", "X", vec![Some(1.0), Some(0.0)])]);
         let only = restrict(&run, &["q1".to_string()].into_iter().collect());

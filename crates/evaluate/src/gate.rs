@@ -112,11 +112,81 @@ pub fn rows(pipeline: &crate::pipeline::Pipeline, tables: &crate::tables::Retrie
             continue;
         }
         let mine: Vec<&crate::answers::AnswerDelta> = deltas.iter().filter(|d| d.run == a.name()).collect();
-        if let Some(d) = mine.iter().find(|d| d.metric == "reference_token_f1").or_else(|| mine.iter().find(|d| d.metric == "answer_verified_citation")) {
-            out.push(GateRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), n: d.n, comparison: d.comparison, sd: d.sd, mde: f64::NAN, power: f64::NAN });
+        let row = |d: &crate::answers::AnswerDelta| GateRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), n: d.n, comparison: d.comparison, sd: d.sd, mde: f64::NAN, power: f64::NAN };
+        match &section.gate {
+            // The declared family: one row per metric (a metric no question applies to is
+            // reported missing rather than dropped silently).
+            Some(gate) => {
+                for m in &gate.family {
+                    let d = mine.iter().find(|d| d.metric == m.as_str()).ok_or_else(|| anyhow::anyhow!("answer.gate: row `{}` has no paired `{m}` against its base (no question the metric applies to?)", a.name()))?;
+                    out.push(row(d));
+                }
+            }
+            None => {
+                if let Some(d) = mine.iter().find(|d| d.metric == "reference_token_f1").or_else(|| mine.iter().find(|d| d.metric == "answer_verified_citation")) {
+                    out.push(row(d));
+                }
+            }
         }
     }
     Ok(family(out, pipeline.stats.correction))
+}
+
+/// A secondary metric of an adapted row against its base with its declared margin.
+#[derive(Debug, Clone)]
+pub struct NonInferiorityRow {
+    /// The trained row.
+    pub row: String,
+    /// Its base.
+    pub base: String,
+    /// The metric (label).
+    pub metric: String,
+    /// The declared margin.
+    pub margin: f64,
+    /// Questions compared.
+    pub n: usize,
+    /// Paired difference and its interval.
+    pub comparison: PairedComparison,
+}
+
+impl NonInferiorityRow {
+    /// Non-inferior when the lower end of the paired 95 % interval is above −margin.
+    pub fn non_inferior(&self) -> bool {
+        self.comparison.ci_low > -self.margin
+    }
+}
+
+/// The non-inferiority rows of an evaluation's adapted answer rows (empty without
+/// `answer.gate.non_inferiority`).
+pub fn non_inferiority_rows(pipeline: &crate::pipeline::Pipeline, deltas: &[crate::answers::AnswerDelta]) -> Vec<NonInferiorityRow> {
+    let Some(gate) = pipeline.answer.as_ref().and_then(|a| a.gate.as_ref()) else { return Vec::new() };
+    let adapted: Vec<&str> = pipeline.answer.iter().flat_map(|s| s.generators.iter()).filter(|g| matches!(g.generator, Some(gauge_answer::GeneratorConfig::Local { adapter: Some(_), .. }))).map(|g| g.name.as_str()).collect();
+    let mut out = Vec::new();
+    for d in deltas.iter().filter(|d| adapted.iter().any(|g| d.run.ends_with(&format!(" · {g}")))) {
+        if let Some(margin) = gate.non_inferiority.get(d.metric) {
+            out.push(NonInferiorityRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), margin: *margin, n: d.n, comparison: d.comparison });
+        }
+    }
+    out
+}
+
+/// The non-inferiority section of `ablation.md` (empty without rows).
+pub fn non_inferiority_markdown(rows: &[NonInferiorityRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\n### Secondary metrics: non-inferiority\n\nDeclared before the run with their margins: a trained row is **non-inferior** on a metric when the lower end of the paired 95 % interval of its difference from the base lies above −margin; otherwise this set cannot rule out a loss larger than the margin.\n\n| Trained row | Base | Metric | n | Δ [95 %] | Margin | Verdict |\n|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        let c = &r.comparison;
+        let verdict = if r.non_inferior() { "✓ non-inferior" } else { "✗ not shown non-inferior" };
+        s.push_str(&format!("| {} | {} | {} | {} | {:+.3} [{:+.2}, {:+.2}] | −{:.2} | {verdict} |\n", r.row.replace('|', "\\|"), r.base.replace('|', "\\|"), r.metric, r.n, c.delta, c.ci_low, c.ci_high, r.margin));
+    }
+    s
+}
+
+/// The non-inferiority rows as the manifest's `non_inferiority` stat.
+pub fn non_inferiority_stat(rows: &[NonInferiorityRow]) -> serde_json::Value {
+    rows.iter().map(|r| serde_json::json!({"row": r.row, "base": r.base, "metric": r.metric, "margin": r.margin, "n": r.n, "delta": r.comparison.delta, "ci_low": r.comparison.ci_low, "ci_high": r.comparison.ci_high, "verdict": if r.non_inferior() { "non-inferior" } else { "not shown non-inferior" }})).collect()
 }
 
 /// The gate rows as one family: p adjusted over them alone, and each row's detectable effect at
@@ -174,6 +244,34 @@ mod tests {
         let alone = family(vec![row("a", 0.02, 0.3)], crate::stats::Correction::Holm);
         assert!(alone[0].mde < g[0].mde, "a smaller family detects smaller effects");
         assert_eq!(family(vec![row("a", 0.02, 0.3)], crate::stats::Correction::None)[0].comparison.p_adjusted, None);
+    }
+
+    #[test]
+    fn an_answer_gate_is_checked_and_its_secondary_metrics_judged_by_their_margins() {
+        use crate::answers::AnswerGate;
+        let gate = |family: &[&str], ni: &[(&str, f64)]| AnswerGate { family: family.iter().map(|s| s.to_string()).collect(), non_inferiority: ni.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
+        assert_eq!(gate(&["grounded_answer", "out_of_corpus_refusal"], &[("reference_token_f1", 0.05), ("format_compliance", 0.1)]).validate(), Ok(()));
+        for (bad, why) in [
+            (gate(&[], &[]), "is empty"),
+            (gate(&["tokens_generated"], &[]), "not a higher-is-better"),
+            (gate(&["grounded_answer"], &[("invented_citation_rate", 0.1)]), "not a higher-is-better"),
+            (gate(&["grounded_answer"], &[("reference_token_f1", -0.1)]), "≥ 0"),
+            (gate(&["grounded_answer"], &[("reference_token_f1", f64::NAN)]), "≥ 0"),
+            (gate(&["grounded_answer"], &[("grounded_answer", 0.1)]), "both"),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        // Non-inferior when the interval's lower end is above −margin, not when it reaches it.
+        let row = |low: f64, margin: f64| NonInferiorityRow { row: "c · + adapter".into(), base: "c · base".into(), metric: "Token F1 vs reference".into(), margin, n: 20, comparison: PairedComparison { delta: low + 0.05, ci_low: low, ci_high: low + 0.1, p_value: 0.5, p_adjusted: None } };
+        assert!(row(-0.04, 0.05).non_inferior());
+        assert!(!row(-0.06, 0.05).non_inferior());
+        assert!(!row(-0.05, 0.05).non_inferior());
+        let md = non_inferiority_markdown(&[row(-0.04, 0.05), row(-0.08, 0.05)]);
+        assert!(md.contains("| c · + adapter | c · base | Token F1 vs reference | 20 | +0.010 [-0.04, +0.06] | −0.05 | ✓ non-inferior |"), "{md}");
+        assert!(md.contains("✗ not shown non-inferior"), "{md}");
+        assert!(non_inferiority_markdown(&[]).is_empty());
+        assert_eq!(non_inferiority_stat(&[row(-0.06, 0.05)])[0]["verdict"], "not shown non-inferior");
     }
 
     #[test]

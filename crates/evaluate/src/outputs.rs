@@ -27,6 +27,8 @@ pub struct Evaluation<'a> {
     pub failures: &'a [FailureRow],
     /// The gate's rows.
     pub gate: &'a [GateRow],
+    /// The adapted answer rows' secondary metrics against their declared margins.
+    pub non_inferiority: &'a [crate::gate::NonInferiorityRow],
     /// The config search's section of `ablation.md` (empty without `[search]`).
     pub search_md: &'a str,
 }
@@ -36,6 +38,9 @@ pub fn write(e: &Evaluation<'_>, run: &mut StageRun) -> anyhow::Result<()> {
     let (pipeline, golden, mode) = (&e.plan.pipeline, &e.plan.golden, e.plan.mode);
     if !e.gate.is_empty() {
         run.set_stat("gate", crate::gate::stat(e.gate));
+    }
+    if !e.non_inferiority.is_empty() {
+        run.set_stat("non_inferiority", crate::gate::non_inferiority_stat(e.non_inferiority));
     }
     let mut metrics: Vec<MetricRow> = e.tables.metrics.clone();
     metrics.extend(e.answers.metric_rows.iter().cloned());
@@ -63,7 +68,7 @@ pub fn write(e: &Evaluation<'_>, run: &mut StageRun) -> anyhow::Result<()> {
     };
     let answers_md = report::answers_markdown(pipeline.answer.as_ref(), &e.answers.tables, &e.answers.deltas, pipeline.judge.is_some());
     let failures_md = crate::failures::markdown(e.failures, &e.tables.names, pipeline.judge_depth);
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &answers_md + &e.answers.split_report + &e.answers.judge_report + &failures_md + &crate::gate::markdown(e.gate) + e.search_md)?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &answers_md + &e.answers.split_report + &e.answers.judge_report + &failures_md + &crate::gate::markdown(e.gate) + &crate::gate::non_inferiority_markdown(e.non_inferiority) + e.search_md)?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;

@@ -289,6 +289,9 @@ impl Pipeline {
                     section.configs.push(variants[0].name.clone());
                 }
                 section.generation.validate().map_err(|e| err(format!("[answer] {e}")))?;
+                if let Some(gate) = &section.gate {
+                    gate.validate().map_err(err)?;
+                }
                 for g in &section.generators {
                     if let Some(gen) = &g.generation {
                         gen.validate().map_err(|e| err(format!("[[answer.generators]] `{}`: {e}", g.name)))?;

@@ -497,6 +497,11 @@ pub(crate) fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], promp
     Ok(out.len() as u64)
 }
 
+/// The golden set `synth-data --mode sft --from FILE --split …` writes beside its splits: the
+/// teacher records outside the `train` split (dev and test), each with the teacher's answer as
+/// its reference and category `teacher` or `out_of_corpus`.
+pub const UNTRAINED_GOLDEN: &str = "untrained-golden.jsonl";
+
 /// `--mode sft --from FILE`: one example per teacher record, its context retrieved from the
 /// index (see [`teacher_set`]), split by page group, written as `sft.jsonl`, `sft.parquet`
 /// and one JSONL per split.
@@ -547,6 +552,15 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, (
         }
     }
     write_sft_outputs(&rows, &split_counts, run)?;
+    if !split_counts.is_empty() {
+        // The questions no training split holds, as a golden set (the teacher's answer as the
+        // reference, `out_of_corpus` questions with no gold: a refusal is right): what an
+        // adapter trained on the `train` split is evaluated on.
+        let untrained: Vec<GoldenQuestion> = records.iter().zip(&rows).filter(|(_, row)| row.split.as_deref() != Some("train")).map(|(r, _)| teacher_set::golden_of(r)).collect();
+        write_jsonl(&run.path(UNTRAINED_GOLDEN), untrained.iter())?;
+        run.add_output(UNTRAINED_GOLDEN, Some(untrained.len() as u64))?;
+        run.set_stat("untrained_questions", untrained.len());
+    }
     run.set_stat("label", "sft");
     run.set_stat("examples", rows.len());
     run.set_stat("refusal_examples", rows.iter().filter(|r| r.kind == "refusal").count());
