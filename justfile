@@ -350,7 +350,7 @@ train-sft-qwen *flags="": setup models
     cp "$data/untrained-golden.jsonl" data/golden/.fra-sft-untrained.jsonl.tmp && mv data/golden/.fra-sft-untrained.jsonl.tmp data/golden/fra-sft-untrained.jsonl
     {{bin}}/evaluate pipelines/fra-sft-qwen.toml --artifacts {{artifacts}}
 
-# train-lora's step at the 1.5B scale (r 16 on all projections, 1 × 512 tokens, all cores, no layer recomputed) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Qwen2 of Qwen2.5-1.5B's shape, base f32 on both sides (first-step loss equal to 1e-3); tokens/s, peak memory and memory above the after-load baseline; and on Qwen2.5-Coder-1.5B Q4_K_M against llama.cpp's prefill → bench/train-qwen.json. ~20 min on 2 cores.
+# train-lora's step at the 1.5B scale (r 16 on all projections, 1 × 512 tokens, all cores, no layer recomputed) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Qwen2 of Qwen2.5-1.5B's shape, base f32 on both sides (first-step loss equal to 1e-3); tokens/s, peak memory and memory above the after-load baseline; and on Qwen2.5-Coder-1.5B Q4_K_M against llama.cpp's prefill → bench/train-qwen.json. ~35 min on 2 cores.
 bench-train-qwen: setup models torch-venv
     GAUGE_VENV={{torch_venv}} scripts/bench-train-qwen.sh
 
@@ -402,10 +402,6 @@ gpu-rehearse out=(env_var("HOME") / ".cache/gauge-gpu-rehearse"): setup models t
 # The GPU check (parity, throughput vs sentence-transformers, faiss GPU vs CPU, training, generation) → OUT. On a GPU machine: `scripts/gpu-check.sh OUT` with dist/gpu-check.tar.xz beside it; here: the CPU half.
 gpu-check out="bench/gpu-check-cpu" *flags="--cpu-only": models bench-venv
     scripts/gpu-check.sh {{flags}} {{out}}
-    # The qwen2 reference (a tiny random Qwen2 — q/k/v biases, GQA 6:1, tied embeddings — with a fixed LoRA adapter, transformers + PEFT in float64): regenerated with this venv, it must equal the committed fixture that crates/train/tests/qwen2_peft.rs holds the trainer (every kernel path: loss, every gradient) and the decoder (logits with the saved adapter) to; then that test runs.
-    work=$(mktemp -d); {{torch_venv}}/bin/python scripts/qwen2_peft_reference.py "$work/tiny-qwen2" 2>> {{out}}/python.log; \
-      {{torch_venv}}/bin/python scripts/qwen2_peft_reference.py compare crates/train/tests/fixtures/tiny-qwen2 "$work/tiny-qwen2" | tee {{out}}/qwen2-reference.json; rm -rf "$work"
-    cargo test --release --workspace --test qwen2_peft
     for f in {{out}}/*.json; do {{bin}}/gauge-bench stamp "$f" --crate gauge-gpu-check --path scripts/gpu-check.sh --path scripts/gpu_check.py; done
 
 # Python with PyTorch (PyPI's wheel: ~5 GB with its CUDA libraries), transformers, peft and sentence-transformers, outside the clone.
@@ -434,6 +430,11 @@ check-peft out="bench/gpu-check-cpu-peft": models torch-venv
       {{torch_venv}}/bin/python scripts/gpu_check.py hf-reranker "$answer" data/models/fra-reranker 2>> {{out}}/python.log | tee {{out}}/hf-reranker.json; rm -f "$answer"; \
       {{torch_venv}}/bin/python -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["max_abs_diff_gauge_vs_transformers"] <= 1e-3 * max(1.0, r["score_range"]) and r["same_order"] else "check-peft: transformers and gauge disagree on the reranker")' {{out}}/hf-reranker.json; \
     fi
+    # The qwen2 reference (a tiny random Qwen2 — q/k/v biases, GQA 6:1, tied embeddings — with a fixed LoRA adapter, transformers + PEFT in float64): regenerated with this venv, it must equal the committed fixture that crates/train/tests/qwen2_peft.rs holds the trainer (every kernel path: loss, every gradient) and the decoder (logits with the saved adapter) to; then that test runs.
+    work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; \
+      {{torch_venv}}/bin/python scripts/qwen2_peft_reference.py "$work/tiny-qwen2" 2>> {{out}}/python.log && \
+      {{torch_venv}}/bin/python scripts/qwen2_peft_reference.py compare crates/train/tests/fixtures/tiny-qwen2 "$work/tiny-qwen2" > {{out}}/qwen2-reference.json && cat {{out}}/qwen2-reference.json
+    cargo test --release --workspace --test qwen2_peft
     for f in {{out}}/*.json; do {{bin}}/gauge-bench stamp "$f" --crate gauge-gpu-check --path scripts/gpu-check.sh --path scripts/gpu_check.py; done
 
 # Remove artifacts (not the build cache).

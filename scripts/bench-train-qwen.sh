@@ -12,11 +12,11 @@
 #      tokens on the same file (a forward pass: the step does forward and backward).
 # Memory: the peak resident set, and the peak above a baseline taken after imports and the model's
 # load, for both sides. Needs the torch venv (`just torch-venv`), llama.cpp and ~7 GB of disk for the
-# random fp32 model. GAUGE_BENCH_PAIRS (default 3: a pair takes ~5 minutes on 2 cores).
+# random fp32 model. GAUGE_BENCH_PAIRS (default 5, the harness's least: a pair takes ~6 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench/train-qwen.json}"
-pairs="${GAUGE_BENCH_PAIRS:-3}"
+pairs="${GAUGE_BENCH_PAIRS:-5}"
 model=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 py="${GAUGE_VENV:-$HOME/.cache/gauge-torch-venv}/bin/python3"
 seq=512 batch=1 steps=2

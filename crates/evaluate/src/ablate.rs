@@ -92,7 +92,7 @@ fn evaluate_plan(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOpti
     let mut failures = retrieved.failures.clone();
     failures.extend(answers.failures.iter().cloned());
     let gate = crate::gate::rows(pipeline, &tables, &retrieved.query_rows, &plan.answers, &answers.deltas, plan.golden.len()).context("the gate")?;
-    let non_inferiority = crate::gate::non_inferiority_rows(pipeline, &answers.deltas);
+    let non_inferiority = crate::gate::non_inferiority_rows(pipeline, &plan.answers, &answers.deltas)?;
     let evaluation = crate::outputs::Evaluation { plan, retrieved: &retrieved, tables: &tables, answers: &answers, failures: &failures, gate: &gate, non_inferiority: &non_inferiority, search_md };
     crate::outputs::write(&evaluation, run)?;
     Ok((tables.names.len(), plan.skipped.len()))

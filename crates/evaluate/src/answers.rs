@@ -148,6 +148,23 @@ impl AnswerSection {
         self.generators.iter().find(|g| Some(&g.name) == name.as_ref()).and_then(|g| g.compare_to.clone())
     }
 
+    /// Refuses a gate that cannot be judged: an adapted generator with no base to compare with
+    /// (the first generator, or the only one, without `compare_to`), or `format_compliance`
+    /// without the `four_phase` template.
+    pub fn check_gate_bases(&self, gate: &AnswerGate) -> Result<(), String> {
+        let adapted = |g: &Option<GeneratorConfig>| matches!(g, Some(GeneratorConfig::Local { adapter: Some(_), .. }));
+        if self.generators.is_empty() && matches!(self.generator, GeneratorConfig::Local { adapter: Some(_), .. }) {
+            return Err("answer.gate: the only generator has an adapter and nothing to be compared with; list the base and the adapted model under [[answer.generators]]".into());
+        }
+        if let Some(first) = self.generators.first().filter(|g| adapted(&g.generator) && g.compare_to.is_none()) {
+            return Err(format!("answer.gate: generator `{}` has an adapter but is the first one, the default base; put its base first or give it `compare_to`", first.name));
+        }
+        if self.template != "four_phase" && gate.family.iter().chain(gate.non_inferiority.keys()).any(|m| m == "format_compliance") {
+            return Err(format!("answer.gate: `format_compliance` is measured only with template = \"four_phase\" (this section's is \"{}\")", self.template));
+        }
+        Ok(())
+    }
+
     /// The generators to run with their settings: the named list, or `generator` alone
     /// (unnamed).
     pub fn generator_list(&self) -> Vec<(Option<String>, GeneratorConfig, GenerateOptions)> {
@@ -417,6 +434,22 @@ mod tests {
         assert!(e.contains("bad-citation.parquet") && e.contains("row 1") && e.contains("q1"), "{e}");
         let e = read_answers(&write("not-json.parquet", Some("[a.pdf p3]"))).unwrap_err().to_string();
         assert!(e.contains("not a JSON list"), "{e}");
+    }
+
+    #[test]
+    fn a_gate_needs_a_base_for_every_adapter_and_the_template_its_metrics_need() {
+        let local = |adapter: Option<&str>| GeneratorConfig::Local { model: "m.gguf".into(), adapter: adapter.map(Into::into) };
+        let named = |name: &str, adapter: Option<&str>, compare_to: Option<&str>| NamedGenerator { name: name.into(), generator: Some(local(adapter)), generation: None, compare_to: compare_to.map(Into::into) };
+        let gate = AnswerGate { family: vec!["grounded_answer".into()], non_inferiority: [("format_compliance".to_string(), 0.1)].into_iter().collect() };
+        let four = |generators: Vec<NamedGenerator>| AnswerSection { template: "four_phase".into(), generators, ..Default::default() };
+        assert_eq!(four(vec![named("base", None, None), named("+ a", Some("a"), None)]).check_gate_bases(&gate), Ok(()));
+        assert_eq!(four(vec![named("+ a", Some("a"), Some("base")), named("base", None, None)]).check_gate_bases(&gate), Ok(()));
+        let e = four(vec![named("+ a", Some("a"), None), named("base", None, None)]).check_gate_bases(&gate).unwrap_err();
+        assert!(e.contains("`+ a`") && e.contains("compare_to"), "{e}");
+        let e = AnswerSection { generator: local(Some("a")), template: "four_phase".into(), ..Default::default() }.check_gate_bases(&gate).unwrap_err();
+        assert!(e.contains("only generator"), "{e}");
+        let e = AnswerSection { template: "plain".into(), ..four(vec![named("base", None, None), named("+ a", Some("a"), None)]) }.check_gate_bases(&gate).unwrap_err();
+        assert!(e.contains("format_compliance") && e.contains("four_phase"), "{e}");
     }
 
     #[test]

@@ -86,9 +86,10 @@ pub fn markdown(rows: &[GateRow]) -> String {
 
 /// The gate's rows of an evaluation: each trained retriever config (not skipped) against its
 /// `compare_to` config on MRR (or its first compared metric), and each answer row whose
-/// generator has an adapter against the first generator's row on token F1 against the
-/// reference answers (or verified citations); then the family's adjustment and detectable
-/// effects.
+/// generator has an adapter against its base (its `compare_to` generator, else the first) —
+/// on every metric of the pipeline's `[answer] gate` family when declared, else on token F1
+/// against the reference answers (or verified citations); then the family's adjustment and
+/// detectable effects.
 pub fn rows(pipeline: &crate::pipeline::Pipeline, tables: &crate::tables::RetrievalTables, query_rows: &[crate::rows::QueryRow], answers: &[crate::answers::AnswerRun], deltas: &[crate::answers::AnswerDelta], questions: usize) -> anyhow::Result<Vec<GateRow>> {
     let (evaluated, named) = (&tables.names, &tables.named);
     let mut out = Vec::new();
@@ -118,7 +119,7 @@ pub fn rows(pipeline: &crate::pipeline::Pipeline, tables: &crate::tables::Retrie
             // reported missing rather than dropped silently).
             Some(gate) => {
                 for m in &gate.family {
-                    let d = mine.iter().find(|d| d.metric == m.as_str()).ok_or_else(|| anyhow::anyhow!("answer.gate: row `{}` has no paired `{m}` against its base (no question the metric applies to?)", a.name()))?;
+                    let d = mine.iter().find(|d| d.metric == m.as_str()).ok_or_else(|| anyhow::anyhow!("pipeline `{}`, answer.gate: row `{}` has no paired `{m}` against its base: no evaluated question the metric applies to (reference_token_f1 needs reference answers, answer_keyword_recall keywords, out_of_corpus_refusal questions with neither gold nor keywords)", pipeline.name, a.name()))?;
                     out.push(row(d));
                 }
             }
@@ -157,17 +158,20 @@ impl NonInferiorityRow {
 }
 
 /// The non-inferiority rows of an evaluation's adapted answer rows (empty without
-/// `answer.gate.non_inferiority`).
-pub fn non_inferiority_rows(pipeline: &crate::pipeline::Pipeline, deltas: &[crate::answers::AnswerDelta]) -> Vec<NonInferiorityRow> {
-    let Some(gate) = pipeline.answer.as_ref().and_then(|a| a.gate.as_ref()) else { return Vec::new() };
-    let adapted: Vec<&str> = pipeline.answer.iter().flat_map(|s| s.generators.iter()).filter(|g| matches!(g.generator, Some(gauge_answer::GeneratorConfig::Local { adapter: Some(_), .. }))).map(|g| g.name.as_str()).collect();
+/// `answer.gate.non_inferiority`); a declared metric no evaluated question applies to is an
+/// error, as in the family.
+pub fn non_inferiority_rows(pipeline: &crate::pipeline::Pipeline, answers: &[crate::answers::AnswerRun], deltas: &[crate::answers::AnswerDelta]) -> anyhow::Result<Vec<NonInferiorityRow>> {
+    let Some(section) = &pipeline.answer else { return Ok(Vec::new()) };
+    let Some(gate) = &section.gate else { return Ok(Vec::new()) };
     let mut out = Vec::new();
-    for d in deltas.iter().filter(|d| adapted.iter().any(|g| d.run.ends_with(&format!(" · {g}")))) {
-        if let Some(margin) = gate.non_inferiority.get(d.metric) {
+    for a in answers.iter().filter(|a| section.generators.iter().any(|g| Some(&g.name) == a.generator.as_ref() && matches!(g.generator, Some(gauge_answer::GeneratorConfig::Local { adapter: Some(_), .. })))) {
+        let name = a.name();
+        for (metric, margin) in &gate.non_inferiority {
+            let d = deltas.iter().find(|d| d.run == name && d.metric == metric.as_str()).ok_or_else(|| anyhow::anyhow!("pipeline `{}`, answer.gate.non_inferiority: row `{name}` has no paired `{metric}` against its base: no evaluated question the metric applies to", pipeline.name))?;
             out.push(NonInferiorityRow { row: d.run.clone(), base: d.baseline.clone(), metric: d.label.to_string(), margin: *margin, n: d.n, comparison: d.comparison });
         }
     }
-    out
+    Ok(out)
 }
 
 /// The non-inferiority section of `ablation.md` (empty without rows).

@@ -291,6 +291,7 @@ impl Pipeline {
                 section.generation.validate().map_err(|e| err(format!("[answer] {e}")))?;
                 if let Some(gate) = &section.gate {
                     gate.validate().map_err(err)?;
+                    section.check_gate_bases(gate).map_err(err)?;
                 }
                 for g in &section.generators {
                     if let Some(gen) = &g.generation {
