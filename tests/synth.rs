@@ -90,6 +90,33 @@ fn ict_on_the_fra_corpus_is_deterministic_and_splits_by_page() {
     ok(run("synth-data", &forced));
     assert_eq!(std::fs::read(dir.join("golden.jsonl")).unwrap(), before);
     assert!(String::from_utf8_lossy(&ok(run("synth-data", &args)).stderr).contains("cache hit"));
+    // The default echoes no ict_per_chunk (earlier runs' fingerprints stand).
+    assert!(manifest["config"].get("ict_per_chunk").is_none(), "{}", manifest["config"]);
+
+    // Several questions a chunk: the same 60 chunks, each giving up to three of its salient
+    // sentences, the best one first — the one a single-question run asks.
+    let one = PathBuf::from(last_line(&ok(run("synth-data", &[chunks_dir.as_str(), "--mode", "ict", "--n", "60", "--artifacts", art.to_str().unwrap()]))));
+    let three = PathBuf::from(last_line(&ok(run("synth-data", &[chunks_dir.as_str(), "--mode", "ict", "--n", "60", "--set", "ict_per_chunk=3", "--artifacts", art.to_str().unwrap()]))));
+    let (one, three) = (jsonl(&one.join("golden.jsonl")), jsonl(&three.join("golden.jsonl")));
+    assert_eq!(one.len(), 60);
+    assert!(three.len() > 120 && three.len() <= 180, "{} questions from 60 chunks", three.len());
+    let mut per_chunk: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in &three {
+        let c = by_id[r["chunk_id"].as_str().unwrap()];
+        let q = r["question"].as_str().unwrap().to_string();
+        assert!(norm(&c.text).contains(&norm(&q)), "{q:?} not in its chunk");
+        per_chunk.entry(c.chunk_id.clone()).or_default().push(q);
+    }
+    assert_eq!(per_chunk.len(), 60, "the same chunks");
+    assert_eq!(three.iter().map(|r| r["qid"].as_str().unwrap()).collect::<BTreeSet<_>>().len(), three.len());
+    for r in &one {
+        let qs = &per_chunk[r["chunk_id"].as_str().unwrap()];
+        assert_eq!(qs[0], r["question"].as_str().unwrap(), "the best sentence first");
+        assert!(qs.iter().collect::<BTreeSet<_>>().len() == qs.len(), "{qs:?}");
+    }
+    let out = run("synth-data", &[chunks_dir.as_str(), "--mode", "ict", "--set", "ict_per_chunk=0", "--artifacts", art.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("ict_per_chunk"), "{err}");
 }
 
 fn llm_args<'a>(chunks: &'a str, url: &'a str, art: &'a str, n: &'a str, concurrency: &'a str) -> Vec<&'a str> {
@@ -540,6 +567,18 @@ fn a_teacher_set_becomes_examples_with_retrieved_contexts_tags_and_refusals() {
         }
     }
     assert!(dir.join("train.jsonl").is_file() && dir.join("test.jsonl").is_file());
+    // The records outside the training split, as a golden set: the teacher's answer is the
+    // reference, an out-of-corpus record has no gold.
+    let untrained = jsonl(&dir.join("untrained-golden.jsonl"));
+    let outside: BTreeSet<String> = rows.iter().filter(|r| r["split"] != "train").map(|r| r["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(untrained.iter().map(|q| q["qid"].as_str().unwrap().to_string()).collect::<BTreeSet<_>>(), outside);
+    assert!(!outside.is_empty() && outside.len() < rows.len(), "{outside:?}");
+    for q in &untrained {
+        let want = if q["qid"] == "t4" { (0, "out_of_corpus") } else { (1, "teacher") };
+        assert_eq!((q["gold"].as_array().unwrap().len(), q["category"].as_str().unwrap()), want, "{q}");
+        assert!(q["reference_answer"].as_str().unwrap().len() > 10, "{q}");
+    }
+    assert_eq!(manifest["stats"]["untrained_questions"].as_u64(), Some(outside.len() as u64));
     // Every in-corpus example a refusal: the gold pages leave the context.
     let argv = args(&["--set", "sft.refusal_share=1.0"]);
     let dir = PathBuf::from(last_line(&ok(run("synth-data", &argv.iter().map(String::as_str).collect::<Vec<_>>()))));

@@ -96,6 +96,16 @@ pub struct SynthConfig {
     /// The query-likelihood filter (`--mode likelihood`); left out of the echo while default.
     #[serde(skip_serializing_if = "likelihood_filter::LikelihoodFilterConfig::is_default")]
     pub likelihood: likelihood_filter::LikelihoodFilterConfig,
+    /// Inverse-cloze questions per planned chunk (`--mode ict`): its most salient candidate
+    /// sentences, best first (a chunk with fewer gives fewer). `n` still counts chunks, so
+    /// `--n` above the eligible chunks with `ict_per_chunk = 3` asks every chunk for three.
+    /// Left out of the echo at 1, so earlier runs' fingerprints stay as they were.
+    #[serde(skip_serializing_if = "is_one")]
+    pub ict_per_chunk: usize,
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl Default for SynthConfig {
@@ -114,6 +124,7 @@ impl Default for SynthConfig {
             doc2query: doc2query::Doc2QueryConfig::default(),
             heldout: heldout::HeldoutConfig::default(),
             likelihood: likelihood_filter::LikelihoodFilterConfig::default(),
+            ict_per_chunk: 1,
         }
     }
 }
@@ -283,7 +294,10 @@ impl Stage for Synth {
         let held = hold_out_chunks(&mut chunks, &inputs.hold_out, &mut files)?;
         anyhow::ensure!(!chunks.is_empty(), "{}: every chunk touches a --hold-out page", chunks_path.display());
         let (styles, prompts, sft_prompts) = match cfg.mode {
-            Mode::Ict => (vec![Style::Ict], None, None),
+            Mode::Ict => {
+                anyhow::ensure!(cfg.ict_per_chunk > 0, "ict_per_chunk must be at least 1 (questions per chunk)");
+                (vec![Style::Ict], None, None)
+            }
             Mode::Sft => (vec![Style::Ict], None, Some(load_sft_prompts(cfg, rt)?)),
             Mode::Doc2query | Mode::Heldout | Mode::Likelihood => (vec![Style::Factual], None, None),
             Mode::Llm => {

@@ -206,7 +206,13 @@ pub fn document_frequencies(chunks: &[ChunkRecord]) -> HashMap<String, usize> {
 /// over the square root of its length; first wins ties): `(char_start, char_end, text)`
 /// relative to the chunk text.
 pub fn salient_sentence(text: &str, df: &HashMap<String, usize>, n_docs: usize) -> Option<(usize, usize, String)> {
-    let mut best: Option<(f64, (usize, usize, String))> = None;
+    salient_sentences(text, df, n_docs, 1).into_iter().next()
+}
+
+/// The `k` most salient candidate sentences of a chunk, best first (the score of
+/// [`salient_sentence`]; scores within 1e-12 keep the text's order).
+pub fn salient_sentences(text: &str, df: &HashMap<String, usize>, n_docs: usize, k: usize) -> Vec<(usize, usize, String)> {
+    let mut scored: Vec<(f64, (usize, usize, String))> = Vec::new();
     for s in sentences(text) {
         if !ict_candidate(&s.2) {
             continue;
@@ -214,12 +220,15 @@ pub fn salient_sentence(text: &str, df: &HashMap<String, usize>, n_docs: usize) 
         let ws = words(&s.2);
         let distinct: HashSet<&String> = ws.iter().filter(|w| w.chars().count() >= 3).collect();
         let idf: f64 = distinct.iter().map(|w| ((n_docs as f64 + 1.0) / (*df.get(w.as_str()).unwrap_or(&0) as f64 + 1.0)).ln()).sum();
-        let score = idf / (ws.len() as f64).sqrt();
-        if best.as_ref().is_none_or(|(b, _)| score > *b + 1e-12) {
-            best = Some((score, s));
-        }
+        scored.push((idf / (ws.len() as f64).sqrt(), s));
     }
-    best.map(|(_, s)| s)
+    // Insertion by score: a later sentence goes ahead only when clearly better (first wins ties).
+    let mut ranked: Vec<(f64, (usize, usize, String))> = Vec::with_capacity(scored.len());
+    for item in scored {
+        let at = ranked.iter().position(|(b, _)| item.0 > *b + 1e-12).unwrap_or(ranked.len());
+        ranked.insert(at, item);
+    }
+    ranked.into_iter().take(k).map(|(_, s)| s).collect()
 }
 
 #[cfg(test)]
@@ -232,6 +241,27 @@ pub(crate) mod tests {
     }
 
     const LONG: &str = "The inspector shall verify that each crossing gate arm is fully lowered before the train reaches the crossing. Records are kept for two years.";
+
+    #[test]
+    fn salient_sentences_rank_best_first_and_the_first_is_the_salient_one() {
+        let text = "The gate arm shall be inspected by the signal maintainer every month at minimum. \
+                    The records of every gate arm inspection are kept on file for two years. \
+                    Heading. The flashing light units are cleaned and aligned during each quarterly test cycle.";
+        let chunks: Vec<ChunkRecord> = [text, "The gate arm and the records are kept.", "every month for two years"].iter().enumerate().map(|(i, t)| chunk(i, "a.pdf", t)).collect();
+        let df = document_frequencies(&chunks);
+        let three = salient_sentences(text, &df, 3, 5);
+        assert_eq!(three.len(), 3, "the heading is no candidate: {three:?}");
+        assert_eq!(salient_sentence(text, &df, 3).unwrap(), three[0]);
+        assert_eq!(salient_sentences(text, &df, 3, 2), three[..2].to_vec());
+        assert!(three.iter().all(|(a, b, s)| text.chars().skip(*a).take(b - a).collect::<String>() == *s));
+        // Distinct sentences, ranked by the salience score.
+        let score = |s: &str| {
+            let ws = words(s);
+            let distinct: HashSet<&String> = ws.iter().filter(|w| w.chars().count() >= 3).collect();
+            distinct.iter().map(|w| (4.0f64 / (*df.get(w.as_str()).unwrap_or(&0) as f64 + 1.0)).ln()).sum::<f64>() / (ws.len() as f64).sqrt()
+        };
+        assert!(three.windows(2).all(|w| score(&w[0].2) >= score(&w[1].2) && w[0].0 != w[1].0), "{three:?}");
+    }
 
     #[test]
     fn plans_are_seeded_stratified_and_skip_junk() {

@@ -31,6 +31,24 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
     let df = if cfg.mode == Mode::Ict { plan::document_frequencies(&chunks) } else { Default::default() };
     let ict_sentence = |i: usize| plan::salient_sentence(&chunks[i].text, &df, chunks.len());
     let planned = plan::plan(&chunks, cfg.n, &styles, cfg.seed, cfg.min_chars, &|i| ict_sentence(i).is_some());
+    // Inverse cloze with several questions a chunk: each planned chunk becomes one sample per
+    // salient sentence (up to `ict_per_chunk`), renumbered in order; `rank[s]` is sample s's
+    // sentence rank. At 1 the plan is unchanged.
+    let (planned, rank) = if cfg.mode == Mode::Ict && cfg.ict_per_chunk > 1 {
+        let mut out = Vec::new();
+        let mut rank = Vec::new();
+        for s in planned {
+            let n = plan::salient_sentences(&chunks[s.chunks[0]].text, &df, chunks.len(), cfg.ict_per_chunk).len();
+            for j in 0..n {
+                out.push(plan::PlannedSample { index: out.len(), style: s.style, chunks: s.chunks.clone() });
+                rank.push(j);
+            }
+        }
+        (out, rank)
+    } else {
+        let n = planned.len();
+        (planned, vec![0; n])
+    };
     anyhow::ensure!(!planned.is_empty(), "{}: no chunk is long enough (min_chars {}) and not a table of contents", chunks_path.display(), cfg.min_chars);
     let mut done: BTreeMap<usize, JournalEntry> = read_journal(&journal_path)?;
     // A sample the endpoint never answered (the run stopped because it was down) is asked again.
@@ -48,7 +66,7 @@ pub(crate) fn write_samples(state: SynthState, run: &mut StageRun, cfg: &SynthCo
         Mode::Ict => {
             for s in &pending.todo {
                 let c = &chunks[s.chunks[0]];
-                let (_, _, sentence) = ict_sentence(s.chunks[0]).expect("planned ICT samples have a sentence");
+                let (_, _, sentence) = plan::salient_sentences(&c.text, &df, chunks.len(), rank[s.index] + 1).pop().expect("planned ICT samples have a sentence of their rank");
                 journal.append(&JournalEntry { sample: s.index, row: Some(ict_row(s.index, sentence, c)), failure: None, usage: Usage::default(), attempts: 0, cuts: 0, no_reply: false })?;
                 bar.bar.inc(1);
             }
