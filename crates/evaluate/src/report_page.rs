@@ -582,9 +582,9 @@ fn gate(h: &mut String, s: &Study) {
             esc(verdict),
         );
     }
-    h.push_str("</tbody></table>\n");
+    h.push_str("</tbody></table>");
     if let Some(rows) = s.manifest["stats"]["non_inferiority"].as_array() {
-        h.push_str("<h3>Secondary metrics: non-inferiority</h3>\n<p>Declared before the run with their margins: non-inferior when the lower end of the paired 95 % interval lies above −margin.</p>\n<table><thead><tr><th>Trained row</th><th>Base</th><th>Metric</th><th>n</th><th>Δ [95 %]</th><th>Margin</th><th>Verdict</th></tr></thead>\n<tbody>\n");
+        h.push_str("\n<h3>Secondary metrics: non-inferiority</h3>\n<p>Declared before the run with their margins: non-inferior when the lower end of the paired 95 % interval lies above −margin.</p>\n<table><thead><tr><th>Trained row</th><th>Base</th><th>Metric</th><th>n</th><th>Δ [95 %]</th><th>Margin</th><th>Verdict</th></tr></thead>\n<tbody>\n");
         for r in rows {
             let num = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
             let verdict = r["verdict"].as_str().unwrap_or("?");
