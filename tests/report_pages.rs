@@ -153,6 +153,11 @@ fn the_fra_report_works_in_headless_chromium() {
     assert!(tag.contains("open"), "the drill-down is open: {tag}");
     let details = &opened[at..at + opened[at..].find("</details>").unwrap()];
     assert!(details.contains("class=\"hit\"") && details.contains("#page="), "the gold passages are highlighted and linked");
+    // The other passages carry no link in the file (it stays small); the script gives each
+    // its source's page link.
+    let file = std::fs::read_to_string(repo_root().join("eval/fra/report.html")).unwrap();
+    assert!(file.contains("<a>2 S"), "non-gold passages are written without a link");
+    assert!(!details.contains("<a>") && details.matches(".pdf#page=").count() >= 10, "every passage is linked after the script ran");
 
     // A screenshot for the docs (`just report-screenshot` puts one in docs/src/images).
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-fra.png");

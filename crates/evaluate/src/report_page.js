@@ -48,6 +48,12 @@
       });
     });
   }
+  // Passages without a link in the page ("3 S2 pp. 39–40"): their source's link from the
+  // source list (#src-S2) and their first page.
+  Array.prototype.forEach.call(document.querySelectorAll("table.passages a:not([href])"), function (a) {
+    var m = /^\d+ (S\d+) pp?\. (\d+)/.exec(a.textContent), src = m && document.getElementById("src-" + m[1]);
+    if (src) a.setAttribute("href", src.getAttribute("href") + "#page=" + m[2]);
+  });
   // #sort=<column>[,asc] sorts the config table; #q=<question id> opens that question.
   function fromHash() {
     var hash = decodeURIComponent(location.hash.replace(/^#/, ""));

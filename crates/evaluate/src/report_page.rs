@@ -656,7 +656,7 @@ fn questions(h: &mut String, s: &Study) {
         if s.corpus.is_some() { "" } else { " when the corpus is found" });
     h.push_str("<p class=\"sources\">");
     for (src, a) in &alias {
-        let link = s.corpus.as_ref().map(|c| format!("<a href=\"{}/{}\">{}</a>", esc(c), esc(src), esc(src))).unwrap_or_else(|| esc(src));
+        let link = s.corpus.as_ref().map(|c| format!("<a id=\"src-{a}\" href=\"{}/{}\">{}</a>", esc(c), esc(src), esc(src))).unwrap_or_else(|| esc(src));
         let _ = write!(h, "<span><b>{a}</b> {link}</span> ");
     }
     h.push_str("</p>\n<p><label>Filter <input id=\"q-filter\" type=\"search\" placeholder=\"question id or words\"></label></p>\n");
@@ -711,8 +711,15 @@ fn questions(h: &mut String, s: &Study) {
                     let a = alias.get(p.source.as_str()).cloned().unwrap_or_default();
                     let class = if p.relevant { " class=\"hit\"" } else { "" };
                     match &s.corpus {
-                        Some(corpus) => {
+                        // The relevant passages link to their page in the page itself; the
+                        // others get their link from the script (from the source list above
+                        // and the page in their text): a full href on every one of thousands
+                        // of passages made large evaluations' pages several megabytes.
+                        Some(corpus) if p.relevant => {
                             let _ = write!(h, "<a{class} href=\"{}/{}#page={}\">{} {a} {pages}</a> ", esc(corpus), esc(&p.source), p.page_start, i + 1);
+                        }
+                        Some(_) => {
+                            let _ = write!(h, "<a>{} {a} {pages}</a> ", i + 1);
                         }
                         None => {
                             let _ = write!(h, "<span{class}>{} {a} {pages}</span> ", i + 1);
