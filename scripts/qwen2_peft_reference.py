@@ -6,10 +6,15 @@ and what transformers + PEFT compute on it in float64 with a fixed LoRA adapter.
     qwen2_peft_reference.py OUT_DIR
 
 writes OUT_DIR/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
-generation_config.json, reference.json}. Everything is seeded: two runs write the same bytes
+generation_config.json, reference.json} (all but model.safetensors are committed). Everything is seeded: two runs write the same bytes
 (`just check-peft` regenerates it and compares with the committed copy in
 crates/train/tests/fixtures/tiny-qwen2/, which crates/train/tests/qwen2_peft.rs holds gauge's
 trainer and decoder to).
+
+The weights are not stored in the repository: tensor k of the sorted state-dict names (the tied
+`lm_head` left out) takes SplitMix64(1000 + k)'s values u = (next >> 40) / 2^24, x = 2u − 1 (exact
+in f32), as 1 + x/4 for the norms, x/2 for the q/k/v biases and x/8 for every matrix; the test
+(crates/train/tests/qwen2_peft.rs) makes the same bytes and writes the same model.safetensors.
 
 The adapter is the tiny-llama LoRA fixture's (../shared/fixtures/README.md): r 4, alpha 8 on all
 seven projections of both layers, A[i][j] = 0.1 sin(1 + 7i + 3j + 11l + 13p),
@@ -31,6 +36,28 @@ PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 R, ALPHA = 4, 8.0
 # (length, first target position): the prompt is the tokens before it.
 EXAMPLES = [(40, 25), (17, 6), (64, 30)]
+
+
+def splitmix64(seed):
+    state = seed
+    while True:
+        state = (state + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        yield z ^ (z >> 31)
+
+
+def weights(k, name, n):
+    """Tensor k's values (see the module docs): exact in f32, the same in the Rust test."""
+    rng = splitmix64(1000 + k)
+    xs = [2.0 * ((next(rng) >> 40) / 16777216.0) - 1.0 for _ in range(n)]
+    if name.endswith("norm.weight"):
+        return [1.0 + x / 4.0 for x in xs]
+    if name.endswith(".bias"):
+        # Qwen2's q/k/v biases are large in trained checkpoints; zero (the init) would hide them.
+        return [x / 2.0 for x in xs]
+    return [x / 8.0 for x in xs]
 
 
 def module_path(layer, p):
@@ -70,20 +97,10 @@ def main(out):
     from safetensors.torch import save_file
 
     os.makedirs(out, exist_ok=True)
-    torch.manual_seed(0)
     cfg = Qwen2Config(**CONFIG)
     model = Qwen2ForCausalLM(cfg).to(torch.float32)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith(".bias"):
-                # Qwen2's q/k/v biases are large in trained checkpoints; zero (the init) would hide them.
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.08 * torch.randn(p.shape, generator=g))
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    tensors = {name: torch.tensor(weights(k, name, math.prod(shape)), dtype=torch.float32).reshape(shape) for k, (name, shape) in enumerate(sorted(shapes.items()))}
     save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     config_json = dict(CONFIG, architectures=["Qwen2ForCausalLM"], model_type="qwen2", torch_dtype="float32",
                        num_key_value_heads=CONFIG["num_key_value_heads"])
@@ -177,10 +194,11 @@ def main(out):
 
 
 def compare(a_dir, b_dir):
-    """Exit non-zero unless two reference folders agree: weights byte for byte, every number of
-    reference.json within 1e-9 relative (other torch builds may round the last float64 bits)."""
+    """Exit non-zero unless two reference folders agree: config and tokenizer byte for byte, every
+    number of reference.json within 1e-9 relative (other torch builds may round the last float64
+    bits). The weights are not compared: both sides make them from the same generator."""
     import hashlib
-    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+    for name in ("config.json", "tokenizer.json"):
         ha = hashlib.sha256(open(os.path.join(a_dir, name), "rb").read()).hexdigest()
         hb = hashlib.sha256(open(os.path.join(b_dir, name), "rb").read()).hexdigest()
         if ha != hb:
@@ -210,7 +228,7 @@ def compare(a_dir, b_dir):
             sys.exit(f"qwen2 PEFT reference: {where} differs")
 
     walk(ra, rb, "reference")
-    print(json.dumps({"same_weights": True, "max_relative_diff": worst[0], "versions_committed": ra["versions"], "versions_now": rb["versions"]}))
+    print(json.dumps({"same_config_and_tokenizer": True, "max_relative_diff": worst[0], "versions_committed": ra["versions"], "versions_now": rb["versions"]}))
 
 
 if __name__ == "__main__":

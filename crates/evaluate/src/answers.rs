@@ -60,6 +60,11 @@ pub struct AnswerGate {
     pub non_inferiority: std::collections::BTreeMap<String, f64>,
 }
 
+/// Whether a generator loads a LoRA adapter.
+fn has_adapter(g: &GeneratorConfig) -> bool {
+    matches!(g, GeneratorConfig::Local { adapter: Some(_), .. })
+}
+
 /// Every answer metric name a gate may name (higher is better for each of them).
 pub const GATE_METRICS: [&str; 10] = ["answer_verified_citation", "citation_precision", "citation_accuracy", "answer_cites_gold", "grounded_answer", "refusal_accuracy", "out_of_corpus_refusal", "format_compliance", "reference_token_f1", "answer_keyword_recall"];
 
@@ -148,12 +153,18 @@ impl AnswerSection {
         self.generators.iter().find(|g| Some(&g.name) == name.as_ref()).and_then(|g| g.compare_to.clone())
     }
 
+    /// Whether the answer row `a` comes from a generator with a LoRA adapter (a trained model the
+    /// gate judges).
+    pub fn is_adapted(&self, a: &AnswerRun) -> bool {
+        self.generators.iter().any(|g| Some(&g.name) == a.generator.as_ref() && g.generator.as_ref().is_some_and(has_adapter))
+    }
+
     /// Refuses a gate that cannot be judged: an adapted generator with no base to compare with
     /// (the first generator, or the only one, without `compare_to`), or `format_compliance`
     /// without the `four_phase` template.
     pub fn check_gate_bases(&self, gate: &AnswerGate) -> Result<(), String> {
-        let adapted = |g: &Option<GeneratorConfig>| matches!(g, Some(GeneratorConfig::Local { adapter: Some(_), .. }));
-        if self.generators.is_empty() && matches!(self.generator, GeneratorConfig::Local { adapter: Some(_), .. }) {
+        let adapted = |g: &Option<GeneratorConfig>| g.as_ref().is_some_and(has_adapter);
+        if self.generators.is_empty() && has_adapter(&self.generator) {
             return Err("answer.gate: the only generator has an adapter and nothing to be compared with; list the base and the adapted model under [[answer.generators]]".into());
         }
         if let Some(first) = self.generators.first().filter(|g| adapted(&g.generator) && g.compare_to.is_none()) {

@@ -1,8 +1,9 @@
 //! The trainer and the decoder on the qwen2 architecture against transformers + PEFT: a tiny
 //! random Qwen2 of the 1.5B model's shape family (q/k/v biases, grouped-query attention 6:1,
 //! tied embeddings, RoPE theta 1e6) with the LoRA fixtures' fixed adapter, the reference
-//! computed in float64 by `scripts/qwen2_peft_reference.py` (committed in
-//! `tests/fixtures/tiny-qwen2/`; `just check-peft` regenerates it and checks it is unchanged).
+//! computed in float64 by `scripts/qwen2_peft_reference.py` (config, tokenizer and reference
+//! committed in `tests/fixtures/tiny-qwen2/`, the weights made here by the script's generator;
+//! `just check-peft` regenerates the reference and checks it is unchanged).
 //! Tolerances are the Llama fixture's (`../shared/fixtures/README.md`): loss 1e-5, every gradient
 //! value 1e-4 of its tensor's norm, the global norm 1e-4 relative, logits 1e-4.
 use std::path::PathBuf;
@@ -15,8 +16,66 @@ use gauge_train::optim::global_norm;
 use gauge_train::BaseStorage;
 use serde_json::Value;
 
-fn fixture() -> PathBuf {
+fn committed() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2")
+}
+
+/// The model folder: the committed config, tokenizer and reference, and the weights made by the
+/// reference script's generator (not stored in the repository): tensor k of the sorted names
+/// takes SplitMix64(1000 + k)'s values x = 2·(next >> 40)/2²⁴ − 1, as 1 + x/4 (norms), x/2
+/// (biases) or x/8 (matrices) — exact in f32, so the same bytes as the script's.
+fn fixture() -> PathBuf {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "reference.json"] {
+            std::fs::copy(committed().join(f), dir.path().join(f)).unwrap();
+        }
+        let cfg: Value = serde_json::from_str(&std::fs::read_to_string(committed().join("config.json")).unwrap()).unwrap();
+        let n = |k: &str| cfg[k].as_u64().unwrap() as usize;
+        let (h, ff, vocab, layers) = (n("hidden_size"), n("intermediate_size"), n("vocab_size"), n("num_hidden_layers"));
+        let hd = h / n("num_attention_heads");
+        let (q, kv) = (h, n("num_key_value_heads") * hd);
+        let mut shapes: Vec<(String, Vec<usize>)> = vec![("model.embed_tokens.weight".into(), vec![vocab, h]), ("model.norm.weight".into(), vec![h])];
+        for l in 0..layers {
+            let p = format!("model.layers.{l}");
+            for (name, shape) in [
+                ("input_layernorm.weight", vec![h]),
+                ("post_attention_layernorm.weight", vec![h]),
+                ("self_attn.q_proj.weight", vec![q, h]),
+                ("self_attn.q_proj.bias", vec![q]),
+                ("self_attn.k_proj.weight", vec![kv, h]),
+                ("self_attn.k_proj.bias", vec![kv]),
+                ("self_attn.v_proj.weight", vec![kv, h]),
+                ("self_attn.v_proj.bias", vec![kv]),
+                ("self_attn.o_proj.weight", vec![h, q]),
+                ("mlp.gate_proj.weight", vec![ff, h]),
+                ("mlp.up_proj.weight", vec![ff, h]),
+                ("mlp.down_proj.weight", vec![h, ff]),
+            ] {
+                shapes.push((format!("{p}.{name}"), shape));
+            }
+        }
+        shapes.sort();
+        let tensors: Vec<(String, Vec<usize>, Vec<f32>)> = shapes
+            .into_iter()
+            .enumerate()
+            .map(|(k, (name, shape))| {
+                let mut rng = gauge_core::rng::SplitMix64::new(1000 + k as u64);
+                let values = (0..shape.iter().product::<usize>())
+                    .map(|_| {
+                        let x = 2.0 * ((rng.next_u64() >> 40) as f64 / 16_777_216.0) - 1.0;
+                        (if name.ends_with("norm.weight") { 1.0 + x / 4.0 } else if name.ends_with(".bias") { x / 2.0 } else { x / 8.0 }) as f32
+                    })
+                    .collect();
+                (name, shape, values)
+            })
+            .collect();
+        gauge_train::run::write_safetensors(&dir.path().join("model.safetensors"), &tensors).unwrap();
+        dir
+    })
+    .path()
+    .to_path_buf()
 }
 
 fn reference() -> Value {
