@@ -329,7 +329,7 @@ train-sft *flags="": setup models
     {{just}} sft-teacher-set {{flags}} > /dev/null
     {{bin}}/evaluate pipelines/fra-sft-teacher.toml --artifacts {{artifacts}}
 
-# The teacher-written set as SFT examples (synth-data --mode sft --from ../shared/golden/fra-sft.jsonl, contexts retrieved from the FRA index, split 50:10:40 by page group; its untrained-golden.jsonl holds the dev and test records) and SmolLM2's adapter from its training split (lr 1e-3, 1 epoch, 1 × 4 sequences per step, ≤ 2048 tokens) → data/adapters/fra-sft-teacher-set; prints the synth artifact's path. Shared by `just train-sft` and `just train-sft-qwen`; cached.
+# The teacher-written set as SFT examples (synth-data --mode sft --from ../shared/golden/fra-sft.jsonl, contexts retrieved from the FRA index, split 50:10:40 by page group; its untrained-golden.jsonl and untrained-out-of-corpus.jsonl hold the dev and test records) and SmolLM2's adapter from its training split (lr 1e-3, 1 epoch, 1 × 4 sequences per step, ≤ 2048 tokens) → data/adapters/fra-sft-teacher-set; prints the synth artifact's path. Shared by `just train-sft` and `just train-sft-qwen`; cached.
 sft-teacher-set *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail
@@ -339,7 +339,7 @@ sft-teacher-set *flags="": setup models
     {{bin}}/train-lora "$data" --artifacts {{artifacts}} --max-seq-len 2048 --learning-rate 1e-3 --grad-accum 4 --set batch_size=1 --set warmup_steps=2 --set eval_examples=6 --set eval_every=4 --copy-to data/adapters/fra-sft-teacher-set {{flags}} >&2
     echo "$data"
 
-# QLoRA of the 1.5B generator on the teacher-written set: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, fetched on first use; its Q4_K/Q6_K blocks stay frozen in 4 bits, dequantised per layer as the step reads them) + LoRA r 16 / alpha 16 on all seven projections, loss on the answer, trained on the same split as `just sft-teacher-set` (29 examples ≤ 2048 tokens, 3 epochs, 1 × 4 sequences per step, lr 2e-4 cosine, a checkpoint every 2 steps: kill -9 resumes) with a 12 GB memory budget (no layer recomputed) → data/adapters/fra-sft-qwen; then the 1.5B with and without it and SmolLM2 with and without its adapter answer the teacher records no training split holds (data/golden/fra-sft-untrained.jsonl), gated on grounded answers and out-of-corpus refusals (pipelines/fra-sft-qwen.toml) → eval/fra-sft-qwen/. About 2.5 hours on 2 cores (training ~1 h 30 min at 28 tokens/s, bench/train-qwen.json; answers ~1 h).
+# QLoRA of the 1.5B generator on the teacher-written set: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, fetched on first use; its Q4_K/Q6_K blocks stay frozen in 4 bits, dequantised per layer as the step reads them) + LoRA r 16 / alpha 16 on all seven projections, loss on the answer, trained on the same split as `just sft-teacher-set` (29 examples ≤ 2048 tokens, 3 epochs, 1 × 4 sequences per step, lr 2e-4 cosine, a checkpoint every 2 steps: kill -9 resumes) with a 12 GB memory budget (no layer recomputed) → data/adapters/fra-sft-qwen; then the 1.5B with and without it and SmolLM2 with and without its adapter answer the teacher records no training split holds (data/golden/fra-sft-untrained.jsonl, and the out-of-corpus ones from fra-sft-untrained-out-of-corpus.jsonl), gated on grounded answers and out-of-corpus refusals (pipelines/fra-sft-qwen.toml) → eval/fra-sft-qwen/. About 2.5 hours on 2 cores (training ~1 h 30 min at 28 tokens/s, bench/train-qwen.json; answers ~1 h).
 train-sft-qwen *flags="": setup models
     #!/usr/bin/env bash
     set -euo pipefail
@@ -347,7 +347,9 @@ train-sft-qwen *flags="": setup models
     data=$({{just}} sft-teacher-set | tail -n1)
     {{bin}}/train-lora "$data" --base qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --artifacts {{artifacts}} --max-seq-len 2048 --epochs 3 --learning-rate 2e-4 --grad-accum 4 --set batch_size=1 --set warmup_steps=2 --set eval_examples=6 --set eval_every=6 --set checkpoint_every=2 --set max_memory_mib=12000 --copy-to data/adapters/fra-sft-qwen {{flags}}
     mkdir -p data/golden
-    cp "$data/untrained-golden.jsonl" data/golden/.fra-sft-untrained.jsonl.tmp && mv data/golden/.fra-sft-untrained.jsonl.tmp data/golden/fra-sft-untrained.jsonl
+    for f in untrained-golden:fra-sft-untrained untrained-out-of-corpus:fra-sft-untrained-out-of-corpus; do
+        cp "$data/${f%%:*}.jsonl" "data/golden/.${f#*:}.jsonl.tmp" && mv "data/golden/.${f#*:}.jsonl.tmp" "data/golden/${f#*:}.jsonl"
+    done
     {{bin}}/evaluate pipelines/fra-sft-qwen.toml --artifacts {{artifacts}}
 
 # train-lora's step at the 1.5B scale (r 16 on all projections, 1 × 512 tokens, all cores, no layer recomputed) against PEFT + PyTorch CPU fp32 in interleaved A/B pairs (gauge-bench) on a random Qwen2 of Qwen2.5-1.5B's shape, base f32 on both sides (first-step loss equal to 1e-3); tokens/s, peak memory and memory above the after-load baseline; and on Qwen2.5-Coder-1.5B Q4_K_M against llama.cpp's prefill → bench/train-qwen.json. ~35 min on 2 cores.

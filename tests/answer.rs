@@ -358,6 +358,9 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
         json!({"qid": "q3", "question": "Do bells ring while the gate arms descend?", "gold": [{"source": "bells.md", "page": 1}], "reference_answer": "Yes, while the arms descend."}),
     ];
     std::fs::write(root.join("golden.jsonl"), golden.iter().map(|g| g.to_string() + "\n").collect::<String>()).unwrap();
+    // Two questions the corpus cannot answer, in their own file (a refusal is right).
+    let ooc = root.join("out-of-corpus.jsonl");
+    std::fs::write(&ooc, "{\"qid\": \"o1\", \"question\": \"Who designed the Eiffel Tower?\", \"reference_answer\": \"The manuals do not say.\"}\n{\"qid\": \"o2\", \"question\": \"What is the boiling point of mercury?\"}\n").unwrap();
     // A PEFT adapter for SmolLM2 as train-lora initialises it (B = 0: the base's answers).
     let files = gauge_decoder::ModelFiles::open(gguf.to_str().unwrap(), false).unwrap();
     let model = TrainableLlama::load(files.config.clone(), &files.checkpoint, gauge_train::BaseStorage::Auto, &gauge_encoder::device::cpu()).unwrap();
@@ -370,6 +373,7 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
     let with_gate = |name: &str, gate: serde_json::Value| {
         pipeline(name)
             .set("k", json!(2))
+            .set("out_of_corpus", json!(ooc.to_str().unwrap()))
             .baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" })))
             .set("answer", json!({
                 "template": "plain", "generation": {"max_new_tokens": 6},
@@ -379,16 +383,28 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
             .write(&root.join(format!("{name}.toml")))
     };
     let args = |p: &Path| vec![p.to_str().unwrap().to_string(), "--artifacts".into(), root.join("artifacts").to_str().unwrap().into(), "--eval-dir".into(), root.join("eval").to_str().unwrap().into()];
-    let good = with_gate("gated", json!({"family": ["grounded_answer", "refusal_accuracy"], "non_inferiority": {"reference_token_f1": 0.05}}));
+    let good = with_gate("gated", json!({"family": ["grounded_answer", "out_of_corpus_refusal"], "non_inferiority": {"reference_token_f1": 0.05}}));
     let a = args(&good);
     let dir = PathBuf::from(last_line(&ok(run("evaluate", &a.iter().map(String::as_str).collect::<Vec<_>>()))));
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let gate = manifest["stats"]["gate"].as_array().unwrap();
     let metrics: Vec<&str> = gate.iter().map(|g| g["metric"].as_str().unwrap()).collect();
-    assert_eq!(metrics, ["Grounded answers", "Refusal accuracy"], "{gate:?}");
+    assert_eq!(metrics, ["Grounded answers", "Refusals of out-of-corpus questions"], "{gate:?}");
     assert!(gate.iter().all(|g| g["row"] == "Hybrid · + adapter" && g["base"] == "Hybrid · base" && g["family"] == 2), "{gate:?}");
     let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
-    assert!(md.contains("| Hybrid · + adapter | Hybrid · base | Grounded answers | 3 |") && md.contains("| Hybrid · + adapter | Hybrid · base | Refusal accuracy | 3 |") && md.contains("these 2 rows alone"), "{md}");
+    // Grounded answers over the 3 answerable questions, out-of-corpus refusals over the 2 others.
+    assert!(md.contains("| Hybrid · + adapter | Hybrid · base | Grounded answers | 3 |") && md.contains("| Hybrid · + adapter | Hybrid · base | Refusals of out-of-corpus questions | 2 |") && md.contains("these 2 rows alone"), "{md}");
+    // Every generator answered all five; retrieval (its per-question rows, the TREC run) saw
+    // only the golden set's three.
+    let qids_of = |file: &str, config: &str| {
+        let batch = read_parquet_any(&dir.join(file)).unwrap();
+        let c = Columns::new(&batch);
+        c.strings_required("config").into_iter().zip(c.strings_required("qid")).filter(|(c, _)| c == config).map(|(_, q)| q).collect::<Vec<_>>()
+    };
+    assert_eq!(qids_of("answers.parquet", "Hybrid · base"), ["q1", "q2", "q3", "o1", "o2"]);
+    assert_eq!(qids_of("answers.parquet", "Hybrid · + adapter"), ["q1", "q2", "q3", "o1", "o2"]);
+    assert_eq!(qids_of("per_query.parquet", "Hybrid"), ["q1", "q2", "q3"]);
+    assert!(manifest["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "out_of_corpus" && i["rows"] == 2), "{}", manifest["inputs"]);
     // B = 0: the adapter's answers are the base's, so token F1 moves by nothing and is
     // non-inferior at any margin; the gate cannot call it better.
     let ni = manifest["stats"]["non_inferiority"].as_array().unwrap();
@@ -403,4 +419,14 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
     let out = run("evaluate", &args(&bad).iter().map(String::as_str).collect::<Vec<_>>());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("badgate.toml") && err.contains("tokens_generated") && err.contains("higher-is-better"), "{err}");
+    // An out-of-corpus row with gold pages belongs in the golden set: refused, file and line named.
+    std::fs::write(&ooc, "{\"qid\": \"o1\", \"question\": \"Who designed the Eiffel Tower?\"}\n{\"qid\": \"o2\", \"question\": \"How often do lights flash?\", \"gold\": [{\"source\": \"lights.md\", \"page\": 1}]}\n").unwrap();
+    let out = run("evaluate", &args(&good).iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("out-of-corpus.jsonl:2") && err.contains("belongs in the golden set"), "{err}");
+    // Without answer rows nothing would ask them: refused when the pipeline is read.
+    let no_answers = pipeline("noanswers").set("out_of_corpus", json!(ooc.to_str().unwrap())).baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" }))).write(&root.join("noanswers.toml"));
+    let out = run("evaluate", &args(&no_answers).iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("noanswers.toml") && err.contains("add an [answer] section"), "{err}");
 }

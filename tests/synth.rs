@@ -567,9 +567,12 @@ fn a_teacher_set_becomes_examples_with_retrieved_contexts_tags_and_refusals() {
         }
     }
     assert!(dir.join("train.jsonl").is_file() && dir.join("test.jsonl").is_file());
-    // The records outside the training split, as a golden set: the teacher's answer is the
-    // reference, an out-of-corpus record has no gold.
-    let untrained = jsonl(&dir.join("untrained-golden.jsonl"));
+    // The records outside the training split: the in-corpus ones as a golden set (the
+    // teacher's answer is the reference), the out-of-corpus ones (no gold) in their own file.
+    let in_corpus = jsonl(&dir.join("untrained-golden.jsonl"));
+    let out_of_corpus = jsonl(&dir.join("untrained-out-of-corpus.jsonl"));
+    assert!(in_corpus.iter().all(|q| q["category"] == "teacher") && out_of_corpus.iter().all(|q| q["category"] == "out_of_corpus"));
+    let untrained: Vec<serde_json::Value> = in_corpus.into_iter().chain(out_of_corpus).collect();
     let outside: BTreeSet<String> = rows.iter().filter(|r| r["split"] != "train").map(|r| r["id"].as_str().unwrap().to_string()).collect();
     assert_eq!(untrained.iter().map(|q| q["qid"].as_str().unwrap().to_string()).collect::<BTreeSet<_>>(), outside);
     assert!(!outside.is_empty() && outside.len() < rows.len(), "{outside:?}");

@@ -21,6 +21,11 @@ pub struct AnswerArgs {
     #[arg(long)]
     #[serde(skip)]
     pub golden: Option<PathBuf>,
+    /// Questions the corpus cannot answer (JSON Lines of `qid`, `question`, optional
+    /// `reference_answer`; no gold), asked after --golden's: a refusal is right.
+    #[arg(long)]
+    #[serde(skip)]
+    pub out_of_corpus: Option<PathBuf>,
     /// At most this many questions of --golden (0: all).
     #[arg(long, default_value_t = 0)]
     #[serde(skip)]
@@ -73,7 +78,7 @@ impl StageCli for Answer {
         if args.model.is_some() || args.adapter.is_some() {
             gauge_core::config::set_path(&mut flags.patch, "generator.kind", "local".into());
         }
-        let inputs = AnswerInputs { index: args.index, golden: args.golden, question: args.question, limit: args.limit };
+        let inputs = AnswerInputs { index: args.index, golden: args.golden, question: args.question, out_of_corpus: args.out_of_corpus, limit: args.limit };
         Ok(Invocation { inputs, options: AnswerOptions { device: args.device, prompts: args.prompts, stream: args.stream }, flags })
     }
 }

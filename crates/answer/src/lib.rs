@@ -6,6 +6,8 @@
 //! refuses is answered with the refusal sentence, and the model is not called.
 #![deny(missing_docs)]
 pub mod cli;
+mod out_of_corpus;
+pub use out_of_corpus::load_out_of_corpus;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,6 +68,9 @@ pub struct AnswerInputs {
     pub golden: Option<PathBuf>,
     /// …or one question.
     pub question: Option<String>,
+    /// Questions the corpus cannot answer (JSON Lines, no gold), asked after the golden set's
+    /// (see [`load_out_of_corpus`]); only with `golden`.
+    pub out_of_corpus: Option<PathBuf>,
     /// At most this many questions of the golden set (0: all).
     pub limit: usize,
 }
@@ -159,9 +164,17 @@ impl Stage for Answer {
         let mut questions = match (&inputs.golden, &inputs.question) {
             (Some(g), None) => {
                 entries.push(FileEntry::file("questions", g)?);
-                load_golden(g)?
+                let mut questions = load_golden(g)?;
+                if let Some(o) = &inputs.out_of_corpus {
+                    // A new input only when given: earlier answer artifacts keep their fingerprint.
+                    entries.push(FileEntry::file("out_of_corpus", o)?);
+                    let more = load_out_of_corpus(o, &questions)?;
+                    questions.extend(more);
+                }
+                questions
             }
             (None, Some(q)) => {
+                anyhow::ensure!(inputs.out_of_corpus.is_none(), "--out-of-corpus needs --golden FILE (it adds questions to a golden set)");
                 anyhow::ensure!(!q.trim().is_empty(), "the question is empty; ask something");
                 entries.push(FileEntry::text("questions", "(command line)", q).with_rows(1));
                 vec![GoldenQuestion::new("q1".into(), q.clone(), Vec::new())]

@@ -47,8 +47,12 @@ struct ScoredRun {
 
 /// Runs the answer phase (see the module docs); nothing without `[answer]`.
 pub fn answer_phase(plan: &EvaluatePlan, retrieved: &Retrieved, cache: &Arc<CallCache>, device: &str, run: &mut StageRun) -> anyhow::Result<AnswerPhase> {
-    let (pipeline, golden) = (&plan.pipeline, &plan.golden);
+    let pipeline = &plan.pipeline;
     let Some(section) = &pipeline.answer else { return Ok(AnswerPhase::default()) };
+    // Every question the answer rows are scored on: the golden set as evaluated, then the
+    // out-of-corpus questions (no gold; only the answer metrics see them).
+    let golden: Vec<GoldenQuestion> = plan.golden.iter().chain(&plan.out_of_corpus).cloned().collect();
+    let golden = &golden;
     let judge = match &pipeline.judge {
         Some(j) => Some(Judge::open(j, cache.clone(), device, &pipeline.dir).context("[judge]")?),
         None => None,
@@ -57,7 +61,7 @@ pub fn answer_phase(plan: &EvaluatePlan, retrieved: &Retrieved, cache: &Arc<Call
     let mut phase = AnswerPhase::default();
     let mut scored = Vec::new();
     for a in &plan.answers {
-        let s = score_run(a, golden, section, judge.as_ref().zip(pipeline.judge.as_ref().map(|j| j.faithful_at)), retrieved)?;
+        let s = score_run(a, golden, &plan.golden, section, judge.as_ref().zip(pipeline.judge.as_ref().map(|j| j.faithful_at)), retrieved)?;
         let (_, answered, m) = &s.metrics;
         let rows = crate::answers::metric_rows(&a.name(), m, pipeline.resamples, pipeline.seed);
         phase.tables.push((a.name(), answered.len(), m.iter().map(|(_, label, _)| *label).zip(rows.iter().cloned()).collect::<Vec<_>>()));
@@ -69,7 +73,7 @@ pub fn answer_phase(plan: &EvaluatePlan, retrieved: &Retrieved, cache: &Arc<Call
         let lost: Vec<&FailureRow> = retrieved.failures.iter().filter(|f| f.config == a.config).collect();
         let rows: Vec<&QueryRow> = retrieved.query_rows.iter().filter(|r| r.config == a.config).collect();
         let row = if a.generator.is_some() { a.name() } else { format!("{} · answer", a.config) };
-        phase.failures.extend(crate::failures::answer_failures(&row, answered, golden, &lost, &rows, pipeline.judge_depth));
+        phase.failures.extend(crate::failures::answer_failures(&row, answered, &plan.golden, &lost, &rows, pipeline.judge_depth));
     }
     write_answers(run, &scored, golden)?;
     if let Some(js) = &pipeline.judge {
@@ -91,17 +95,18 @@ pub fn answer_phase(plan: &EvaluatePlan, retrieved: &Retrieved, cache: &Arc<Call
     Ok(phase)
 }
 
-/// Reads one answer row's answers (those of the golden set as evaluated: the answer stage
-/// reads the whole file), scores them and, with a judge, grades every answered question in one
-/// batch (refusals are not graded).
-fn score_run(a: &AnswerRun, golden: &[GoldenQuestion], section: &AnswerSection, judge: Option<(&Judge, u8)>, retrieved: &Retrieved) -> anyhow::Result<ScoredRun> {
+/// Reads one answer row's answers (those of `golden`, the questions as evaluated: the answer
+/// stage reads the whole file), scores them and, with a judge, grades every answered question
+/// of `answerable` in one batch (refusals and out-of-corpus questions are not graded: the
+/// judge sees no passages for them).
+fn score_run(a: &AnswerRun, golden: &[GoldenQuestion], answerable: &[GoldenQuestion], section: &AnswerSection, judge: Option<(&Judge, u8)>, retrieved: &Retrieved) -> anyhow::Result<ScoredRun> {
     let mut answered = crate::answers::read_answers(&a.dir.join("answers.parquet"))?;
     answered.retain(|aq| golden.iter().any(|q| q.qid == aq.qid));
     let mut m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase", &section.refusal);
     let Some((judge, faithful_at)) = judge else {
         return Ok(ScoredRun { metrics: (a.clone(), answered, m), verdicts: Vec::new(), agreement: None });
     };
-    let verdicts = grade(judge, a, &answered, golden, retrieved);
+    let verdicts = grade(judge, a, &answered, answerable, retrieved);
     for (i, name) in crate::judge::METRIC_NAMES.iter().enumerate() {
         let values = verdicts.iter().map(|v| v.as_ref().and_then(|v| v.reply.as_ref()).map(|r| r.scores()[i] as f64)).collect();
         m.push((name, crate::judge::CRITERIA[i].1, values));
@@ -115,15 +120,16 @@ fn score_run(a: &AnswerRun, golden: &[GoldenQuestion], section: &AnswerSection, 
     Ok(ScoredRun { metrics: (a.clone(), answered, m), verdicts, agreement })
 }
 
-/// The judge's verdict on every answered question of one row, with a progress bar; `None`
-/// for refusals.
+/// The judge's verdict on every answered question of `golden` in one row, with a progress bar;
+/// `None` for refusals and questions not in `golden`.
 fn grade(judge: &Judge, a: &AnswerRun, answered: &[AnsweredQuestion], golden: &[GoldenQuestion], retrieved: &Retrieved) -> Vec<Option<Verdict>> {
+    let graded_one = |aq: &AnsweredQuestion| !aq.refused && golden.iter().any(|q| q.qid == aq.qid);
     let bar = gauge_core::progress::ReplyBar::new(answered.len() as u64, &format!("judge: {}", a.name()));
     let passages: Vec<Vec<crate::judge::JudgedPassage>> = answered.iter().map(|aq| retrieved.contexts.get(&(a.config.clone(), aq.qid.clone())).cloned().unwrap_or_default()).collect();
     let items: Vec<crate::judge::Graded<'_>> = answered
         .iter()
         .zip(&passages)
-        .filter(|(aq, _)| !aq.refused)
+        .filter(|(aq, _)| graded_one(aq))
         .map(|(aq, p)| {
             let q = golden.iter().find(|q| q.qid == aq.qid);
             crate::judge::Graded { question: q.map_or("", |q| q.question.as_str()), reference: q.and_then(|q| q.reference_answer.as_deref()), passages: p, answer: &aq.answer }
@@ -133,7 +139,7 @@ fn grade(judge: &Judge, a: &AnswerRun, answered: &[AnsweredQuestion], golden: &[
     let mut graded = judge.grade_all(&items, &|tokens| bar.reply(tokens)).into_iter();
     let mut verdicts = Vec::new();
     for aq in answered {
-        let verdict = (!aq.refused).then(|| graded.next().expect("one verdict per answered question"));
+        let verdict = graded_one(aq).then(|| graded.next().expect("one verdict per answered question"));
         if let Some(e) = verdict.as_ref().and_then(|v| v.error.as_ref()) {
             eprintln!("evaluate: judge: {} question `{}`: no grade ({e})", a.name(), aq.qid);
         }

@@ -26,6 +26,10 @@ pub struct Pipeline {
     pub corpus: PathBuf,
     /// Golden set (JSONL or Parquet).
     pub golden: PathBuf,
+    /// Questions the corpus cannot answer (JSON Lines, no gold), asked by the answer rows only
+    /// and scored only by the answer metrics (a refusal is right).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_corpus: Option<PathBuf>,
     /// How passages are judged.
     pub relevance: RelevanceMode,
     /// Passages judged per question (the metrics' depth): the file's `judge_depth`, else its
@@ -97,6 +101,11 @@ struct PipelineFile {
     corpus: PathBuf,
     /// Golden set: JSONL or Parquet, or a BEIR / TREC / MS MARCO folder (relative to this file).
     golden: PathBuf,
+    /// Questions the corpus cannot answer (relative to this file): JSON Lines of `qid`,
+    /// `question` and optionally `reference_answer`, no `gold` or `keywords`. Needs `[answer]`:
+    /// the answer rows ask them after the golden set's, and only the answer metrics score them
+    /// (`out_of_corpus_refusal`, `refusal_accuracy`); retrieval metrics never see them.
+    out_of_corpus: Option<PathBuf>,
     /// How passages are judged: `auto` (from the golden set's fields), `page`, `span`, `keyword`.
     #[serde(default)]
     relevance: RelevanceMode,
@@ -308,6 +317,7 @@ impl Pipeline {
                 Some(section)
             }
         };
+        ensure_or(file.out_of_corpus.is_none() || answer.is_some(), || err("`out_of_corpus` questions are asked by the answer rows only; add an [answer] section or remove it".into()))?;
         let judge = match file.judge {
             None => None,
             Some(t) => {
@@ -336,7 +346,7 @@ impl Pipeline {
         };
         let prompts = here.join("prompts");
         Ok(Pipeline {
-            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages })
+            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), out_of_corpus: file.out_of_corpus.as_deref().map(resolve), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages })
     }
 }
 

@@ -51,6 +51,8 @@ impl Default for EvaluateOptions {
 pub struct EvaluatePlan {
     pub(crate) pipeline: Pipeline,
     pub(crate) golden: Vec<GoldenQuestion>,
+    /// The pipeline's `out_of_corpus` questions (no gold): the answer rows' only.
+    pub(crate) out_of_corpus: Vec<GoldenQuestion>,
     pub(crate) mode: RelevanceMode,
     pub(crate) upstream: Vec<Upstream>,
     pub(crate) skipped: Vec<(String, String)>,
@@ -111,6 +113,14 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     check_gold_sources(&golden, &pipeline, &ups[0])?;
     let mut inputs = vec![FileEntry::hashed("golden", pipeline.golden.display(), gauge_core::golden::golden_hash(&pipeline.golden)?).with_rows(golden.len())];
     inputs.extend(exclusion_inputs);
+    let out_of_corpus = match &pipeline.out_of_corpus {
+        Some(o) => {
+            let questions = gauge_answer::load_out_of_corpus(o, &golden)?;
+            inputs.push(FileEntry::file("out_of_corpus", o)?.with_rows(questions.len()));
+            questions
+        }
+        None => Vec::new(),
+    };
     inputs.extend(model_inputs(&pipeline, &ups, &mut skipped)?);
     for (name, reason) in &skipped {
         eprintln!("evaluate: skipping config `{name}`: {reason}");
@@ -122,7 +132,7 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     let echo = echo_and_judge_input(&pipeline, mode, &mut inputs)?;
     let seed = pipeline.seed;
     let built = dag.built.clone();
-    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, mode, upstream: ups, skipped, notes, answers, built, search_questions }).echo(echo).seed(seed))
+    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, out_of_corpus, mode, upstream: ups, skipped, notes, answers, built, search_questions }).echo(echo).seed(seed))
 }
 
 /// Takes out the configs whose embedder adapter is not there yet (like a missing reranker,
@@ -228,7 +238,7 @@ fn build_answer_runs(pipeline: &Pipeline, ups: &[Upstream], dag: &mut Dag<'_>, o
     for name in &section.configs {
         let i = pipeline.variants.iter().position(|v| &v.name == name).expect("checked at load");
         let (v, u) = (&pipeline.variants[i], &ups[i]);
-        let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, limit: section.limit };
+        let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, out_of_corpus: pipeline.out_of_corpus.clone(), limit: section.limit };
         for (generator_name, generator, generation) in section.generator_list() {
             let row = crate::answers::AnswerRun { config: name.clone(), compare_to: section.compare_to(&generator_name), generator: generator_name, dir: PathBuf::new() };
             let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator, &generation), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;

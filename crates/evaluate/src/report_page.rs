@@ -216,15 +216,18 @@ fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
     Ok(Study { name, manifest, configs, metrics, metric_names, queries, qids, runs, failures, answers, questions, corpus, search })
 }
 
-/// The golden set's questions and gold pages, when the recorded file is there unchanged.
+/// The golden set's questions and gold pages, and the out-of-corpus questions (no gold), each
+/// when its recorded file is there unchanged.
 fn golden_questions(manifest: &serde_json::Value, root: &Path) -> BTreeMap<String, (String, Vec<String>)> {
-    let Some(input) = manifest["inputs"].as_array().into_iter().flatten().find(|i| i["name"] == "golden") else { return BTreeMap::new() };
-    let path = root.join(input["path"].as_str().unwrap_or(""));
-    let same = gauge_core::hash::file_hash(&path).ok().is_some_and(|h| Some(h.as_str()) == input["hash"].as_str());
-    if !same {
-        return BTreeMap::new();
+    let recorded = |name: &str| {
+        let input = manifest["inputs"].as_array().into_iter().flatten().find(|i| i["name"] == name)?;
+        let path = root.join(input["path"].as_str().unwrap_or(""));
+        gauge_core::hash::file_hash(&path).ok().is_some_and(|h| Some(h.as_str()) == input["hash"].as_str()).then_some(path)
+    };
+    let Some(Ok(mut golden)) = recorded("golden").map(|p| gauge_core::golden::load_golden(&p)) else { return BTreeMap::new() };
+    if let Some(Ok(more)) = recorded("out_of_corpus").map(|p| gauge_answer::load_out_of_corpus(&p, &golden)) {
+        golden.extend(more);
     }
-    let Ok(golden) = gauge_core::golden::load_golden(&path) else { return BTreeMap::new() };
     golden
         .into_iter()
         .map(|q| {

@@ -512,9 +512,12 @@ pub(crate) fn write_teacher_sft(rows: &[SynthRow], chunks: &[ChunkRecord], promp
 }
 
 /// The golden set `synth-data --mode sft --from FILE --split …` writes beside its splits: the
-/// teacher records outside the `train` split (dev and test), each with the teacher's answer as
-/// its reference and category `teacher` or `out_of_corpus`.
+/// in-corpus teacher records outside the `train` split (dev and test), each with the teacher's
+/// answer as its reference and category `teacher`.
 pub const UNTRAINED_GOLDEN: &str = "untrained-golden.jsonl";
+/// Beside it, the out-of-corpus teacher records outside the `train` split (no gold; category
+/// `out_of_corpus`, the teacher's refusal as the reference): a pipeline's `out_of_corpus` file.
+pub const UNTRAINED_OUT_OF_CORPUS: &str = "untrained-out-of-corpus.jsonl";
 
 /// `--mode sft --from FILE`: one example per teacher record, its context retrieved from the
 /// index (see [`teacher_set`]), split by page group, written as `sft.jsonl`, `sft.parquet`
@@ -568,11 +571,14 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, (
     write_sft_outputs(&rows, &split_counts, run)?;
     if !split_counts.is_empty() {
         // The questions no training split holds, as a golden set (the teacher's answer as the
-        // reference, `out_of_corpus` questions with no gold: a refusal is right): what an
+        // reference) and, apart, the out-of-corpus ones (no gold: a refusal is right): what an
         // adapter trained on the `train` split is evaluated on.
-        let untrained: Vec<GoldenQuestion> = records.iter().zip(&rows).filter(|(_, row)| row.split.as_deref() != Some("train")).map(|(r, _)| teacher_set::golden_of(r)).collect();
-        write_jsonl(&run.path(UNTRAINED_GOLDEN), untrained.iter())?;
-        run.add_output(UNTRAINED_GOLDEN, Some(untrained.len() as u64))?;
+        let untrained: Vec<&teacher_set::TeacherRecord> = records.iter().zip(&rows).filter(|(_, row)| row.split.as_deref() != Some("train")).map(|(r, _)| r).collect();
+        for (file, in_corpus) in [(UNTRAINED_GOLDEN, true), (UNTRAINED_OUT_OF_CORPUS, false)] {
+            let part: Vec<GoldenQuestion> = untrained.iter().filter(|r| r.in_corpus == in_corpus).map(|r| teacher_set::golden_of(r)).collect();
+            write_jsonl(&run.path(file), part.iter())?;
+            run.add_output(file, Some(part.len() as u64))?;
+        }
         run.set_stat("untrained_questions", untrained.len());
     }
     run.set_stat("label", "sft");
