@@ -111,6 +111,21 @@ fn api_answers_have_their_citations_checked_and_refusals_skip_the_model() {
     let (one, all) = (by_limit("1"), by_limit("0"));
     assert_ne!(one, all);
     assert_eq!((rows(&one).len(), rows(&all).len()), (1, 2));
+    // `--out-of-corpus` adds its questions after the golden set's; `--limit` counts only the
+    // golden set's, so every out-of-corpus question is still asked.
+    let ooc = tmp.path().join("ooc.jsonl");
+    std::fs::write(&ooc, "{\"qid\": \"x\", \"question\": \"who designed the eiffel tower\"}\n").unwrap();
+    let args = [
+        "--golden", golden.to_str().unwrap(), "--out-of-corpus", ooc.to_str().unwrap(), "--limit", "1", "--index", index.as_str(), "--artifacts", art.to_str().unwrap(), "--prompts", prompts.to_str().unwrap(),
+        "--set", "generator.kind=api", "--set", "generator.model=scripted", "--set", "generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", url.as_str(),
+    ];
+    let with_ooc = last_line(&ok(run("answer", &args)));
+    assert_ne!(with_ooc, one);
+    let batch = read_parquet_any(&PathBuf::from(&with_ooc).join("answers.parquet")).unwrap();
+    assert_eq!(Columns::new(&batch).strings_required("qid"), ["a", "x"]);
+    // Not with a single question.
+    let out = run("answer", &["when are gate arms lowered", "--out-of-corpus", ooc.to_str().unwrap(), "--index", index.as_str(), "--artifacts", art.to_str().unwrap()]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--out-of-corpus needs --golden FILE"));
     // Sampling controls reach the endpoint under the names it reads (OpenAI's, llama.cpp
     // server's); what no endpoint has is refused in one line; an unknown field is refused.
     let before = server.requests().len();
@@ -424,6 +439,15 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
     let out = run("evaluate", &args(&good).iter().map(String::as_str).collect::<Vec<_>>());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("out-of-corpus.jsonl:2") && err.contains("belongs in the golden set"), "{err}");
+    // A gate on out-of-corpus refusals without the questions that give it values: refused when
+    // the pipeline is read, before any answer is generated.
+    let no_ooc = pipeline("noooc")
+        .baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" })))
+        .set("answer", json!({"generators": [{"name": "base", "generator": local(None)}, {"name": "+ adapter", "generator": local(Some(&adapter))}], "gate": {"family": ["out_of_corpus_refusal"]}}))
+        .write(&root.join("noooc.toml"));
+    let out = run("evaluate", &args(&no_ooc).iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("noooc.toml") && err.contains("add `out_of_corpus"), "{err}");
     // Without answer rows nothing would ask them: refused when the pipeline is read.
     let no_answers = pipeline("noanswers").set("out_of_corpus", json!(ooc.to_str().unwrap())).baseline(merged(small_corpus_stages(), json!({ "name": "Hybrid" }))).write(&root.join("noanswers.toml"));
     let out = run("evaluate", &args(&no_answers).iter().map(String::as_str).collect::<Vec<_>>());

@@ -161,15 +161,16 @@ impl Stage for Answer {
         config.retrieval.validate()?;
         let (manifest, _) = gauge_index::IndexManifest::read(&inputs.index)?;
         let mut entries = vec![FileEntry::hashed("index", inputs.index.display(), manifest.fingerprint)];
-        let mut questions = match (&inputs.golden, &inputs.question) {
+        let questions = match (&inputs.golden, &inputs.question) {
             (Some(g), None) => {
                 entries.push(FileEntry::file("questions", g)?);
-                let mut questions = load_golden(g)?;
+                let golden = load_golden(g)?;
+                // `limit` counts the golden set's questions; the out-of-corpus ones all follow.
+                let mut questions: Vec<GoldenQuestion> = golden.iter().take(if inputs.limit > 0 { inputs.limit } else { usize::MAX }).cloned().collect();
                 if let Some(o) = &inputs.out_of_corpus {
                     // A new input only when given: earlier answer artifacts keep their fingerprint.
                     entries.push(FileEntry::file("out_of_corpus", o)?);
-                    let more = load_out_of_corpus(o, &questions)?;
-                    questions.extend(more);
+                    questions.extend(load_out_of_corpus(o, &golden)?);
                 }
                 questions
             }
@@ -181,9 +182,6 @@ impl Stage for Answer {
             }
             _ => anyhow::bail!("give either --golden FILE or one question"),
         };
-        if inputs.limit > 0 {
-            questions.truncate(inputs.limit);
-        }
         // The questions answered are part of what the output depends on: a `--limit` run and a
         // full run of the same file must not share an artifact.
         entries.push(FileEntry::hashed("question_count", "(question count)", questions.len().to_string()).with_rows(questions.len()));

@@ -180,9 +180,12 @@ fn split_halves(plan: &EvaluatePlan, per_run: &[RunMetrics], split_seed: u64, ro
     let (pipeline, golden) = (&plan.pipeline, &plan.golden);
     let correction: Correction = pipeline.stats.correction;
     let halves = gauge_core::golden::page_halves(golden, split_seed);
+    // The out-of-corpus questions (no pages) split in two on their own, so the golden set's
+    // halves stay what they were without them.
+    let ooc_halves = gauge_core::golden::page_halves(&plan.out_of_corpus, split_seed);
     let mut sections = Vec::new();
     for (half, name) in [(false, "tuning"), (true, "held_out")] {
-        let keep: BTreeSet<String> = golden.iter().zip(&halves).filter(|(_, h)| **h == half).map(|(q, _)| q.qid.clone()).collect();
+        let keep: BTreeSet<String> = golden.iter().zip(&halves).chain(plan.out_of_corpus.iter().zip(&ooc_halves)).filter(|(_, h)| **h == half).map(|(q, _)| q.qid.clone()).collect();
         let runs: Vec<RunMetrics> = per_run.iter().map(|r| crate::answers::restrict(r, &keep)).collect();
         let mut tables = Vec::new();
         for (a, answered, m) in &runs {

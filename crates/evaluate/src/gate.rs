@@ -118,7 +118,7 @@ pub fn rows(pipeline: &crate::pipeline::Pipeline, tables: &crate::tables::Retrie
             // reported missing rather than dropped silently).
             Some(gate) => {
                 for m in &gate.family {
-                    let d = mine.iter().find(|d| d.metric == m.as_str()).ok_or_else(|| anyhow::anyhow!("pipeline `{}`, answer.gate: row `{}` has no paired `{m}` against its base: no evaluated question the metric applies to (reference_token_f1 needs reference answers, answer_keyword_recall keywords, out_of_corpus_refusal questions with neither gold nor keywords)", pipeline.name, a.name()))?;
+                    let d = mine.iter().find(|d| d.metric == m.as_str()).ok_or_else(|| anyhow::anyhow!("pipeline `{}`, answer.gate: row `{}` has no paired `{m}` against its base: no evaluated question the metric applies to (reference_token_f1 needs reference answers, answer_keyword_recall keywords, out_of_corpus_refusal the pipeline's `out_of_corpus` questions)", pipeline.name, a.name()))?;
                     out.push(row(d));
                 }
             }

@@ -301,6 +301,8 @@ impl Pipeline {
                 if let Some(gate) = &section.gate {
                     gate.validate().map_err(err)?;
                     section.check_gate_bases(gate).map_err(err)?;
+                    let names_ooc = gate.family.iter().chain(gate.non_inferiority.keys()).any(|m| m == "out_of_corpus_refusal");
+                    ensure_or(!names_ooc || file.out_of_corpus.is_some(), || err("[answer] gate names `out_of_corpus_refusal`, which only the `out_of_corpus` questions give values to; add `out_of_corpus = \"FILE\"` (top level) or take it out of the gate".into()))?;
                 }
                 for g in &section.generators {
                     if let Some(gen) = &g.generation {

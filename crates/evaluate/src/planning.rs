@@ -92,6 +92,8 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
         pipeline.name = n.clone();
     }
     let golden = load_golden(&pipeline.golden)?;
+    // Checked against the whole golden set (the answer stage reads the whole file).
+    let out_of_corpus = pipeline.out_of_corpus.as_ref().map(|o| gauge_answer::load_out_of_corpus(o, &golden).map(|q| (o.clone(), q))).transpose()?;
     let mut notes = Vec::new();
     let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.golden, &pipeline.exclude_trained_pages, &mut notes)?;
     anyhow::ensure!(!golden.is_empty(), "{}: no question is left once the training pages of {:?} are taken out", pipeline.golden.display(), pipeline.exclude_trained_pages);
@@ -113,10 +115,9 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     check_gold_sources(&golden, &pipeline, &ups[0])?;
     let mut inputs = vec![FileEntry::hashed("golden", pipeline.golden.display(), gauge_core::golden::golden_hash(&pipeline.golden)?).with_rows(golden.len())];
     inputs.extend(exclusion_inputs);
-    let out_of_corpus = match &pipeline.out_of_corpus {
-        Some(o) => {
-            let questions = gauge_answer::load_out_of_corpus(o, &golden)?;
-            inputs.push(FileEntry::file("out_of_corpus", o)?.with_rows(questions.len()));
+    let out_of_corpus = match out_of_corpus {
+        Some((o, questions)) => {
+            inputs.push(FileEntry::file("out_of_corpus", &o)?.with_rows(questions.len()));
             questions
         }
         None => Vec::new(),

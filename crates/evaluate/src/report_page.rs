@@ -90,6 +90,8 @@ struct Study {
     metric_names: Vec<String>,
     queries: BTreeMap<(String, String), QueryRow>,
     qids: Vec<String>,
+    /// How many of `qids` (the last ones) only the answer rows asked: out-of-corpus questions.
+    answer_only: usize,
     runs: BTreeMap<(String, String), Vec<Passage>>,
     failures: BTreeMap<(String, String), String>,
     answers: BTreeMap<(String, String), Answer>,
@@ -194,6 +196,8 @@ fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
     }
 
     let mut answers = BTreeMap::new();
+    // Questions only the answer rows asked (a pipeline's `out_of_corpus`), after the golden set's.
+    let mut answer_only = Vec::new();
     let path = dir.join("answers.parquet");
     if path.is_file() {
         let batch = read_parquet_any(&path)?;
@@ -204,16 +208,21 @@ fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
         let judge: Vec<Vec<Option<i32>>> = JUDGE.iter().map(|(_, col)| if c.has(col) { c.i32s_nullable(col) } else { vec![None; batch.num_rows()] }).collect();
         for i in 0..batch.num_rows() {
             let grades = JUDGE.iter().zip(&judge).map(|((label, _), col)| (*label, col[i])).collect();
+            if seen.insert(qid[i].clone()) {
+                answer_only.push(qid[i].clone());
+            }
             answers.insert((cfg[i].clone(), qid[i].clone()), Answer { question: question[i].clone(), answer: answer[i].clone(), refused: refused[i], citations: (nc[i], nv[i], ni[i]), judge: grades });
         }
     }
 
+    let answer_only_count = answer_only.len();
+    qids.extend(answer_only);
     let questions = golden_questions(&manifest, root);
     let sources: BTreeSet<&str> = runs.values().flatten().map(|p| p.source.as_str()).collect();
     let corpus = corpus_dir(root, dir, &sources);
     let path = dir.join("search.parquet");
     let search = if path.is_file() { Some(read_parquet_any(&path)?) } else { None };
-    Ok(Study { name, manifest, configs, metrics, metric_names, queries, qids, runs, failures, answers, questions, corpus, search })
+    Ok(Study { name, manifest, configs, metrics, metric_names, queries, qids, answer_only: answer_only_count, runs, failures, answers, questions, corpus, search })
 }
 
 /// The golden set's questions and gold pages, and the out-of-corpus questions (no gold), each
@@ -361,10 +370,11 @@ fn summary(h: &mut String, s: &Study) {
     let golden = m["inputs"].as_array().into_iter().flatten().find(|i| i["name"] == "golden").and_then(|i| i["path"].as_str()).unwrap_or("?");
     let _ = write!(
         h,
-        "<header><h1>Evaluation <code>{}</code></h1>\n<p>{} questions from <code>{}</code>, {} configs; relevance {}, k {}, {} bootstrap resamples; corrected p by {} over the family of comparisons (<a href=\"ablation.md\">ablation.md</a> has the same tables).</p>\n",
+        "<header><h1>Evaluation <code>{}</code></h1>\n<p>{} questions from <code>{}</code>{}, {} configs; relevance {}, k {}, {} bootstrap resamples; corrected p by {} over the family of comparisons (<a href=\"ablation.md\">ablation.md</a> has the same tables).</p>\n",
         esc(&s.name),
-        s.qids.len(),
+        s.qids.len() - s.answer_only,
         esc(golden),
+        if s.answer_only > 0 { format!(" (and {} out-of-corpus questions, answered only)", s.answer_only) } else { String::new() },
         s.configs.len(),
         esc(m["config"]["relevance"].as_str().unwrap_or("?")),
         m["config"]["k"],

@@ -314,7 +314,7 @@ impl Stage for Synth {
         let heldout = if cfg.mode == Mode::Heldout { Some(plan_heldout(cfg, inputs, rt, &chunks, chunks_hash, &mut files)?) } else { None };
         let filter = if cfg.mode == Mode::Likelihood { Some(plan_filter(cfg, inputs, &mut files)?) } else { None };
         let teacher_set = if matches!(cfg.mode, Mode::Doc2query | Mode::Heldout | Mode::Likelihood) { None } else { plan_teacher_set(cfg, inputs, &mut files)? };
-        let echo = serde_json::json!({
+        let mut echo = serde_json::json!({
             "config": cfg,
             "reply_schema": (cfg.mode == Mode::Llm).then(|| teacher::reply_schema().schema),
             "styles": styles,
@@ -322,6 +322,11 @@ impl Stage for Synth {
             "sft_templates": sft_prompts.as_ref().map(|p| gauge_core::hash::bytes_hash(format!("{}\u{0}{}", p.system, p.template).as_bytes())),
             "label": label(cfg.mode),
         });
+        if cfg.mode == Mode::Sft && teacher_set.is_some() && !cfg.split.is_empty() {
+            // The untrained questions come in two files (in corpus, out of it): an artifact from
+            // before, with one file holding both, is not reused.
+            echo["untrained_files"] = serde_json::json!([UNTRAINED_GOLDEN, UNTRAINED_OUT_OF_CORPUS]);
+        }
         Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query, heldout, filter, held }).echo(echo).seed(cfg.seed))
     }
 
