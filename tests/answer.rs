@@ -393,7 +393,7 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
             .set("answer", json!({
                 "template": "plain", "generation": {"max_new_tokens": 6},
                 "generators": [{"name": "base", "generator": local(None)}, {"name": "+ adapter", "generator": local(Some(&adapter))}],
-                "gate": gate,
+                "gate": gate, "split_seed": 7,
             }))
             .write(&root.join(format!("{name}.toml")))
     };
@@ -419,6 +419,9 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
     assert_eq!(qids_of("answers.parquet", "Hybrid · base"), ["q1", "q2", "q3", "o1", "o2"]);
     assert_eq!(qids_of("answers.parquet", "Hybrid · + adapter"), ["q1", "q2", "q3", "o1", "o2"]);
     assert_eq!(qids_of("per_query.parquet", "Hybrid"), ["q1", "q2", "q3"]);
+    // The page-group halves (`split_seed`) share out the out-of-corpus questions too (one each).
+    let half = |title: &str| md.split(&format!("### {title} (")).nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<usize>().ok()).unwrap();
+    assert_eq!(half("Tuning half") + half("Held-out half"), 5, "{md}");
     assert!(manifest["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "out_of_corpus" && i["rows"] == 2), "{}", manifest["inputs"]);
     // B = 0: the adapter's answers are the base's, so token F1 moves by nothing and is
     // non-inferior at any margin; the gate cannot call it better.
