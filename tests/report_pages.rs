@@ -64,6 +64,42 @@ fn report_only_rewrites_the_page_and_refuses_a_folder_that_is_not_an_evaluation(
     // No leftover temporary.
     assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("partial")));
 
+    // The golden set is there unchanged: the evaluated questions are recorded beside the page.
+    let recorded = std::fs::read(dir.join("questions.parquet")).expect("questions.parquet written");
+    let batch = read_parquet_any(&dir.join("questions.parquet")).unwrap();
+    assert_eq!(batch.num_rows(), 41, "one row per evaluated dev question");
+    let c = Columns::new(&batch);
+    let first = c.strings_required("qid").iter().position(|q| q == "fra-1").expect("fra-1 recorded");
+    let text = c.strings_required("question")[first].clone();
+    assert!(text.starts_with("A tourist operation"), "{text}");
+    assert!(page.contains(&text[..40]), "the page shows the recorded question");
+    // A golden set that changed since the run (or is not on this machine): the recorded
+    // questions stay and the page still shows them.
+    let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let mut m: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    for input in m["inputs"].as_array_mut().unwrap() {
+        if input["name"] == "golden" {
+            input["path"] = serde_json::json!("data/golden/not-on-this-machine.jsonl");
+        }
+    }
+    std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let out = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(dir.join("questions.parquet")).unwrap(), recorded, "the recorded questions were rewritten without their golden set");
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(page.contains(&text[..40]), "without the golden set the page lost the question text");
+    // Neither golden set nor record: the page is rendered without question text.
+    std::fs::remove_file(dir.join("questions.parquet")).unwrap();
+    let out = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!std::fs::read_to_string(dir.join("report.html")).unwrap().contains(&text[..40]));
+    // A questions.parquet that is some other table: one line naming it.
+    std::fs::copy(dir.join("metrics.parquet"), dir.join("questions.parquet")).unwrap();
+    let out = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&dir).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("questions.parquet") && err.contains("not a questions table") && err.trim().lines().count() <= 2, "{err}");
+
     // Not an evaluation folder: one line naming the file.
     let bad = tmp.path().join("bad");
     std::fs::create_dir_all(&bad).unwrap();

@@ -1,8 +1,14 @@
 //! `report.html`: one self-contained page per evaluation folder, rendered from the folder's
 //! committed files alone (`manifest.json`, `metrics.parquet`, `per_query.parquet`,
-//! `runs.parquet`, `failures.parquet`, and `answers.parquet` / `search.parquet` when present),
-//! so `evaluate --report-only eval/<name>` rebuilds it byte for byte without re-running
-//! anything.
+//! `runs.parquet`, `failures.parquet`, `questions.parquet`, and `answers.parquet` /
+//! `search.parquet` when present), so `evaluate --report-only eval/<name>` rebuilds it byte for
+//! byte without re-running anything, on any machine.
+//!
+//! `questions.parquet` (`qid`, `question`, `gold`: the gold passages as the page names them) is
+//! the one file the page writes besides itself: [`write`] records the evaluated questions there
+//! from the golden set (and the out-of-corpus file) the manifest names, when that file is
+//! present with its recorded hash, and keeps the recorded one otherwise — so a folder whose
+//! golden set is not committed (a generated one under `data/`) renders the same everywhere.
 //!
 //! What it shows: the ablation table (value and 95 % interval per metric, Δ against the
 //! baseline with its interval, corrected p, wins/ties/losses, the paired minimum detectable
@@ -25,11 +31,21 @@ use gauge_core::table::{read_parquet_any, Columns};
 /// The file name beside `ablation.md`.
 pub const REPORT_FILE: &str = "report.html";
 
+/// The evaluated questions' text and gold passages, beside the page (see the module docs).
+pub const QUESTIONS_FILE: &str = "questions.parquet";
+
 /// Renders `dir/report.html` from the folder's files and writes it atomically (a temporary
 /// beside it, renamed). `root` is where relative input paths in the manifest resolve (the
-/// directory `evaluate` ran in: the repository root); the golden set's questions and the
-/// corpus links are used when the files there still have the recorded hashes.
+/// directory `evaluate` ran in: the repository root); when the golden set there still has the
+/// recorded hash, the evaluated questions are first recorded in `dir/questions.parquet`
+/// (see the module docs); the corpus links use the corpus folder found under `root`.
 pub fn write(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
+    let study = load(dir, root)?;
+    let golden = golden_questions(&study.manifest, root);
+    if !golden.is_empty() {
+        let rows: Vec<(&String, &(String, Vec<String>))> = study.qids.iter().filter_map(|q| golden.get_key_value(q)).collect();
+        write_questions(&dir.join(QUESTIONS_FILE), &rows)?;
+    }
     let html = render(dir, root)?;
     let out = dir.join(REPORT_FILE);
     let tmp = dir.join(format!(".{REPORT_FILE}.partial-{}", std::process::id()));
@@ -217,12 +233,57 @@ fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
 
     let answer_only_count = answer_only.len();
     qids.extend(answer_only);
-    let questions = golden_questions(&manifest, root);
+    let questions = recorded_questions(&dir.join(QUESTIONS_FILE))?;
     let sources: BTreeSet<&str> = runs.values().flatten().map(|p| p.source.as_str()).collect();
     let corpus = corpus_dir(root, dir, &sources);
     let path = dir.join("search.parquet");
     let search = if path.is_file() { Some(read_parquet_any(&path)?) } else { None };
     Ok(Study { name, manifest, configs, metrics, metric_names, queries, qids, answer_only: answer_only_count, runs, failures, answers, questions, corpus, search })
+}
+
+/// `questions.parquet`: one row per question, its text and its gold passages as the page names
+/// them (none for an out-of-corpus question).
+fn write_questions(path: &Path, rows: &[(&String, &(String, Vec<String>))]) -> anyhow::Result<()> {
+    use arrow::array::{ArrayRef, ListBuilder, StringArray, StringBuilder};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let item = Field::new("item", DataType::Utf8, true);
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new("qid", DataType::Utf8, false),
+        Field::new("question", DataType::Utf8, false),
+        Field::new("gold", DataType::List(std::sync::Arc::new(item.clone())), false),
+    ]));
+    let mut gold = ListBuilder::new(StringBuilder::new()).with_field(item);
+    for (_, (_, g)) in rows {
+        for label in g {
+            gold.values().append_value(label);
+        }
+        gold.append(true);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        std::sync::Arc::new(StringArray::from_iter_values(rows.iter().map(|(q, _)| q.as_str()))),
+        std::sync::Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, (t, _))| t.as_str()))),
+        std::sync::Arc::new(gold.finish()),
+    ];
+    gauge_core::table::write_parquet(path, schema, columns)?;
+    Ok(())
+}
+
+/// The questions recorded in `questions.parquet` (empty when the folder has none).
+fn recorded_questions(path: &Path) -> anyhow::Result<BTreeMap<String, (String, Vec<String>)>> {
+    if !path.is_file() {
+        return Ok(BTreeMap::new());
+    }
+    let batch = read_parquet_any(path)?;
+    let c = Columns::new(&batch);
+    anyhow::ensure!(c.has("qid") && c.has("question") && c.has("gold"), "{}: not a questions table (qid, question, gold); delete it and run `evaluate --report-only` where the golden set is", path.display());
+    let gold = batch.column_by_name("gold").and_then(|g| g.as_any().downcast_ref::<arrow::array::ListArray>()).with_context(|| format!("{}: `gold` is not a list of strings", path.display()))?;
+    let mut out = BTreeMap::new();
+    for (i, (qid, question)) in c.strings_required("qid").into_iter().zip(c.strings_required("question")).enumerate() {
+        let labels = gold.value(i);
+        let labels = labels.as_any().downcast_ref::<arrow::array::StringArray>().with_context(|| format!("{}: `gold` is not a list of strings", path.display()))?;
+        out.insert(qid, (question, labels.iter().flatten().map(str::to_string).collect()));
+    }
+    Ok(out)
 }
 
 /// The golden set's questions and gold pages, and the out-of-corpus questions (no gold), each
