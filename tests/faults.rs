@@ -451,9 +451,14 @@ fn races(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
                 break;
             }
             Ok(dir) => {
-                // eval/<name> is the artifact plus the report page rendered from it.
+                // eval/<name> is the artifact plus the report page rendered from it and the
+                // questions it shows.
                 let mut copied = files(&eval_dir.join("faults"));
                 let page = copied.remove("report.html");
+                if copied.remove("questions.parquet").is_none() {
+                    result = Err(format!("pair {pair}: eval/faults/questions.parquet is missing"));
+                    break;
+                }
                 let made = files(Path::new(&dir));
                 if copied != made {
                     result = Err(format!("pair {pair}: eval/faults differs from the artifact"));

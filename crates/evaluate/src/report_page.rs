@@ -44,7 +44,14 @@ pub fn write(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
     let golden = golden_questions(&study.manifest, root);
     if !golden.is_empty() {
         let rows: Vec<(&String, &(String, Vec<String>))> = study.qids.iter().filter_map(|q| golden.get_key_value(q)).collect();
-        write_questions(&dir.join(QUESTIONS_FILE), &rows)?;
+        // Through a name of this process's own, renamed into place: two runs writing one folder
+        // (concurrent evaluates of a pipeline) each replace the file whole.
+        let tmp = dir.join(format!(".questions-{}.parquet", std::process::id()));
+        let written = write_questions(&tmp, &rows).and_then(|()| std::fs::rename(&tmp, dir.join(QUESTIONS_FILE)).with_context(|| format!("{}: cannot move the questions into place", dir.display())));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written?;
     }
     let html = render(dir, root)?;
     let out = dir.join(REPORT_FILE);
