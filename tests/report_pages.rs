@@ -72,6 +72,13 @@ fn report_only_rewrites_the_page_and_refuses_a_folder_that_is_not_an_evaluation(
     let first = c.strings_required("qid").iter().position(|q| q == "fra-1").expect("fra-1 recorded");
     let text = c.strings_required("question")[first].clone();
     assert!(text.starts_with("A tourist operation"), "{text}");
+    // Its gold passages as the golden set names them.
+    let golden = std::fs::read_to_string(root.join("../shared/golden/fra-dev.jsonl")).unwrap();
+    let fra1: serde_json::Value = serde_json::from_str(golden.lines().next().unwrap()).unwrap();
+    let want: Vec<String> = fra1["gold"].as_array().unwrap().iter().map(|g| format!("{} p. {}", g["source"].as_str().unwrap(), g["page"])).collect();
+    let gold = batch.column_by_name("gold").unwrap().as_any().downcast_ref::<arrow::array::ListArray>().unwrap().value(first);
+    let gold: Vec<String> = gold.as_any().downcast_ref::<arrow::array::StringArray>().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    assert_eq!(gold, want);
     assert!(page.contains(&text[..40]), "the page shows the recorded question");
     // A golden set that changed since the run (or is not on this machine): the recorded
     // questions stay and the page still shows them.
@@ -93,12 +100,17 @@ fn report_only_rewrites_the_page_and_refuses_a_folder_that_is_not_an_evaluation(
     let out = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!std::fs::read_to_string(dir.join("report.html")).unwrap().contains(&text[..40]));
-    // A questions.parquet that is some other table: one line naming it.
+    // A questions.parquet that is some other table: one line naming it…
     std::fs::copy(dir.join("metrics.parquet"), dir.join("questions.parquet")).unwrap();
     let out = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&dir).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("questions.parquet") && err.contains("not a questions table") && err.trim().lines().count() <= 2, "{err}");
+    // …and rewritten where the golden set is.
+    std::fs::write(dir.join("manifest.json"), &manifest).unwrap();
+    let out = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(dir.join("questions.parquet")).unwrap(), recorded);
 
     // Not an evaluation folder: one line naming the file.
     let bad = tmp.path().join("bad");

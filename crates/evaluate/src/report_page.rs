@@ -40,8 +40,26 @@ pub const QUESTIONS_FILE: &str = "questions.parquet";
 /// recorded hash, the evaluated questions are first recorded in `dir/questions.parquet`
 /// (see the module docs); the corpus links use the corpus folder found under `root`.
 pub fn write(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
-    let study = load(dir, root)?;
+    // Another `evaluate` of the same pipeline may swap the folder for its own copy while this
+    // one writes (the files this one reads or renames vanish): the copy holds the same tables,
+    // so the page is written again from it.
+    let mut attempt = 0;
+    loop {
+        match write_once(dir, root) {
+            Err(e) if attempt < 3 && e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)) && dir.is_dir() => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
+            }
+            done => return done,
+        }
+    }
+}
+
+fn write_once(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
+    let mut study = load(dir, root)?;
     let golden = golden_questions(&study.manifest, root);
+    // With the golden set at hand the record is rewritten (whatever was there, even a file
+    // that is not a questions table); without it the record is what the page shows.
     if !golden.is_empty() {
         let rows: Vec<(&String, &(String, Vec<String>))> = study.qids.iter().filter_map(|q| golden.get_key_value(q)).collect();
         // Through a name of this process's own, renamed into place: two runs writing one folder
@@ -53,7 +71,8 @@ pub fn write(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
         }
         written?;
     }
-    let html = render(dir, root)?;
+    study.questions = recorded_questions(&dir.join(QUESTIONS_FILE))?;
+    let html = page(&study);
     let out = dir.join(REPORT_FILE);
     let tmp = dir.join(format!(".{REPORT_FILE}.partial-{}", std::process::id()));
     // A failed write or rename leaves nothing behind (a full disk, a read-only folder).
@@ -125,19 +144,25 @@ struct Study {
 
 /// The page for `dir` (see [`write`]).
 pub fn render(dir: &Path, root: &Path) -> anyhow::Result<String> {
-    let study = load(dir, root)?;
+    let mut study = load(dir, root)?;
+    study.questions = recorded_questions(&dir.join(QUESTIONS_FILE))?;
+    Ok(page(&study))
+}
+
+/// The page's HTML.
+fn page(study: &Study) -> String {
     let mut h = String::with_capacity(1 << 20);
-    head(&mut h, &study);
-    summary(&mut h, &study);
-    config_table(&mut h, &study);
-    plots(&mut h, &study);
-    answer_table(&mut h, &study);
-    gate(&mut h, &study);
-    search(&mut h, &study);
-    questions(&mut h, &study);
-    footer(&mut h, &study);
+    head(&mut h, study);
+    summary(&mut h, study);
+    config_table(&mut h, study);
+    plots(&mut h, study);
+    answer_table(&mut h, study);
+    gate(&mut h, study);
+    search(&mut h, study);
+    questions(&mut h, study);
+    footer(&mut h, study);
     h.push_str(concat!("<script>", include_str!("report_page.js"), "</script>\n</body>\n</html>\n"));
-    Ok(h)
+    h
 }
 
 fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
@@ -240,7 +265,8 @@ fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
 
     let answer_only_count = answer_only.len();
     qids.extend(answer_only);
-    let questions = recorded_questions(&dir.join(QUESTIONS_FILE))?;
+    // Read by the callers (`render` reads the record; `write` first rewrites it).
+    let questions = BTreeMap::new();
     let sources: BTreeSet<&str> = runs.values().flatten().map(|p| p.source.as_str()).collect();
     let corpus = corpus_dir(root, dir, &sources);
     let path = dir.join("search.parquet");
