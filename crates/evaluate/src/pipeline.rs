@@ -60,6 +60,25 @@ pub struct Pipeline {
     /// Whether the golden set's page numbers are exact (a page past its document's end is an
     /// error) or approximate (a warning with a count).
     pub gold_pages: GoldPages,
+    /// What a model of `exclude_trained_pages` trained on a page of the golden set's held-out
+    /// split does: refused (default) or its questions there left out.
+    pub held_out_split: HeldOutSplit,
+}
+
+/// `held_out_split`: a held-out question set (one with a page split beside it,
+/// `<set>.pages.json`) and a listed model trained on some of the split's pages.
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldOutSplit {
+    /// The evaluation is refused: the set exists to measure pages no training run touched
+    /// (retrain with `--hold-out`).
+    #[default]
+    Refuse,
+    /// The set is used as the dev set is: the questions with a gold page among the model's
+    /// training pages are left out, and `ablation.md` says how many of the split's pages it
+    /// trained on. For a model whose training data cannot avoid the split (a small teacher set
+    /// written on the same pages); the questions left still sit on pages it never read.
+    Restrict,
 }
 
 /// `gold_pages`: how far the golden set's page numbers are trusted.
@@ -149,6 +168,11 @@ struct PipelineFile {
     /// `approximate`: a warning with a count.
     #[serde(default)]
     gold_pages: GoldPages,
+    /// A model of `exclude_trained_pages` trained on pages of the golden set's held-out split
+    /// (`<set>.pages.json`): `refuse` (default) or `restrict` (its questions on those pages are
+    /// left out, as for a set without a split).
+    #[serde(default)]
+    held_out_split: HeldOutSplit,
 }
 
 /// One config of a pipeline (`[baseline]` or `[[variants]]`).
@@ -348,7 +372,7 @@ impl Pipeline {
         };
         let prompts = here.join("prompts");
         Ok(Pipeline {
-            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), out_of_corpus: file.out_of_corpus.as_deref().map(resolve), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages })
+            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), out_of_corpus: file.out_of_corpus.as_deref().map(resolve), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages, held_out_split: file.held_out_split })
     }
 }
 

@@ -95,7 +95,7 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     // Checked against the whole golden set (the answer stage reads the whole file).
     let out_of_corpus = pipeline.out_of_corpus.as_ref().map(|o| gauge_answer::load_out_of_corpus(o, &golden).map(|q| (o.clone(), q))).transpose()?;
     let mut notes = Vec::new();
-    let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.golden, &pipeline.exclude_trained_pages, &mut notes)?;
+    let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.golden, &pipeline.exclude_trained_pages, pipeline.held_out_split, &mut notes)?;
     anyhow::ensure!(!golden.is_empty(), "{}: no question is left once the training pages of {:?} are taken out", pipeline.golden.display(), pipeline.exclude_trained_pages);
     let mut skipped = skip_untrained_adapters(&mut pipeline);
     use_reranker_fallbacks(&mut pipeline, &mut notes);
@@ -257,6 +257,10 @@ fn echo_and_judge_input(pipeline: &Pipeline, mode: RelevanceMode, inputs: &mut V
         "pipeline": pipeline.name, "relevance": mode, "k": pipeline.judge_depth, "resamples": pipeline.resamples,
         "variants": pipeline.variants, "stats": pipeline.stats,
     });
+    // Echoed only when set, so the evaluations before the setting keep their fingerprints.
+    if pipeline.held_out_split != crate::pipeline::HeldOutSplit::default() {
+        echo["held_out_split"] = serde_json::to_value(pipeline.held_out_split)?;
+    }
     if let Some(sp) = &pipeline.search {
         echo["search"] = serde_json::to_value(sp)?;
     }
@@ -278,8 +282,9 @@ fn echo_and_judge_input(pipeline: &Pipeline, mode: RelevanceMode, inputs: &mut V
 /// questions and the records as fingerprint inputs; says how many questions remain. A golden
 /// set with a page split beside it (`<set>.pages.json`, from `synth-data --mode heldout`) is
 /// a held-out set: a model trained on any of its pages is refused (see
-/// [`check_held_out_untouched`]).
-fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, golden_path: &Path, models: &[PathBuf], notes: &mut Vec<String>) -> anyhow::Result<(Vec<GoldenQuestion>, Vec<FileEntry>)> {
+/// [`check_held_out_untouched`]) unless `held_out` is [`HeldOutSplit::Restrict`] (then a note
+/// says how many of the split's pages it trained on, and the rule above applies).
+fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, golden_path: &Path, models: &[PathBuf], held_out: crate::pipeline::HeldOutSplit, notes: &mut Vec<String>) -> anyhow::Result<(Vec<GoldenQuestion>, Vec<FileEntry>)> {
     let split = golden_path.with_extension("pages.json");
     let held = if split.is_file() { Some(held_out_pages(&split)?) } else { None };
     let mut pages: BTreeSet<String> = BTreeSet::new();
@@ -295,7 +300,15 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, golden_path: &Path, 
         let list = record["pages"].as_array().ok_or_else(|| anyhow::anyhow!("{}: no `pages` list", file.display()))?;
         let trained: BTreeSet<String> = list.iter().filter_map(|p| p.as_str().map(str::to_string)).collect();
         if let Some(held) = &held {
-            check_held_out_untouched(&trained, &file, held, &split)?;
+            match held_out {
+                crate::pipeline::HeldOutSplit::Refuse => check_held_out_untouched(&trained, &file, held, &split)?,
+                crate::pipeline::HeldOutSplit::Restrict => {
+                    let touched = trained.intersection(held).count();
+                    if touched > 0 {
+                        notes.push(format!("`{}` was trained on {touched} of the {} pages of the held-out split `{}` (held_out_split = \"restrict\"): its questions there are left out below, so this set measures it on the split's other pages only.", m.display(), held.len(), split.display()));
+                    }
+                }
+            }
         }
         pages.extend(trained);
         inputs.push(FileEntry::file(format!("trained_pages:{}", inputs.len()), &file)?.with_rows(list.len()));
@@ -328,7 +341,7 @@ pub(crate) fn check_held_out_untouched(trained: &BTreeSet<String>, record: &Path
     let both: Vec<&String> = trained.intersection(held).collect();
     if let Some(first) = both.first() {
         anyhow::bail!(
-            "{}: trained on {} page(s) of the held-out split {} (first: {first}); retrain with `synth-data --hold-out {}` and `train-lora --hold-out <the held-out set>`, or evaluate it on another set",
+            "{}: trained on {} page(s) of the held-out split {} (first: {first}); retrain with `synth-data --hold-out {}` and `train-lora --hold-out <the held-out set>`, evaluate it on another set, or set held_out_split = \"restrict\" in the pipeline (its questions on those pages left out)",
             record.display(),
             both.len(),
             split.display(),
@@ -375,6 +388,7 @@ fn check_gold_sources(golden: &[GoldenQuestion], pipeline: &Pipeline, up: &Upstr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::HeldOutSplit;
 
     #[test]
     fn a_model_trained_on_a_held_out_page_is_refused_and_one_that_was_not_restricts() {
@@ -391,19 +405,25 @@ mod tests {
         };
         // Trained away from the split (page 13 is past its guard page 12): evaluated, nothing taken out.
         let clean = model("clean", &["a.pdf#3", "a.pdf#13"]);
-        let (kept, inputs) = restrict_to_untrained_pages(golden.clone(), &golden_path, &[clean], &mut Vec::new()).unwrap();
+        let (kept, inputs) = restrict_to_untrained_pages(golden.clone(), &golden_path, &[clean], HeldOutSplit::Refuse, &mut Vec::new()).unwrap();
         assert_eq!((kept.len(), inputs.len()), (2, 1));
         // Trained on a guard page: refused, naming the record, the split and the page.
         let touched = model("touched", &["a.pdf#3", "a.pdf#12"]);
-        let e = restrict_to_untrained_pages(golden.clone(), &golden_path, std::slice::from_ref(&touched), &mut Vec::new()).unwrap_err().to_string();
+        let e = restrict_to_untrained_pages(golden.clone(), &golden_path, std::slice::from_ref(&touched), HeldOutSplit::Refuse, &mut Vec::new()).unwrap_err().to_string();
         assert!(e.contains("touched") && e.contains("fra-heldout.pages.json") && e.contains("a.pdf#12") && e.contains("--hold-out"), "{e}");
         // The same model against a set without a split only restricts (the dev set's rule).
         let dev = tmp.path().join("dev.jsonl");
-        let (kept, _) = restrict_to_untrained_pages(vec![q("d1", 12), q("d2", 30)], &dev, &[touched], &mut Vec::new()).unwrap();
+        let (kept, _) = restrict_to_untrained_pages(vec![q("d1", 12), q("d2", 30)], &dev, std::slice::from_ref(&touched), HeldOutSplit::Refuse, &mut Vec::new()).unwrap();
         assert_eq!(kept.iter().map(|q| q.qid.as_str()).collect::<Vec<_>>(), ["d2"]);
+        // `held_out_split = "restrict"`: the touching model is used as on a set without a split, with a note.
+        let mut notes = Vec::new();
+        let trained_on_10 = model("trained-on-10", &["a.pdf#3", "a.pdf#10"]);
+        let (kept, _) = restrict_to_untrained_pages(golden.clone(), &golden_path, &[trained_on_10], HeldOutSplit::Restrict, &mut notes).unwrap();
+        assert_eq!(kept.iter().map(|q| q.qid.as_str()).collect::<Vec<_>>(), ["h2"]);
+        assert!(notes[0].contains("trained on 1 of the 4 pages of the held-out split") && notes[0].contains("restrict"), "{notes:?}");
         // A broken split is a one-line error naming it.
         std::fs::write(tmp.path().join("fra-heldout.pages.json"), "[1, 2]").unwrap();
-        let e = restrict_to_untrained_pages(golden, &golden_path, &[], &mut Vec::new()).unwrap_err().to_string();
+        let e = restrict_to_untrained_pages(golden, &golden_path, &[], HeldOutSplit::Refuse, &mut Vec::new()).unwrap_err().to_string();
         assert!(e.contains("fra-heldout.pages.json") && e.contains("no `pages` list"), "{e}");
     }
 }
