@@ -62,22 +62,19 @@ fn write_once(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
     // that is not a questions table); without it the record is what the page shows.
     if !golden.is_empty() {
         let rows: Vec<(&String, &(String, Vec<String>))> = study.qids.iter().filter_map(|q| golden.get_key_value(q)).collect();
-        // Through a name of this process's own, renamed into place: two runs writing one folder
-        // (concurrent evaluates of a pipeline) each replace the file whole.
-        let tmp = dir.join(format!(".questions-{}.parquet", std::process::id()));
-        let written = write_questions(&tmp, &rows).and_then(|()| std::fs::rename(&tmp, dir.join(QUESTIONS_FILE)).with_context(|| format!("{}: cannot move the questions into place", dir.display())));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written?;
+        replace_file(dir, QUESTIONS_FILE, |tmp| write_questions(tmp, &rows))?;
     }
     study.questions = recorded_questions(&dir.join(QUESTIONS_FILE))?;
     let html = page(&study);
-    let out = dir.join(REPORT_FILE);
-    let tmp = dir.join(format!(".{REPORT_FILE}.partial-{}", std::process::id()));
-    // A failed write or rename leaves nothing behind (a full disk, a read-only folder).
-    let written = std::fs::write(&tmp, html).with_context(|| format!("{}: cannot write the report page (is the disk full or the folder read-only?)", tmp.display()))
-        .and_then(|()| std::fs::rename(&tmp, &out).with_context(|| format!("{}: cannot move the report page into place", out.display())));
+    replace_file(dir, REPORT_FILE, |tmp| std::fs::write(tmp, html).with_context(|| format!("{}: cannot write the report page (is the disk full or the folder read-only?)", tmp.display())))
+}
+
+/// Writes `dir/name` through `dir/.<name>.partial-<pid>`, renamed into place: two processes
+/// writing one folder (concurrent evaluates of a pipeline) each replace the file whole, and a
+/// failed write or rename leaves nothing behind (a full disk, a read-only folder).
+fn replace_file(dir: &Path, name: &str, write: impl FnOnce(&Path) -> anyhow::Result<()>) -> anyhow::Result<PathBuf> {
+    let (out, tmp) = (dir.join(name), dir.join(format!(".{name}.partial-{}", std::process::id())));
+    let written = write(&tmp).and_then(|()| std::fs::rename(&tmp, &out).with_context(|| format!("{}: cannot move it into place", out.display())));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
