@@ -69,16 +69,29 @@ fn write_once(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
     replace_file(dir, REPORT_FILE, |tmp| std::fs::write(tmp, html).with_context(|| format!("{}: cannot write the report page (is the disk full or the folder read-only?)", tmp.display())))
 }
 
-/// Writes `dir/name` through `dir/.<name>.partial-<pid>`, renamed into place: two processes
-/// writing one folder (concurrent evaluates of a pipeline) each replace the file whole, and a
-/// failed write or rename leaves nothing behind (a full disk, a read-only folder).
+/// Writes `dir/name` through `dir/.<stem>.partial-<pid>.<extension>` (see [`partial_name`]),
+/// renamed into place: two processes writing one folder (concurrent evaluates of a pipeline)
+/// each replace the file whole, and a failed write or rename leaves nothing behind (a full
+/// disk, a read-only folder).
 fn replace_file(dir: &Path, name: &str, write: impl FnOnce(&Path) -> anyhow::Result<()>) -> anyhow::Result<PathBuf> {
-    let (out, tmp) = (dir.join(name), dir.join(format!(".{name}.partial-{}", std::process::id())));
+    let (out, tmp) = (dir.join(name), dir.join(partial_name(name, std::process::id())));
     let written = write(&tmp).and_then(|()| std::fs::rename(&tmp, &out).with_context(|| format!("{}: cannot move it into place", out.display())));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     written.map(|()| out)
+}
+
+/// The per-process temporary name of `name`: the process id goes before the extension, so
+/// that a writer deriving its own temporary from the extension (`write_parquet` writes
+/// `<path>` through `<path with extension parquet.partial>`) still gets one name per process
+/// (`.questions.partial-7.parquet.partial`). With the id after the extension both processes'
+/// tables went through one `.questions.parquet.parquet.partial`, each truncating the other's.
+fn partial_name(name: &str, pid: u32) -> String {
+    match name.rsplit_once('.') {
+        Some((stem, extension)) => format!(".{stem}.partial-{pid}.{extension}"),
+        None => format!(".{name}.partial-{pid}"),
+    }
 }
 
 /// One metric row of `metrics.parquet`.
@@ -912,6 +925,25 @@ fn footer(h: &mut String, s: &Study) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_processes_never_share_a_temporary_not_even_the_one_write_parquet_derives() {
+        // write_parquet writes `p` through `p.with_extension("parquet.partial")`: the process id
+        // must survive that, or two concurrent evaluates truncate one file (CI saw a 0-byte
+        // questions.parquet from exactly that).
+        let (a, b) = (partial_name(QUESTIONS_FILE, 7), partial_name(QUESTIONS_FILE, 8));
+        assert_eq!(a, ".questions.partial-7.parquet");
+        let derived = |n: &str| Path::new(n).with_extension("parquet.partial");
+        assert_ne!(derived(&a), derived(&b));
+        assert_ne!(partial_name(REPORT_FILE, 7), partial_name(REPORT_FILE, 8));
+        assert!(partial_name("plain", 7).starts_with('.'));
+        // And the write through it lands whole under the real name, nothing left beside it.
+        let dir = tempfile::tempdir().unwrap();
+        let (q, row) = ("q1".to_string(), ("What?".to_string(), vec!["A.pdf p. 3".to_string()]));
+        let out = replace_file(dir.path(), QUESTIONS_FILE, |tmp| write_questions(tmp, &[(&q, &row)])).unwrap();
+        assert_eq!(recorded_questions(&out).unwrap().get("q1"), Some(&row));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 
     #[test]
     fn citations_are_marked_verified_or_not_against_the_passages_given() {
