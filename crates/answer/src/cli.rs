@@ -35,8 +35,8 @@ pub struct AnswerArgs {
     #[arg(long)]
     #[serde(rename = "generator.model")]
     pub model: Option<String>,
-    /// LoRA adapter folder (PEFT format, e.g. a train-lora artifact's adapter/) merged into the
-    /// local model at load (`generator.adapter`).
+    /// LoRA adapter folder (PEFT format, e.g. a train-lora artifact's adapter/) for the local
+    /// model: beside its quantised blocks, merged into f32 weights (`generator.adapter`).
     #[arg(long)]
     #[serde(rename = "generator.adapter")]
     pub adapter: Option<String>,

@@ -41,31 +41,106 @@ pub(crate) struct HostLinear {
     d_in: usize,
     d_out: usize,
     bias: Option<Vec<f32>>,
+    /// LoRA pairs kept beside quantised weights (f32 weights take theirs merged).
+    lora: Vec<HostLora>,
+}
+
+/// A LoRA pair beside a quantised layer, QLoRA's form: output columns
+/// `offset..offset + d_out` of the layer get `(x Aᵀ)(s B)ᵀ` on top of `x Wᵀ`, the blocks staying
+/// 4-bit (merging `s B A` into the matrix would need it in f32: twice the 1.5B's weight bytes
+/// and, on 2 cores, twice its time per token).
+pub(crate) struct HostLora {
+    /// The first output column of the layer the pair adds to (a stacked layer holds several).
+    offset: usize,
+    /// Output columns.
+    d_out: usize,
+    /// Rank.
+    rank: usize,
+    /// `A`, `[rank, d_in]`.
+    a: Vec<f32>,
+    /// `s · B`, `[d_out, rank]`: the adapter's scale folded in at load.
+    b: Vec<f32>,
+}
+
+impl HostLora {
+    /// The pair of an adapter's module for a layer `[d_out, d_in]`, scaled by `scale`.
+    pub(crate) fn new(pair: &crate::adapter::LoraPair, scale: f64) -> HostLora {
+        let rank = pair.rank();
+        HostLora { offset: 0, d_out: pair.d_out, rank, a: pair.a.clone(), b: pair.b.iter().map(|&b| (b as f64 * scale) as f32).collect() }
+    }
+
+    /// Adds `(x Aᵀ)(s B)ᵀ` to columns `offset..offset + d_out` of `out` (`rows × width`).
+    /// Decoding rows (`decode`) run one row at a time in a fixed order of dot products, so a
+    /// sequence's output never depends on the batch it decodes in (a gemm picks its kernel by
+    /// the number of rows); a prompt's rows run two gemms.
+    fn add(&self, x: &[f32], rows: usize, d_in: usize, decode: bool, out: &mut [f32], width: usize) {
+        let (r, d_out, offset) = (self.rank, self.d_out, self.offset);
+        let mut h = vec![0f32; rows * r];
+        if decode {
+            for (xr, hr) in x.chunks_exact(d_in).zip(h.chunks_exact_mut(r)) {
+                for (k, hk) in hr.iter_mut().enumerate() {
+                    *hk = dot_f32(&self.a[k * d_in..(k + 1) * d_in], xr);
+                }
+            }
+            let ptr = SendPtr(out.as_mut_ptr());
+            let chunk = 256;
+            let work = |c: usize| {
+                for o in c * chunk..((c + 1) * chunk).min(d_out) {
+                    let br = &self.b[o * r..(o + 1) * r];
+                    for (row, hr) in h.chunks_exact(r).enumerate() {
+                        // SAFETY: column `offset + o` belongs to this chunk only.
+                        unsafe { *ptr.get().add(row * width + offset + o) += dot_f32(br, hr) };
+                    }
+                }
+            };
+            crate::pool::parallel_for(d_out.div_ceil(chunk), work);
+        } else {
+            gemm_f32(x, rows, &self.a, d_in, r, &mut h);
+            let mut delta = vec![0f32; rows * d_out];
+            gemm_f32(&h, rows, &self.b, r, d_out, &mut delta);
+            for (o, d) in out.chunks_exact_mut(width).zip(delta.chunks_exact(d_out)) {
+                o[offset..offset + d_out].iter_mut().zip(d).for_each(|(o, d)| *o += d);
+            }
+        }
+    }
+
+    /// Weights: `rank × (d_in + d_out)`.
+    fn parameters(&self) -> usize {
+        self.a.len() + self.b.len()
+    }
 }
 
 impl HostLinear {
     /// A layer over f32 weights `[d_out, d_in]`.
     pub(crate) fn f32(w: Vec<f32>, bias: Option<Vec<f32>>, d_in: usize, d_out: usize) -> HostLinear {
         assert_eq!(w.len(), d_in * d_out);
-        HostLinear { w: Weight::F32(w), d_in, d_out, bias }
+        HostLinear { w: Weight::F32(w), d_in, d_out, bias, lora: Vec::new() }
     }
 
     /// A layer over quantised blocks.
     pub(crate) fn quant(q: QuantMatrix, bias: Option<Vec<f32>>) -> HostLinear {
-        HostLinear { d_in: q.d_in(), d_out: q.d_out(), w: Weight::Quant(q), bias }
+        HostLinear { d_in: q.d_in(), d_out: q.d_out(), w: Weight::Quant(q), bias, lora: Vec::new() }
     }
 
-    /// Bytes of weights.
+    /// A layer over quantised blocks with a LoRA pair beside them (see [`HostLora`]).
+    pub(crate) fn quant_adapted(q: QuantMatrix, bias: Option<Vec<f32>>, lora: HostLora) -> HostLinear {
+        assert_eq!((lora.d_out, lora.a.len()), (q.d_out(), lora.rank * q.d_in()), "a LoRA pair of another shape");
+        HostLinear { lora: vec![lora], ..HostLinear::quant(q, bias) }
+    }
+
+    /// Bytes of weights (LoRA pairs included).
     pub(crate) fn n_bytes(&self) -> usize {
-        match &self.w {
-            Weight::F32(w) => w.len() * 4,
-            Weight::Quant(q) => q.n_bytes(),
-        }
+        let pairs: usize = self.lora.iter().map(HostLora::parameters).sum::<usize>() * 4;
+        pairs
+            + match &self.w {
+                Weight::F32(w) => w.len() * 4,
+                Weight::Quant(q) => q.n_bytes(),
+            }
     }
 
-    /// Weights.
+    /// Weights (LoRA pairs included).
     pub(crate) fn parameters(&self) -> usize {
-        self.d_in * self.d_out
+        self.d_in * self.d_out + self.lora.iter().map(HostLora::parameters).sum::<usize>()
     }
 
     /// Layers with the same input stacked into as few matrices as their formats allow (one
@@ -92,6 +167,9 @@ impl HostLinear {
                     (None, None) => None,
                     (a, b) => Some([a.clone().unwrap_or_else(|| vec![0.0; last.d_out]), b.clone().unwrap_or_else(|| vec![0.0; p.d_out])].concat()),
                 };
+                // The appended layer's pairs now write columns after the first's.
+                let shift = last.d_out;
+                last.lora.extend(p.lora.into_iter().map(|l| HostLora { offset: l.offset + shift, ..l }));
                 last.d_out += p.d_out;
                 last.bias = bias;
             } else {
@@ -124,6 +202,9 @@ impl HostLinear {
                 };
                 crate::pool::parallel_for(d_out.div_ceil(chunk), work);
             }
+        }
+        for l in &self.lora {
+            l.add(x, rows, self.d_in, q8.is_some(), out, self.d_out);
         }
         if let Some(b) = &self.bias {
             for row in out.chunks_exact_mut(self.d_out) {

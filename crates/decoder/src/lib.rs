@@ -101,8 +101,9 @@ pub struct LoadOptions {
     pub kv_f16: bool,
     /// The integer kernels' path (default: the fastest this CPU runs, or `GAUGE_KERNEL`).
     pub kernel: Option<kernels::KernelPath>,
-    /// A LoRA adapter (PEFT folder) merged into the weights at load (`W + s·B A`); the
-    /// adapted matrices are held in f32.
+    /// A LoRA adapter (PEFT folder): on the host CPU its pairs stay beside quantised blocks
+    /// (`x Wᵀ + (x Aᵀ)(s B)ᵀ`, the blocks 4-bit as QLoRA trained them); f32 weights, and every
+    /// weight on Burn devices, take it merged at load (`W + s·B A`).
     pub adapter: Option<PathBuf>,
 }
 
@@ -218,8 +219,8 @@ impl LanguageModel {
         Self::load_with(spec, device, &LoadOptions::default())
     }
 
-    /// Loads a GGUF file or a Hugging Face folder onto `device`, with an adapter merged when
-    /// one is given.
+    /// Loads a GGUF file or a Hugging Face folder onto `device`, with an adapter when one is
+    /// given (see [`LoadOptions::adapter`]).
     pub fn load_with(spec: &str, device: &Device, options: &LoadOptions) -> Result<LanguageModel, DecoderError> {
         let files = ModelFiles::open(spec, !options.dequantize)?;
         let adapter = options.adapter.as_deref().map(LoraAdapter::load).transpose()?;

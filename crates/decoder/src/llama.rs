@@ -7,9 +7,9 @@ use gauge_tensor::burn::tensor::activation::{silu, softmax};
 use gauge_tensor::burn::tensor::TensorData;
 use gauge_tensor::device::{is_host_cpu, Device, Tensor};
 
-use crate::adapter::LoraAdapter;
+use crate::adapter::{LoraAdapter, LoraPair};
 use crate::checkpoint::Checkpoint;
-use crate::host::{Embedding, HostBlock, HostCache, HostLinear, HostModel, Step};
+use crate::host::{Embedding, HostBlock, HostCache, HostLinear, HostLora, HostModel, Step};
 use crate::kernels::KernelPath;
 use crate::config::LlamaConfig;
 use crate::DecoderError;
@@ -44,16 +44,19 @@ pub fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
 type Linear = Dense;
 
 /// A host linear layer from a checkpoint's `[out, in]` weight (and bias): GGUF blocks stay
-/// quantised unless an adapter is merged into the matrix (then f32).
+/// quantised, an adapter's pair for the module kept beside them (QLoRA's form, [`HostLora`]);
+/// f32 weights take the pair merged (`W + s·B A`).
 fn host_linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, adapter: Option<&LoraAdapter>) -> Result<HostLinear, DecoderError> {
     let bias_name = format!("{name}.bias");
     let bias = if ck.has(&bias_name) { Some(ck.get(&bias_name, &[d_out])?) } else { None };
-    let delta = adapter_delta(name, d_in, d_out, adapter)?;
-    if delta.is_none() {
-        if let Some(weight) = ck.quantized(&format!("{name}.weight"), d_out, d_in) {
-            return Ok(HostLinear::quant(weight, bias));
-        }
+    let pair = adapter_pair(name, d_in, d_out, adapter)?;
+    if let Some(weight) = ck.quantized(&format!("{name}.weight"), d_out, d_in) {
+        return Ok(match pair {
+            Some((pair, scale)) => HostLinear::quant_adapted(weight, bias, HostLora::new(pair, scale)),
+            None => HostLinear::quant(weight, bias),
+        });
     }
+    let delta = pair.map(|(p, scale)| p.delta(scale));
     let mut w = ck.get(&format!("{name}.weight"), &[d_out, d_in])?;
     if let Some(d) = delta {
         w.iter_mut().zip(d).for_each(|(w, d)| *w += d);
@@ -61,15 +64,20 @@ fn host_linear(ck: &Checkpoint, name: &str, d_in: usize, d_out: usize, adapter: 
     Ok(HostLinear::f32(w, bias, d_in, d_out))
 }
 
-/// The adapter's `s·B A` for the module `name`, when the adapter has it.
-fn adapter_delta(name: &str, d_in: usize, d_out: usize, adapter: Option<&LoraAdapter>) -> Result<Option<Vec<f32>>, DecoderError> {
+/// The adapter's pair for the module `name` and its scale, when the adapter has it.
+fn adapter_pair<'a>(name: &str, d_in: usize, d_out: usize, adapter: Option<&'a LoraAdapter>) -> Result<Option<(&'a LoraPair, f64)>, DecoderError> {
     match adapter.and_then(|a| a.modules.get(name).map(|p| (a, p))) {
         Some((_, p)) if (p.d_in, p.d_out) != (d_in, d_out) => {
             Err(DecoderError::Model(format!("adapter module `{name}` is [{}, {}], the model's is [{d_out}, {d_in}] (trained on another base?)", p.d_out, p.d_in)))
         }
-        Some((a, p)) => Ok(Some(p.delta(a.scale()))),
+        Some((a, p)) => Ok(Some((p, a.scale()))),
         None => Ok(None),
     }
+}
+
+/// The adapter's `s·B A` for the module `name`, when the adapter has it.
+fn adapter_delta(name: &str, d_in: usize, d_out: usize, adapter: Option<&LoraAdapter>) -> Result<Option<Vec<f32>>, DecoderError> {
+    Ok(adapter_pair(name, d_in, d_out, adapter)?.map(|(p, scale)| p.delta(scale)))
 }
 
 /// A Burn linear layer from a checkpoint's `[out, in]` weight (and bias, when present).
@@ -177,7 +185,8 @@ impl Llama {
         Self::load_adapted(config, ck, None, device)
     }
 
-    /// Builds the model from a checkpoint with a LoRA adapter merged into its projections.
+    /// Builds the model from a checkpoint with a LoRA adapter on its projections: beside
+    /// quantised blocks on the host CPU, merged into f32 weights otherwise.
     pub fn load_adapted(config: LlamaConfig, ck: &Checkpoint, adapter: Option<&LoraAdapter>, device: &Device) -> Result<Llama, DecoderError> {
         config.validate().map_err(DecoderError::Model)?;
         if is_host_cpu(device) {

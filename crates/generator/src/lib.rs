@@ -34,7 +34,8 @@ pub enum GeneratorConfig {
         /// Model file, folder or name.
         #[serde(default = "default_model")]
         model: String,
-        /// A LoRA adapter (PEFT folder, e.g. `train-lora`'s `adapter/`) merged at load.
+        /// A LoRA adapter (PEFT folder, e.g. `train-lora`'s `adapter/`): kept beside quantised
+        /// blocks, merged into f32 weights.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         adapter: Option<String>,
     },
