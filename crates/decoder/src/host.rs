@@ -12,6 +12,9 @@
 //!   activations in two 8-bit levels and runs the integer kernels of [`crate::repack`] and
 //!   [`crate::kernels`] (llama.cpp quantises to one level); every output depends only on its
 //!   own sequence, so a batch decodes each sequence exactly as it would decode alone.
+//!
+//! A LoRA adapter's pairs sit beside quantised matrices ([`HostLora`]) and run in f32 on both
+//! (a decoding step's rows one at a time, in a fixed order, so the batch rule above holds).
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
@@ -75,6 +78,7 @@ impl HostLora {
     /// the number of rows); a prompt's rows run two gemms.
     fn add(&self, x: &[f32], rows: usize, d_in: usize, decode: bool, out: &mut [f32], width: usize) {
         let (r, d_out, offset) = (self.rank, self.d_out, self.offset);
+        debug_assert!(offset + d_out <= width && out.len() == rows * width && x.len() == rows * d_in);
         let mut h = vec![0f32; rows * r];
         if decode {
             for (xr, hr) in x.chunks_exact(d_in).zip(h.chunks_exact_mut(r)) {
@@ -667,4 +671,65 @@ fn softmax(x: &mut [f32]) {
     }
     let inv = 1.0 / sum;
     x.iter_mut().for_each(|v| *v *= inv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgmlType;
+    use crate::kernels::tests::random_blocks;
+
+    /// A layer of `d_out` rows of `ty` blocks over 256 inputs, with a seeded rank-2 pair when
+    /// `pair` (scale 1.5).
+    fn layer(ty: GgmlType, d_out: usize, seed: u64, pair: bool) -> (HostLinear, Option<Vec<f32>>) {
+        let d_in = 256;
+        let q = QuantMatrix::new(ty, random_blocks(ty, d_out * d_in / ty.block().0, seed), d_out, d_in);
+        if !pair {
+            return (HostLinear::quant(q, None), None);
+        }
+        let u = |i: usize| (((i as u64 * 2654435761 + seed * 97) % 1000) as f32 / 1000.0 - 0.5) * 0.2;
+        let p = crate::adapter::LoraPair { a: (0..2 * d_in).map(u).collect(), b: (0..d_out * 2).map(|i| u(i + 7919)).collect(), d_in, d_out };
+        let delta = p.delta(1.5);
+        (HostLinear::quant_adapted(q, None, HostLora::new(&p, 1.5)), Some(delta))
+    }
+
+    #[test]
+    fn stacked_pairs_add_to_their_own_columns_whether_or_not_the_parts_fuse() {
+        // q (Q4_K, no pair), k (Q6_K, pair), v (Q6_K, pair), as a Q4_K_M attention block can
+        // mix them: q stays alone, k and v fuse, v's pair shifted past k's rows. Then gate (no
+        // pair) and up (pair) of one type, fused.
+        for parts in [
+            vec![(GgmlType::Q4K, 8, 1, false), (GgmlType::Q6K, 4, 2, true), (GgmlType::Q6K, 4, 3, true)],
+            vec![(GgmlType::Q4K, 12, 4, false), (GgmlType::Q4K, 8, 5, true)],
+        ] {
+            let (adapted, deltas): (Vec<HostLinear>, Vec<Option<Vec<f32>>>) = parts.iter().map(|&(ty, n, seed, pair)| layer(ty, n, seed, pair)).unzip();
+            let plain: Vec<HostLinear> = parts.iter().map(|&(ty, n, seed, _)| layer(ty, n, seed, false).0).collect();
+            let (adapted, plain) = (HostLinear::stack(adapted), HostLinear::stack(plain));
+            assert_eq!(adapted.len(), if parts.len() == 3 { 2 } else { 1 });
+            let total: usize = parts.iter().map(|p| p.1).sum();
+            for rows in [1, 3] {
+                let x: Vec<f32> = (0..rows * 256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+                let mut q8 = Q8Rows::default();
+                let q8 = (rows == 1).then(|| {
+                    q8.quantize(&x, 256);
+                    &q8
+                });
+                let (mut got, mut base, mut tmp) = (Vec::new(), Vec::new(), Vec::new());
+                forward_stacked(&adapted, &x, rows, q8, KernelPath::best(), &mut got, &mut tmp);
+                forward_stacked(&plain, &x, rows, q8, KernelPath::best(), &mut base, &mut tmp);
+                // The base's output plus x · (s B A)ᵀ on each part's columns.
+                let mut col = 0;
+                for (&(_, n, _, _), delta) in parts.iter().zip(&deltas) {
+                    for r in 0..rows {
+                        for o in 0..n {
+                            let add = delta.as_ref().map_or(0.0, |d| (0..256).map(|k| d[o * 256 + k] as f64 * x[r * 256 + k] as f64).sum::<f64>());
+                            let (g, b) = (got[r * total + col + o] as f64, base[r * total + col + o] as f64);
+                            assert!((g - b - add).abs() < 1e-4, "rows {rows}, column {}: {g} − {b} ≠ {add}", col + o);
+                        }
+                    }
+                    col += n;
+                }
+            }
+        }
+    }
 }

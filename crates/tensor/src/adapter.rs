@@ -199,6 +199,9 @@ impl LoraAdapter {
         if config.peft_type != "LORA" {
             return Err(TensorError::file(&cfg_path, format!("peft_type is {}; gauge loads LORA adapters", config.peft_type)));
         }
+        if config.r == 0 {
+            return Err(TensorError::file(&cfg_path, "r is 0; a LoRA adapter has rank 1 or more (is the config complete?)".into()));
+        }
         if config.fan_in_fan_out || config.other.get("use_dora").and_then(|v| v.as_bool()).unwrap_or(false) {
             return Err(TensorError::file(&cfg_path, "fan_in_fan_out and DoRA adapters are not supported".into()));
         }
@@ -303,5 +306,9 @@ mod tests {
         std::fs::write(dir.path().join("adapter_config.json"), r#"{"r":4,"lora_alpha":8,"target_modules":["q_proj"]}"#).unwrap();
         let err = LoraAdapter::load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("adapter_model.safetensors"), "{err}");
+        // Rank 0 (its scale would be alpha / 0): refused at the config, naming it.
+        std::fs::write(dir.path().join("adapter_config.json"), r#"{"r":0,"lora_alpha":8,"target_modules":["q_proj"]}"#).unwrap();
+        let err = LoraAdapter::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("adapter_config.json") && err.contains("r is 0"), "{err}");
     }
 }
