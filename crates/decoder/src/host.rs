@@ -100,11 +100,8 @@ impl HostLora {
             crate::pool::parallel_for(d_out.div_ceil(chunk), work);
         } else {
             gemm_f32(x, rows, &self.a, d_in, r, &mut h);
-            let mut delta = vec![0f32; rows * d_out];
-            gemm_f32(&h, rows, &self.b, r, d_out, &mut delta);
-            for (o, d) in out.chunks_exact_mut(width).zip(delta.chunks_exact(d_out)) {
-                o[offset..offset + d_out].iter_mut().zip(d).for_each(|(o, d)| *o += d);
-            }
+            // Added straight into the pair's columns (row stride: the layer's width).
+            gemm(Product::new(rows, d_out, r, Operand::rows(&h, r), Operand::transposed(&self.b, r)).on(Threads::All), &mut out[offset..], width, true);
         }
     }
 
