@@ -17,7 +17,7 @@ use crate::{hash, CoreError, GAUGE_VERSION, GIT_COMMIT};
 mod inputs;
 mod replace;
 pub use inputs::{artifact_dir, embedded_chunks, input_file, EmbeddedChunks};
-pub use replace::{copy_tree, manifest_of_stage, replace_dir_with_copy, ResultKind};
+pub use replace::{copy_tree, manifest_of_stage, replace_dir_with_copy, replace_dir_with_finished_copy, ResultKind};
 
 /// File name of the manifest inside every artifact directory.
 pub const MANIFEST_FILE: &str = "manifest.json";

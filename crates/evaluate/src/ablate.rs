@@ -98,11 +98,13 @@ fn evaluate_plan(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOpti
     Ok((tables.names.len(), plan.skipped.len()))
 }
 
-/// Replaces `eval/<name>/` with a copy of the artifact (through a temporary folder; the old
-/// copy stays until the new one is in place). Only a previous evaluation folder (its
-/// manifest's stage is `evaluate`) is replaced; another run that put the same evaluation in
-/// place first makes this a no-op.
+/// Replaces `eval/<name>/` with a copy of the artifact and its report page (the page and
+/// `questions.parquet` written into the copy before it is swapped in, so `eval/<name>/` is
+/// never seen without them; the old folder stays until the new one is in place). Only a
+/// previous evaluation folder (its manifest's stage is `evaluate`) is replaced; another run
+/// that put the same evaluation in place first makes this a no-op.
 pub fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
     let kind = gauge_core::artifact::ResultKind { what: "an evaluation folder (manifest.json of stage `evaluate`)", holds: &|d: &Path| gauge_core::artifact::manifest_of_stage(d, "evaluate") };
-    gauge_core::artifact::replace_dir_with_copy(dir, dest, &kind).with_context(|| format!("{}: cannot move the results into place", dest.display()))
+    let page = |staged: &Path| crate::report_page::write(staged, Path::new(".")).map(|_| ()).context("the report page");
+    gauge_core::artifact::replace_dir_with_finished_copy(dir, dest, &kind, &page).with_context(|| format!("{}: cannot move the results into place", dest.display()))
 }

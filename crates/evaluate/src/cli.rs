@@ -82,7 +82,6 @@ impl StageCli for Evaluate {
         gauge_core::names::plain_name(&name).map_err(|why| anyhow::anyhow!("{}: the pipeline name {why}", built.dir.join("manifest.json").display()))?;
         let dest = options.eval_dir.join(name);
         copy_to_eval(&built.dir, &dest)?;
-        crate::report_page::write(&dest, Path::new(".")).with_context(|| format!("{}: the report page", dest.display()))?;
         eprintln!("evaluate: tables and report.html in {}", dest.display());
         Ok(())
     }

@@ -39,23 +39,11 @@ pub const QUESTIONS_FILE: &str = "questions.parquet";
 /// directory `evaluate` ran in: the repository root); when the golden set there still has the
 /// recorded hash, the evaluated questions are first recorded in `dir/questions.parquet`
 /// (see the module docs); the corpus links use the corpus folder found under `root`.
+///
+/// `evaluate` writes it into its copy of the results before the copy becomes `eval/<name>`
+/// (`gauge_core::artifact::replace_dir_with_finished_copy`), so two evaluates never write one
+/// folder's page; `--report-only` writes in place.
 pub fn write(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
-    // Another `evaluate` of the same pipeline may swap the folder for its own copy while this
-    // one writes (the files this one reads or renames vanish): the copy holds the same tables,
-    // so the page is written again from it.
-    let mut attempt = 0;
-    loop {
-        match write_once(dir, root) {
-            Err(e) if attempt < 3 && e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)) && dir.is_dir() => {
-                attempt += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
-            }
-            done => return done,
-        }
-    }
-}
-
-fn write_once(dir: &Path, root: &Path) -> anyhow::Result<PathBuf> {
     let mut study = load(dir, root)?;
     let golden = golden_questions(&study.manifest, root);
     // With the golden set at hand the record is rewritten (whatever was there, even a file

@@ -47,6 +47,15 @@ pub struct ResultKind<'a> {
 /// manifest (byte for byte: the same commit of the same artifact) already in place stops there. (`dest` may hold dots: nothing is
 /// derived from its extension.)
 pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) -> Result<(), CoreError> {
+    replace_dir_with_finished_copy(from, dest, kind, &|_| Ok(()))
+}
+
+/// [`replace_dir_with_copy`], with `finish` run on the copy before it is swapped in: files
+/// derived from the copy (an evaluation's report page) are there the moment the folder is, and
+/// no other process ever sees the folder without them or writes them while it is swapped. A
+/// failing `finish` removes the copy and leaves `dest` as it was. (The copy sits beside `dest`,
+/// so paths relative to it resolve as from `dest`.)
+pub fn replace_dir_with_finished_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>, finish: &dyn Fn(&Path) -> anyhow::Result<()>) -> Result<(), CoreError> {
     let name = match dest.components().next_back() {
         Some(std::path::Component::Normal(n)) => n.to_string_lossy().to_string(),
         _ => return Err(CoreError::Artifact { path: dest.to_path_buf(), message: "not a folder name (it ends in `.`, `..` or a root); name the folder to write".into() }),
@@ -81,6 +90,10 @@ pub fn replace_dir_with_copy(from: &Path, dest: &Path, kind: &ResultKind<'_>) ->
     if let Err(e) = copy_tree(from, &tmp, &|_| false) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
+    }
+    if let Err(e) = finish(&tmp) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(CoreError::Artifact { path: dest.to_path_buf(), message: format!("{e:#}") });
     }
     fsync_dir(&tmp);
     let old = parent.join(format!(".old-{name}-{suffix}"));
@@ -198,6 +211,31 @@ mod tests {
         assert!(replace_dir_with_copy(&root.path().join("nope"), &dest, &kind).is_err());
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
         assert_eq!(std::fs::read_dir(root.path().join("adapters")).unwrap().count(), 2, "nothing left beside it");
+    }
+
+    #[test]
+    fn what_finish_writes_into_the_copy_arrives_with_it_and_a_failed_finish_changes_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let (src, dest) = (root.path().join("src"), root.path().join("eval/fra"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("table.txt"), "rows").unwrap();
+        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("table.txt").is_file() };
+        // `finish` sees the copy (not `dest`, not the source) beside `dest`, the tables in it.
+        let page = |staged: &Path| -> anyhow::Result<()> {
+            anyhow::ensure!(staged.parent() == dest.parent() && staged != dest && !staged.starts_with(&src), "finish ran on {}", staged.display());
+            std::fs::write(staged.join("page.html"), std::fs::read_to_string(staged.join("table.txt"))? + " drawn")?;
+            Ok(())
+        };
+        replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("page.html")).unwrap(), "rows drawn");
+        assert!(!src.join("page.html").exists(), "the source is left as it was");
+        // A failing finish: the error names the folder and the cause, `dest` keeps its page,
+        // and no copy is left beside it.
+        std::fs::write(src.join("table.txt"), "new rows").unwrap();
+        let e = replace_dir_with_finished_copy(&src, &dest, &kind, &|_| anyhow::bail!("the page: disk full")).unwrap_err().to_string();
+        assert!(e.contains("eval/fra") && e.contains("the page: disk full"), "{e}");
+        assert_eq!(std::fs::read_to_string(dest.join("page.html")).unwrap(), "rows drawn");
+        assert_eq!(std::fs::read_dir(root.path().join("eval")).unwrap().count(), 1, "no temporaries");
     }
 
     #[test]
