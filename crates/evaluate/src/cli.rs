@@ -1,7 +1,6 @@
 //! The `evaluate` binary's own flags (the shared ones come from [`gauge_core::cli`]).
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 
 use gauge_core::cli::{Invocation, SharedArgs, StageCli};
 use gauge_core::config::{parse_as, Layer};
