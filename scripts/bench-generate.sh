@@ -14,7 +14,9 @@
 # format's). Then the larger local model, Qwen2.5-Coder-1.5B-Instruct Q4_K_M as Qwen publishes it
 # (fetched by `just models qwen2.5-1.5b` on first use; $GAUGE_BENCH_LARGE names another, "none"
 # skips it): decode 128, prefill 512, batched 1/4/8 — llama.cpp repacks its Q4_K weights for AVX2,
-# its best CPU path. Usage: scripts/bench-generate.sh [MODEL.gguf] [OUT.json]
+# its best CPU path; and what a LoRA adapter costs it (r 16 on all seven projections, seeded, its
+# pairs beside the 4-bit blocks as `answer --adapter` runs one): decode 128 and batch 4 against
+# the same model without it. Usage: scripts/bench-generate.sh [MODEL.gguf] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src="${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -92,6 +94,10 @@ if large != "none":
         {"name": f"{name} batched", "gauge": {"argv": [bench, "side", "batched", large, "128", "128", "1", "4", "8"]},
          "reference": {"argv": [f"{llama}/llama-batched-bench", "-m", large, "-c", "2048", "-b", "2048", "-ub", "512", "-npp", "128", "-ntg", "128", "-npl", "1,4,8", "-t", threads, "-tb", threads, "--output-format", "jsonl"], "format": "llama-batched-bench"},
          "ratios": [ratio(f"batch {b}", f"tg_pl{b}", f"tg_pl{b}") for b in (1, 4, 8)]},
+        {"name": f"{name} + adapter decode", "gauge": {"argv": [bench, "side", "decode", large, "128", "--seeded-adapter", "16"]}, "reference": {"argv": [bench, "side", "decode", large, "128"]},
+         "ratios": [ratio("decode", "decode_tokens_per_s", "decode_tokens_per_s")]},
+        {"name": f"{name} + adapter batched", "gauge": {"argv": [bench, "side", "batched", large, "128", "128", "4", "--seeded-adapter", "16"]}, "reference": {"argv": [bench, "side", "batched", large, "128", "128", "4"]},
+         "ratios": [ratio("batch 4", "tg_pl4", "tg_pl4")]},
     ]
     readme += [{"what": f"decoding one sequence, {name} (Qwen's file), 128 tokens", "comparison": f"{name} decode", "ratio": "decode"},
                {"what": f"prefill, {name}, 512 tokens", "comparison": f"{name} prefill", "ratio": "prefill"},

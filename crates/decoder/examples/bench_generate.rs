@@ -14,6 +14,10 @@
 //! - `bench_generate side batched MODEL PROMPT GEN B…`: B sequences of PROMPT tokens each
 //!   (prefilled, untimed), then GEN lock-step steps — llama-batched-bench `-npp PROMPT -ntg GEN
 //!   -npl B,…`, figure `tg_pl<B>` = B · GEN / seconds.
+//!
+//! `--seeded-adapter R` (any side): the model with a seeded rank-R LoRA adapter on all seven
+//! projections of every layer (alpha = R), as `train-lora` writes one — its pairs kept beside
+//! the quantised blocks — to time what an adapter costs a step.
 use std::time::Instant;
 
 use gauge_decoder::generate::argmax;
@@ -125,6 +129,36 @@ pub fn main_with(args: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a seeded rank-`r` adapter (alpha `r`) on all seven projections of every layer of a
+/// model of `config`'s shape into `dir`.
+fn seeded_adapter(config: &gauge_decoder::LlamaConfig, r: usize, dir: &std::path::Path) -> anyhow::Result<()> {
+    use gauge_decoder::adapter::{module_path, PROJECTIONS};
+    let (h, q, kv, ff) = (config.hidden_size, config.num_attention_heads * config.head_dim(), config.kv_heads() * config.head_dim(), config.intermediate_size);
+    let mut state = 42u64;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.02
+    };
+    let mut modules = std::collections::BTreeMap::new();
+    for l in 0..config.num_hidden_layers {
+        for p in PROJECTIONS {
+            let (d_in, d_out) = match p {
+                "q_proj" => (h, q),
+                "k_proj" | "v_proj" => (h, kv),
+                "o_proj" => (q, h),
+                "gate_proj" | "up_proj" => (h, ff),
+                _ => (ff, h),
+            };
+            let a = (0..r * d_in).map(|_| next()).collect();
+            let b = (0..d_out * r).map(|_| next()).collect();
+            modules.insert(module_path(l, p), gauge_decoder::LoraPair { a, b, d_in, d_out });
+        }
+    }
+    let targets: Vec<String> = PROJECTIONS.iter().map(|s| s.to_string()).collect();
+    gauge_decoder::LoraAdapter { config: gauge_decoder::AdapterConfig::new(r, r as f64, 0.0, &targets, false, None), modules }.save(dir)?;
+    Ok(())
+}
+
 /// Synthetic token ids (deterministic, spread over the vocabulary).
 fn synthetic(n: usize, vocab: usize, salt: usize) -> Vec<u32> {
     (0..n).map(|i| ((7 + 7919 * (i + 131 * salt)) % vocab) as u32).collect()
@@ -132,11 +166,27 @@ fn synthetic(n: usize, vocab: usize, salt: usize) -> Vec<u32> {
 
 /// One harness run (see the module docs): prints `{"figures": …, "describe": …}`.
 fn side(args: &[String]) -> anyhow::Result<()> {
-    let usage = "usage: bench_generate side decode MODEL N [DEPTH] | prefill MODEL N | batched MODEL PROMPT GEN B…";
+    let usage = "usage: bench_generate side decode MODEL N [DEPTH] | prefill MODEL N | batched MODEL PROMPT GEN B… [--seeded-adapter R]";
+    let mut args = args.to_vec();
+    let rank = match args.iter().position(|a| a == "--seeded-adapter") {
+        Some(i) => {
+            let r: usize = args.get(i + 1).ok_or_else(|| anyhow::anyhow!(usage))?.parse()?;
+            args.drain(i..i + 2);
+            Some(r)
+        }
+        None => None,
+    };
     let (kind, model) = (args.first().ok_or_else(|| anyhow::anyhow!(usage))?, args.get(1).ok_or_else(|| anyhow::anyhow!(usage))?);
     let num = |i: usize| -> anyhow::Result<usize> { Ok(args.get(i).ok_or_else(|| anyhow::anyhow!(usage))?.parse()?) };
+    let cpu = gauge_tensor::device::parse("cpu").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let adapter = tempfile::tempdir()?;
+    let mut options = gauge_decoder::LoadOptions::default();
+    if let Some(r) = rank {
+        seeded_adapter(&gauge_decoder::ModelFiles::open(model, true)?.config, r, adapter.path())?;
+        options.adapter = Some(adapter.path().to_path_buf());
+    }
     let t = Instant::now();
-    let lm = LanguageModel::load_with(model, &gauge_tensor::device::parse("cpu").map_err(|e| anyhow::anyhow!("{e}"))?, &gauge_decoder::LoadOptions::default())?;
+    let lm = LanguageModel::load_with(model, &cpu, &options)?;
     let load_seconds = t.elapsed().as_secs_f64();
     let vocab = lm.model.config.vocab_size;
     let mut figures = std::collections::BTreeMap::new();
@@ -184,7 +234,7 @@ fn side(args: &[String]) -> anyhow::Result<()> {
     figures.insert("weight_bytes_read_per_token".to_string(), lm.model.weight_bytes() as f64);
     figures.insert("load_seconds".to_string(), load_seconds);
     gauge_bench::side::emit(&figures, serde_json::json!({
-        "model": model, "kernel_path": lm.model.kernel_path().map(|p| p.name()), "threads": rayon::current_num_threads(),
+        "model": model, "kernel_path": lm.model.kernel_path().map(|p| p.name()), "threads": rayon::current_num_threads(), "seeded_adapter_rank": rank,
         "matrix_parameters": lm.model.matrix_parameters(),
     }));
     Ok(())
