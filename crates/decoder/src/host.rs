@@ -72,43 +72,53 @@ impl HostLora {
         HostLora { offset: 0, d_out: pair.d_out, rank, a: pair.a.clone(), b: pair.b.iter().map(|&b| (b as f64 * scale) as f32).collect() }
     }
 
-    /// Adds `(x Aᵀ)(s B)ᵀ` to columns `offset..offset + d_out` of `out` (`rows × width`).
-    /// Decoding rows (`decode`) run one row at a time in a fixed order of dot products, so a
-    /// sequence's output never depends on the batch it decodes in (a gemm picks its kernel by
-    /// the number of rows); a prompt's rows run two gemms.
-    fn add(&self, x: &[f32], rows: usize, d_in: usize, decode: bool, out: &mut [f32], width: usize) {
+    /// A prompt's rows: adds `(x Aᵀ)(s B)ᵀ` to columns `offset..offset + d_out` of `out`
+    /// (`rows × width`) by two gemms.
+    fn add_prompt(&self, x: &[f32], rows: usize, d_in: usize, out: &mut [f32], width: usize) {
         let (r, d_out, offset) = (self.rank, self.d_out, self.offset);
         debug_assert!(offset + d_out <= width && out.len() == rows * width && x.len() == rows * d_in);
         let mut h = vec![0f32; rows * r];
-        if decode {
-            for (xr, hr) in x.chunks_exact(d_in).zip(h.chunks_exact_mut(r)) {
-                for (k, hk) in hr.iter_mut().enumerate() {
-                    *hk = dot_f32(&self.a[k * d_in..(k + 1) * d_in], xr);
-                }
-            }
-            let ptr = SendPtr(out.as_mut_ptr());
-            let chunk = 256;
-            let work = |c: usize| {
-                for o in c * chunk..((c + 1) * chunk).min(d_out) {
-                    let br = &self.b[o * r..(o + 1) * r];
-                    for (row, hr) in h.chunks_exact(r).enumerate() {
-                        // SAFETY: column `offset + o` belongs to this chunk only.
-                        unsafe { *ptr.get().add(row * width + offset + o) += dot_f32(br, hr) };
-                    }
-                }
-            };
-            crate::pool::parallel_for(d_out.div_ceil(chunk), work);
-        } else {
-            gemm_f32(x, rows, &self.a, d_in, r, &mut h);
-            // Added straight into the pair's columns (row stride: the layer's width).
-            gemm(Product::new(rows, d_out, r, Operand::rows(&h, r), Operand::transposed(&self.b, r)).on(Threads::All), &mut out[offset..], width, true);
-        }
+        gemm_f32(x, rows, &self.a, d_in, r, &mut h);
+        // Added straight into the pair's columns (row stride: the layer's width).
+        gemm(Product::new(rows, d_out, r, Operand::rows(&h, r), Operand::transposed(&self.b, r)).on(Threads::All), &mut out[offset..], width, true);
     }
 
     /// Weights: `rank × (d_in + d_out)`.
     fn parameters(&self) -> usize {
         self.a.len() + self.b.len()
     }
+}
+
+/// Decoding rows: adds every pair's `(x Aᵀ)(s B)ᵀ` to its columns of `out` (`rows × width`),
+/// all pairs of the layer in one parallel region. Each row runs alone, in a fixed order of dot
+/// products, so a sequence's output never depends on the batch it decodes in (a gemm picks its
+/// kernel by the number of rows).
+fn add_pairs_decoding(pairs: &[HostLora], x: &[f32], rows: usize, d_in: usize, out: &mut [f32], width: usize) {
+    debug_assert!(out.len() == rows * width && x.len() == rows * d_in);
+    // `x Aᵀ` of every pair (rank × d_in per row: small), then `s B` by column chunks.
+    let hs: Vec<Vec<f32>> = pairs
+        .iter()
+        .map(|p| {
+            debug_assert!(p.offset + p.d_out <= width);
+            x.chunks_exact(d_in).flat_map(|xr| (0..p.rank).map(move |k| dot_f32(&p.a[k * d_in..(k + 1) * d_in], xr))).collect()
+        })
+        .collect();
+    const CHUNK: usize = 256;
+    let items: Vec<(usize, usize)> = pairs.iter().enumerate().flat_map(|(i, p)| (0..p.d_out.div_ceil(CHUNK)).map(move |c| (i, c))).collect();
+    let ptr = SendPtr(out.as_mut_ptr());
+    let work = |j: usize| {
+        let (i, c) = items[j];
+        let (p, h) = (&pairs[i], &hs[i]);
+        for o in c * CHUNK..((c + 1) * CHUNK).min(p.d_out) {
+            let br = &p.b[o * p.rank..(o + 1) * p.rank];
+            for (row, hr) in h.chunks_exact(p.rank).enumerate() {
+                // SAFETY: pairs write disjoint columns, and column `offset + o` of a pair
+                // belongs to this item only.
+                unsafe { *ptr.get().add(row * width + p.offset + o) += dot_f32(br, hr) };
+            }
+        }
+    };
+    crate::pool::parallel_for(items.len(), work);
 }
 
 impl HostLinear {
@@ -204,8 +214,13 @@ impl HostLinear {
                 crate::pool::parallel_for(d_out.div_ceil(chunk), work);
             }
         }
-        for l in &self.lora {
-            l.add(x, rows, self.d_in, q8.is_some(), out, self.d_out);
+        if self.lora.is_empty() {
+        } else if q8.is_some() {
+            add_pairs_decoding(&self.lora, x, rows, self.d_in, out, self.d_out);
+        } else {
+            for l in &self.lora {
+                l.add_prompt(x, rows, self.d_in, out, self.d_out);
+            }
         }
         if let Some(b) = &self.bias {
             for row in out.chunks_exact_mut(self.d_out) {
