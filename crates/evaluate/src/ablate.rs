@@ -105,6 +105,15 @@ fn evaluate_plan(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOpti
 /// that put the same evaluation in place first makes this a no-op.
 pub fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
     let kind = gauge_core::artifact::ResultKind { what: "an evaluation folder (manifest.json of stage `evaluate`)", holds: &|d: &Path| gauge_core::artifact::manifest_of_stage(d, "evaluate") };
-    let page = |staged: &Path| crate::report_page::write(staged, Path::new(".")).map(|_| ()).context("the report page");
-    gauge_core::artifact::replace_dir_with_finished_copy(dir, dest, &kind, &page).with_context(|| format!("{}: cannot move the results into place", dest.display()))
+    let page = |staged: &Path| {
+        // The same results as those in place (a cached rerun): their recorded questions go into
+        // the copy first, so that where the golden set is absent the record is kept (the page
+        // rewrites it where the golden set is present).
+        let recorded = dest.join(crate::report_page::QUESTIONS_FILE);
+        if recorded.is_file() && std::fs::read(dest.join("manifest.json")).ok() == std::fs::read(staged.join("manifest.json")).ok() {
+            std::fs::copy(&recorded, staged.join(crate::report_page::QUESTIONS_FILE)).with_context(|| format!("{}: cannot copy the recorded questions", recorded.display()))?;
+        }
+        crate::report_page::write(staged, Path::new(".")).map(|_| ()).context("writing the report page into the copy")
+    };
+    gauge_core::artifact::replace_dir_with_finished_copy(dir, dest, &kind, &page).with_context(|| format!("{}: the results are not in place (the previous ones are kept)", dest.display()))
 }

@@ -98,13 +98,16 @@ pub fn replace_dir_with_finished_copy(from: &Path, dest: &Path, kind: &ResultKin
     fsync_dir(&tmp);
     let old = parent.join(format!(".old-{name}-{suffix}"));
     // The same commit of the same artifact (its manifest byte for byte, times included: a
-    // `--force` rerun of one fingerprint is a new result and does replace the old copy).
+    // `--force` rerun of one fingerprint is a new result and does replace the old copy), with
+    // every file of the copy in place as it is in the copy (what `finish` wrote included: a
+    // page deleted since, or drawn by an older renderer, is replaced; a file only `dest` holds
+    // stays).
     let fingerprint = |dir: &Path| std::fs::read(dir.join(MANIFEST_FILE)).ok();
     let ours = fingerprint(&tmp);
     // A concurrent writer can move `dest` between any two steps: retry a few times.
     let mut last_error = None;
     for _ in 0..16 {
-        if ours.is_some() && fingerprint(dest) == ours {
+        if ours.is_some() && fingerprint(dest) == ours && holds_same_files(&tmp, dest) {
             // Another process put this very result in place: done.
             let _ = std::fs::remove_dir_all(&tmp);
             return Ok(());
@@ -150,6 +153,22 @@ pub fn replace_dir_with_finished_copy(from: &Path, dest: &Path, kind: &ResultKin
     }
     let _ = std::fs::remove_dir_all(&tmp);
     Err(CoreError::io(dest, last_error.unwrap_or_else(|| std::io::Error::other("kept being replaced by another process"))))
+}
+
+/// Whether every file under `copy` is under `dest` with the same bytes.
+fn holds_same_files(copy: &Path, dest: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(copy) else { return false };
+    entries.flatten().all(|e| {
+        let there = dest.join(e.file_name());
+        match e.file_type() {
+            Ok(t) if t.is_dir() => holds_same_files(&e.path(), &there),
+            Ok(_) => match (std::fs::metadata(e.path()), std::fs::metadata(&there)) {
+                (Ok(a), Ok(b)) if a.len() == b.len() => std::fs::read(e.path()).ok().is_some_and(|x| std::fs::read(&there).ok().is_some_and(|y| x == y)),
+                _ => false,
+            },
+            Err(_) => false,
+        }
+    })
 }
 
 /// Refuses a destination that is neither absent, an empty folder, nor a previous result of
@@ -235,6 +254,23 @@ mod tests {
         let e = replace_dir_with_finished_copy(&src, &dest, &kind, &|_| anyhow::bail!("the page: disk full")).unwrap_err().to_string();
         assert!(e.contains("eval/fra") && e.contains("the page: disk full"), "{e}");
         assert_eq!(std::fs::read_to_string(dest.join("page.html")).unwrap(), "rows drawn");
+        assert_eq!(std::fs::read_dir(root.path().join("eval")).unwrap().count(), 1, "no temporaries");
+        // The same result again (a cached rerun): a page deleted since comes back (the copy is
+        // swapped in); with every file of the copy in place nothing is swapped, and a file only
+        // `dest` holds stays.
+        std::fs::write(src.join("table.txt"), "rows").unwrap();
+        std::fs::write(src.join(MANIFEST_FILE), "{}").unwrap();
+        replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap();
+        std::fs::remove_file(dest.join("page.html")).unwrap();
+        std::fs::write(dest.join("kept.txt"), "recorded").unwrap();
+        replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("page.html")).unwrap(), "rows drawn", "the page is back");
+        std::fs::write(dest.join("kept.txt"), "recorded").unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = inode(&dest.join("page.html"));
+        replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap();
+        assert_eq!(inode(&dest.join("page.html")), before, "the same result, complete: left alone");
+        assert!(dest.join("kept.txt").is_file());
         assert_eq!(std::fs::read_dir(root.path().join("eval")).unwrap().count(), 1, "no temporaries");
     }
 
