@@ -16,7 +16,8 @@ pub fn write_parquet(path: &Path, schema: Arc<Schema>, columns: Vec<ArrayRef>) -
     let perr = |message: String| CoreError::Parquet { path: path.to_path_buf(), message };
     let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| perr(e.to_string()))?;
     let rows = batch.num_rows() as u64;
-    let partial = path.with_extension("parquet.partial");
+    // One temporary per process: two processes writing one path each replace it whole.
+    let partial = path.with_extension(format!("parquet.partial-{}", std::process::id()));
     let file = std::fs::File::create(&partial).map_err(|e| CoreError::io(&partial, e))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid zstd level")))

@@ -71,10 +71,10 @@ fn replace_file(dir: &Path, name: &str, write: impl FnOnce(&Path) -> anyhow::Res
 }
 
 /// The per-process temporary name of `name`: the process id goes before the extension, so
-/// that a writer deriving its own temporary from the extension (`write_parquet` writes
-/// `<path>` through `<path with extension parquet.partial>`) still gets one name per process
-/// (`.questions.partial-7.parquet.partial`). With the id after the extension both processes'
-/// tables went through one `.questions.parquet.parquet.partial`, each truncating the other's.
+/// that a writer deriving its own temporary from the extension still gets one name per process
+/// (`.questions.partial-7.parquet.partial-7`). With the id after the extension, and before
+/// `write_parquet` named its own temporary per process, both processes' tables went through
+/// one `.questions.parquet.parquet.partial`, each truncating the other's.
 fn partial_name(name: &str, pid: u32) -> String {
     match name.rsplit_once('.') {
         Some((stem, extension)) => format!(".{stem}.partial-{pid}.{extension}"),
