@@ -4,11 +4,14 @@
 //! log P(question | passage) of UPR (Sachan et al. 2022): a zero-shot reranker, and a teacher
 //! whose scores a smaller ranker can be distilled from.
 //!
-//! Each prompt is prefilled into its own key/value cache; the replies' tokens are then fed
+//! Each distinct prompt is prefilled once into a key/value cache (pairs sharing a prompt —
+//! a passage asked several questions — start from copies of it); the replies' tokens are then fed
 //! one position at a time, the sequences of a batch stepped together
 //! ([`gauge_decoder::Llama::forward_batch`] reads every weight once per step), and the
 //! log-softmax of each next reply token is summed. [`CallCache::likelihoods`] keeps each
 //! (model, messages, reply) score, so a rerun scores nothing again.
+use std::collections::HashMap;
+
 use gauge_chat_client::Message;
 use gauge_decoder::{KvCache, LanguageModel};
 use serde::{Deserialize, Serialize};
@@ -60,25 +63,51 @@ impl Generator {
             let reply = lm.tokenizer.encode(reply.trim(), false).map_err(|e| GeneratorError::Tokenizer(format!("tokenize: {e}")))?.get_ids().to_vec();
             prepared.push((prompt, reply));
         }
+        // Pairs with the same prompt side by side (in order of first appearance), so a batch
+        // prefills each prompt once; the scores go back to the callers' order.
+        let mut first_seen: HashMap<&[u32], usize> = HashMap::new();
+        let group: Vec<usize> = prepared.iter().enumerate().map(|(i, (p, _))| *first_seen.entry(p.as_slice()).or_insert(i)).collect();
+        let mut order: Vec<usize> = (0..prepared.len()).collect();
+        order.sort_by_key(|&i| (group[i], i));
         let _one_batch_at_a_time = busy.lock().expect("generator lock");
-        let mut out = Vec::with_capacity(items.len());
-        for batch in prepared.chunks(LIKELIHOOD_BATCH) {
-            out.extend(score_batch(lm, batch)?);
+        let mut out = vec![ReplyLikelihood { log_prob: 0.0, tokens: 0 }; items.len()];
+        for batch in order.chunks(LIKELIHOOD_BATCH) {
+            let pairs: Vec<&(Vec<u32>, Vec<u32>)> = batch.iter().map(|&i| &prepared[i]).collect();
+            for (&i, score) in batch.iter().zip(score_batch(lm, &pairs)?) {
+                out[i] = score;
+            }
         }
         Ok(out)
     }
 }
 
-/// Prefills each prompt, then feeds the replies' tokens one step at a time (the still
-/// unfinished sequences together), summing each next token's log-probability.
-fn score_batch(lm: &LanguageModel, batch: &[(Vec<u32>, Vec<u32>)]) -> Result<Vec<ReplyLikelihood>, GeneratorError> {
-    let mut caches: Vec<KvCache> = batch.iter().map(|(p, r)| lm.model.new_cache_with_capacity(p.len() + r.len())).collect();
+/// Prefills each distinct prompt once (a pair whose prompt an earlier pair of the batch
+/// already ran starts from a copy of that pair's cache: the same keys, values and logits),
+/// then feeds the replies' tokens one step at a time (the still unfinished sequences
+/// together), summing each next token's log-probability.
+fn score_batch(lm: &LanguageModel, batch: &[&(Vec<u32>, Vec<u32>)]) -> Result<Vec<ReplyLikelihood>, GeneratorError> {
+    let mut caches: Vec<KvCache> = Vec::with_capacity(batch.len());
     let mut out: Vec<ReplyLikelihood> = batch.iter().map(|_| ReplyLikelihood { log_prob: 0.0, tokens: 0 }).collect();
-    for (i, (prompt, reply)) in batch.iter().enumerate() {
+    let mut prefilled: HashMap<&[u32], (usize, Vec<f32>)> = HashMap::new();
+    for (i, (prompt, reply)) in batch.iter().map(|p| (&p.0, &p.1)).enumerate() {
         if prompt.is_empty() {
             return Err(GeneratorError::Tokenizer("an empty prompt cannot be scored".into()));
         }
-        let logits = lm.model.forward(prompt, &mut caches[i])?;
+        let capacity = prompt.len() + reply.len();
+        let shared = prefilled.get(prompt.as_slice()).and_then(|(j, logits)| Some((caches[*j].prefix(prompt.len(), capacity)?, logits.clone())));
+        let logits = match shared {
+            Some((cache, logits)) => {
+                caches.push(cache);
+                logits
+            }
+            None => {
+                let mut cache = lm.model.new_cache_with_capacity(capacity);
+                let logits = lm.model.forward(prompt, &mut cache)?;
+                caches.push(cache);
+                prefilled.insert(prompt.as_slice(), (i, logits.clone()));
+                logits
+            }
+        };
         if let Some(&first) = reply.first() {
             out[i] = ReplyLikelihood { log_prob: log_softmax_at(&logits, first), tokens: 1 };
         }

@@ -1,6 +1,7 @@
 //! Reply likelihoods on the local decoder (SmolLM2-135M, `just models`): the batched,
 //! teacher-forced scores equal those of a fresh full forward per reply token (no cache, no
-//! batch), replies of different lengths batch together, and the cache serves a second call.
+//! batch), replies of different lengths batch together, pairs sharing a prompt score exactly
+//! as they do alone, and the cache serves a second call.
 use gauge_chat_client::{Message, RetryPolicy};
 use gauge_generator::cache::{model_identity, CallCache};
 use gauge_generator::likelihood::log_softmax_at;
@@ -43,4 +44,22 @@ fn batched_scores_match_a_fresh_forward_per_token_and_are_cached() {
     let again = cache.likelihoods(&generator, &model, &items).unwrap();
     assert_eq!(again, scores);
     assert_eq!((cache.hits(), cache.misses()), (2, 3));
+}
+
+#[test]
+fn pairs_sharing_a_prompt_score_exactly_as_alone_in_the_callers_order() {
+    let config = GeneratorConfig::Local { model: "SmolLM2-135M-Instruct.Q4_1.gguf".into(), adapter: None };
+    let generator = Generator::open(&config, "cpu", RetryPolicy::default()).expect("SmolLM2 (run `just models`)");
+    let passage = |p: &str| vec![Message::user(&format!("Passage: {p}\n\nPlease write a question based on this passage."))];
+    let (a, b) = (passage("Flashing lights warn road users of an approaching train."), passage("Placards identify hazardous materials on rail cars."));
+    // 20 pairs, two prompts interleaved: the shared ones span more than one batch of 16.
+    let replies = ["What do flashing lights warn of?", "What do placards identify?", "Who is warned?", "What approaches?", "Why?"];
+    let items: Vec<(Vec<Message>, String)> = (0..20).map(|i| (if i % 3 == 0 { b.clone() } else { a.clone() }, format!("{} ({i})", replies[i % replies.len()]))).collect();
+    let together = generator.reply_likelihoods(&items).unwrap();
+    for (item, got) in items.iter().zip(&together) {
+        let alone = generator.reply_likelihoods(std::slice::from_ref(item)).unwrap();
+        assert_eq!(*got, alone[0], "{:?}", item.1);
+    }
+    // Different replies to one prompt get different scores (the copies are not shared state).
+    assert_ne!(together[1].log_prob, together[2].log_prob);
 }

@@ -176,16 +176,24 @@ pub fn build_examples(engine: &gauge_engine::Engine, rows: &[SourcedQuestion], c
     Ok(Mined { examples, missing, denoised, without_negatives })
 }
 
-/// Scores every example's positive and negatives with the teacher — all pairs at once, so the
-/// decoder steps passages of different questions together — then, with `cfg.denoise`, drops
+/// Scores every example's positive and negatives with the teacher — the pairs ordered by
+/// passage, so a passage shared by several questions (a chunk's inverse-cloze sentences, a
+/// negative mined for many) is prefilled once per call — then, with `cfg.denoise`, drops
 /// the negatives scored at or above their positive (keeping `hard_negatives`), and leaves out
 /// the examples without a negative or a finite score. Returns them with the two counts.
 fn teach(examples: Vec<RetrievalExample>, teacher: &gauge_generator::query_likelihood::QueryLikelihood, cfg: &RetrieverConfig) -> anyhow::Result<(Vec<RetrievalExample>, usize, usize)> {
     let pairs: Vec<(&str, &str)> = examples.iter().flat_map(|e| std::iter::once(e.positive.as_str()).chain(e.negatives.iter().map(String::as_str)).map(|p| (p, e.question.as_str()))).collect();
     let bar = gauge_core::progress::bar(pairs.len() as u64, "teacher scores");
-    let mut scores: Vec<f32> = Vec::with_capacity(pairs.len());
-    for part in pairs.chunks(64) {
-        scores.extend(teacher.pair_likelihoods(part)?.into_iter().map(|s| s as f32));
+    let mut by_passage: Vec<usize> = (0..pairs.len()).collect();
+    by_passage.sort_by(|&a, &b| pairs[a].0.cmp(pairs[b].0).then(a.cmp(&b)));
+    let mut scores = vec![0f32; pairs.len()];
+    // Calls of 64 pairs: each call's scores are kept in the model-call cache (a killed run
+    // resumes), and its pairs are scored in batches that share prefills.
+    for part in by_passage.chunks(64) {
+        let asked: Vec<(&str, &str)> = part.iter().map(|&i| pairs[i]).collect();
+        for (&i, s) in part.iter().zip(teacher.pair_likelihoods(&asked)?) {
+            scores[i] = s as f32;
+        }
         bar.inc(part.len() as u64);
     }
     bar.finish_and_clear();
