@@ -50,7 +50,7 @@ fn batched_scores_match_a_fresh_forward_per_token_and_are_cached() {
 fn pairs_sharing_a_prompt_score_exactly_as_alone_in_the_callers_order() {
     let config = GeneratorConfig::Local { model: "SmolLM2-135M-Instruct.Q4_1.gguf".into(), adapter: None };
     let generator = Generator::open(&config, "cpu", RetryPolicy::default()).expect("SmolLM2 (run `just models`)");
-    let passage = |p: &str| vec![Message::user(&format!("Passage: {p}\n\nPlease write a question based on this passage."))];
+    let passage = |p: &str| vec![Message::user(format!("Passage: {p}\n\nPlease write a question based on this passage."))];
     let (a, b) = (passage("Flashing lights warn road users of an approaching train."), passage("Placards identify hazardous materials on rail cars."));
     // 20 pairs, two prompts interleaved: the shared ones span more than one batch of 16.
     let replies = ["What do flashing lights warn of?", "What do placards identify?", "Who is warned?", "What approaches?", "Why?"];
