@@ -40,13 +40,13 @@ models *names="":
 # Run the whole test suite (unit, end-to-end over ../shared, model fixtures, bad input, crash safety). Fetches all-mpnet-base-v2 too (its fixture test; ~10 s on a fast link).
 test: setup models refs-venv
     scripts/fetch-models.sh all-mpnet-base-v2
-    scripts/setup-system.sh chromium
+    scripts/setup-system.sh chromium chromium-driver
     GAUGE_REFS_PYTHON={{refs_venv}}/bin/python3 cargo test --release --workspace
 
-# Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval, jsonschema for the pipeline schema) → ~/.cache/gauge-refs-venv.
+# Reference implementations the tests hold gauge to (statsmodels' multipletests, pytrec_eval, jsonschema for the pipeline schema) and Selenium, which clicks through a report page in Chromium (scripts/report_clicks.py) → ~/.cache/gauge-refs-venv.
 refs-venv:
     test -x {{refs_venv}}/bin/python3 || python3 -m venv {{refs_venv}}
-    {{refs_venv}}/bin/python3 -c "import statsmodels, pytrec_eval, jsonschema" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels pytrec-eval-terrier jsonschema
+    {{refs_venv}}/bin/python3 -c "import statsmodels, pytrec_eval, jsonschema, selenium" 2>/dev/null || {{refs_venv}}/bin/pip install --quiet --disable-pip-version-check statsmodels pytrec-eval-terrier jsonschema selenium
 
 # Rewrites the generated references (docs/src/reference/: every binary's --help, the Parquet schemas, the pipeline reference; pipelines/pipeline.schema.json; the README's DAG); `just test` fails while one is stale.
 docs-gen: setup
@@ -121,6 +121,10 @@ ablate-llm: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-llm.toml --artifacts {{artifacts}}
 
+# Refusal by retrieval score (#81): each config's cutoff set on the 41 dev questions alone (≤ 5 % refused), then its false refusals on the 165 held-out questions and its refusals of 81 out-of-corpus questions (golden/fra-out-of-corpus.jsonl, the 17 of ../shared/golden/fra-sft.jsonl) with Wilson intervals and the best score's AUROC: dense cosine, BM25, RRF, MaxSim and SmolLM2's query likelihood of the best passage → eval/fra-refusal/. No generation; ~10 min on 2 cores with the indexes built.
+ablate-refusal: setup models
+    {{bin}}/evaluate pipelines/fra-refusal.toml --artifacts {{artifacts}}
+
 # The same LLM layers (expansion, multi-query, HyDE, RAPTOR, answers, judge) served by llama.cpp's OpenAI-compatible server with the same SmolLM2 GGUF: starts `just llm-server`, evaluates pipelines/fra-llm-server.toml → eval/fra-llm-server/, stops the server. Calls are cached: a rerun makes none.
 ablate-llm-server: setup models
     url=$(scripts/llm-server.sh start | tail -n1) && echo "llama.cpp server at $url" && \
@@ -181,6 +185,17 @@ ablate-judge: setup models
 ablate-sampling: setup models
     {{bin}}/evaluate pipelines/fra-sampling.toml --artifacts {{artifacts}}
 
+# gauge against the BEIR table: BEIR SciFact from ../shared/corpora/scifact (5,183 abstracts, 300 test claims) — BM25 with gauge's defaults and with Anserini's BEIR settings, MiniLM and MPNet dense, Hybrid RRF, MaxSim (pipelines/scifact.toml → eval/scifact/; docs/src/results/scifact.md sets each row beside its published figure). Embedding the abstracts takes ~4 min with MiniLM and ~20 min with MPNet on 2 cores, once (cached); a rerun is a cache hit.
+beir: setup models
+    scripts/fetch-models.sh all-mpnet-base-v2
+    {{bin}}/evaluate pipelines/scifact.toml --artifacts {{artifacts}} --eval-dir {{eval_dir}}
+
+# The sentence-transformers + pytrec_eval reference for SciFact's dense rows: all-MiniLM-L6-v2 and all-mpnet-base-v2 (PyTorch CPU fp32) on the full set and on the CI subset the script defines → tests/fixtures/scifact-st-reference.json (tests/beir_reference.rs holds gauge to it within 0.002 on the subset; docs/src/results/scifact.md sets the full-set figures beside gauge's). ~25 min on 2 cores.
+beir-reference: torch-venv
+    scripts/fetch-models.sh all-mpnet-base-v2
+    {{torch_venv}}/bin/pip install --quiet --disable-pip-version-check pytrec-eval-terrier
+    {{torch_venv}}/bin/python3 scripts/beir_reference.py ../shared/corpora/scifact tests/fixtures/scifact-st-reference.json models/all-MiniLM-L6-v2 models/all-mpnet-base-v2
+
 # all-mpnet-base-v2 (fetched on first use) against all-MiniLM-L6-v2: Vector, Hybrid RRF and Hybrid RRF + small-to-big over each model's vectors, each MPNet row paired with its MiniLM row, on the 41 dev questions (pipelines/fra-mpnet.toml → eval/fra-mpnet/) and on the held-out synthetic set (→ eval/fra-mpnet-heldout/). Embedding the corpus with MPNet takes about 6 minutes on 2 cores, once (cached); the two evaluations about a minute more.
 ablate-mpnet: setup models
     scripts/fetch-models.sh all-mpnet-base-v2
@@ -197,10 +212,11 @@ reports: setup
     for d in {{eval_dir}}/*/; do if grep -q '"stage": "evaluate"' "$d/manifest.json" 2>/dev/null; then {{bin}}/evaluate --report-only "$d" >/dev/null; fi; done
 
 # A screenshot of eval/fra's report page in headless Chromium (installed when missing) → docs/src/images/report-fra.png.
-report-screenshot: setup
-    scripts/setup-system.sh chromium
+report-screenshot: setup refs-venv
+    scripts/setup-system.sh chromium chromium-driver
     mkdir -p docs/src/images
     chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1400 --screenshot=docs/src/images/report-fra.png "file://$(pwd)/{{eval_dir}}/fra/report.html"
+    {{refs_venv}}/bin/python3 scripts/report_clicks.py {{eval_dir}}/fra/report.html --shots docs/src/images
 
 # The FRA corpus on the offline inverse-cloze set (`just synth` first) → eval/fra-ict/.
 ablate-ict: synth

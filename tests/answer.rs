@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use gauge::chat_server::{ChatServer, Reply};
 use gauge::pipeline::{merged, pipeline, scripted_api, small_corpus_stages};
-use gauge::{last_line, markdown_index, ok, repo_root, run, write_golden};
+use gauge::{last_line, markdown_index, ok, repo_root, run, write_golden, write_markdown_corpus};
 use serde_json::json;
 use gauge_core::table::{read_parquet_any, Columns};
 
@@ -456,4 +456,114 @@ fn an_adapter_is_gated_on_the_declared_family_and_its_secondary_margins() {
     let out = run("evaluate", &args(&no_answers).iter().map(String::as_str).collect::<Vec<_>>());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("noanswers.toml") && err.contains("add an [answer] section"), "{err}");
+}
+
+/// `[refusal]`: each config's cutoff set on a calibration set of answerable questions alone,
+/// then its false refusals on the golden set and its refusals of out-of-corpus files measured
+/// (no generation). On three one-page documents, questions about the Eiffel Tower or mercury
+/// score under every answerable question by dense cosine, so dense retrieval tells them apart
+/// (AUROC 1); the rows, the manifest's figures and the table agree with one another; the golden
+/// set's best scores are its rank-1 scores in runs.parquet; a four-phase SFT file gives its
+/// out-of-corpus rows only; a section that cannot be measured is refused in one line naming the
+/// file.
+#[test]
+fn refusal_by_score_cutoff_is_calibrated_on_one_set_and_measured_on_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write_markdown_corpus(root, &TOPICS);
+    write_golden(root, &[("q1", "When are gate arms lowered?", "gates.md"), ("q2", "How often do the lights flash?", "lights.md"), ("q3", "Do bells ring while gate arms descend?", "bells.md")]);
+    let calibration = root.join("dev.jsonl");
+    let cal = [("c1", "How many seconds before the train must the gate arms be down?", "gates.md"), ("c2", "What flash rate do crossing light signals use?", "lights.md"), ("c3", "When may the crossing bells stop ringing?", "bells.md")];
+    std::fs::write(&calibration, cal.iter().map(|(id, q, s)| json!({"qid": id, "question": q, "gold": [{"source": s, "page": 1}]}).to_string() + "\n").collect::<String>()).unwrap();
+    let ooc = root.join("outside.jsonl");
+    std::fs::write(&ooc, "{\"qid\": \"o1\", \"question\": \"Who designed the Eiffel Tower in Paris?\"}\n{\"qid\": \"o2\", \"question\": \"What is the boiling point of mercury?\"}\n").unwrap();
+    let sft = root.join("sft.jsonl");
+    std::fs::write(&sft, "{\"qid\": \"s1\", \"question\": \"When are gate arms lowered?\", \"in_corpus\": true, \"gold\": [{\"source\": \"gates.md\", \"page\": 1}], \"answer\": \"…\"}\n{\"qid\": \"s2\", \"question\": \"Which grape varieties grow best in Burgundy?\", \"in_corpus\": false, \"answer\": \"Not in the manuals.\"}\n").unwrap();
+    let refusal = json!({"calibrate_on": "dev.jsonl", "out_of_corpus": ["outside.jsonl", "sft.jsonl"], "max_false_refusal": 0.34});
+    let minilm = repo_root().join("models/all-MiniLM-L6-v2");
+    let write = |name: &str, refusal: serde_json::Value| {
+        pipeline(name)
+            .set("k", json!(2))
+            .set("refusal", refusal)
+            .baseline(merged(small_corpus_stages(), json!({ "name": "Vector", "retrieval": { "bm25": false } })))
+            .variant(json!({ "name": "BM25", "retrieval": { "dense": false, "bm25": true } }))
+            .variant(json!({ "name": "Hybrid RRF", "retrieval": { "dense": true, "bm25": true } }))
+            .variant(json!({ "name": "Vector + MaxSim", "base": "Vector", "retrieval": { "rerank": { "kind": "max_sim", "model": minilm.to_str().unwrap(), "n_initial": 3 } } }))
+            .write(&root.join(format!("{name}.toml")))
+    };
+    let args = |p: &Path| vec![p.to_str().unwrap().to_string(), "--artifacts".into(), root.join("artifacts").to_str().unwrap().into(), "--eval-dir".into(), root.join("eval").to_str().unwrap().into()];
+    let good = write("refusal", refusal.clone());
+    let a = args(&good);
+    let dir = PathBuf::from(last_line(&ok(run("evaluate", &a.iter().map(String::as_str).collect::<Vec<_>>()))));
+    let batch = read_parquet_any(&dir.join("refusal.parquet")).unwrap();
+    let c = Columns::new(&batch);
+    let (config, score, set, qid, refused) = (c.strings_required("config"), c.strings_required("score"), c.strings_required("set"), c.strings_required("qid"), c.bools("refused"));
+    let best = c.f64s("best_score");
+    // 4 configs × (3 calibration + 3 golden + 2 + 1 out-of-corpus): the SFT file's in-corpus row skipped.
+    assert_eq!(batch.num_rows(), 4 * 9);
+    let of = |cfg: &str, s: &str| -> Vec<(String, Option<f64>, bool)> { (0..batch.num_rows()).filter(|&i| config[i] == cfg && set[i] == s).map(|i| (qid[i].clone(), best[i], refused[i])).collect() };
+    assert_eq!(of("Vector", "sft.jsonl").iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["s2"]);
+    // Each config's own score: the reranker's when it reranks, else the dense retriever's, else BM25's — never the fused one.
+    let kind = |cfg: &str| (0..batch.num_rows()).find(|&i| config[i] == cfg).map(|i| score[i].clone()).unwrap();
+    assert_eq!([kind("Vector"), kind("BM25"), kind("Hybrid RRF"), kind("Vector + MaxSim")], ["dense", "bm25", "dense", "final"]);
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let stats = manifest["stats"]["refusal"].as_array().unwrap();
+    assert_eq!(stats.iter().map(|s| s["config"].as_str().unwrap()).collect::<Vec<_>>(), ["Vector", "BM25", "Hybrid RRF", "Vector + MaxSim"]);
+    for s in ["calibration", "answerable", "outside.jsonl", "sft.jsonl"] {
+        // Vector and Hybrid RRF keep the same dense retriever's cosine: the same scores.
+        assert_eq!(of("Vector", s), of("Hybrid RRF", s), "{s}");
+        assert!(of("Vector", s).iter().all(|r| r.1.is_some_and(|b| (-1.0..=1.0001).contains(&b))), "cosines: {:?}", of("Vector", s));
+    }
+    // A reranked config's golden-set score is the rank-1 score its search already wrote.
+    let runs = read_parquet_any(&dir.join("runs.parquet")).unwrap();
+    let r = Columns::new(&runs);
+    let (rc, rq, rr, rs) = (r.strings_required("config"), r.strings_required("qid"), r.i32s("rank"), r.f64s("score"));
+    for (q, b, _) in of("Vector + MaxSim", "answerable") {
+        let i = (0..runs.num_rows()).find(|&i| rc[i] == "Vector + MaxSim" && rq[i] == q && rr[i] == 1).unwrap();
+        assert_eq!(b, rs[i], "{q}");
+    }
+    for cfg in ["Vector", "BM25", "Hybrid RRF", "Vector + MaxSim"] {
+        let s = stats.iter().find(|s| s["config"] == cfg).unwrap();
+        let threshold = s["threshold"].as_f64().unwrap();
+        // ⌊0.34 · 3⌋ = 1: the second-lowest calibration score.
+        let mut cals: Vec<f64> = of(cfg, "calibration").iter().map(|r| r.1.unwrap()).collect();
+        cals.sort_by(f64::total_cmp);
+        assert_eq!(threshold, cals[1], "{cfg}");
+        for s in ["calibration", "answerable", "outside.jsonl", "sft.jsonl"] {
+            for (q, b, refused) in of(cfg, s) {
+                assert_eq!(refused, b.is_none_or(|b| b < threshold), "{cfg} {q}");
+            }
+        }
+        assert_eq!(s["false_refusals"]["n"], 3);
+        assert_eq!(s["refusals_all"]["n"], 3);
+        assert_eq!(s["refusals_all"]["k"].as_u64().unwrap() as usize, ["outside.jsonl", "sft.jsonl"].iter().flat_map(|f| of(cfg, f)).filter(|r| r.2).count());
+    }
+    // Dense cosine separates these questions completely.
+    let vector = &stats[0];
+    assert_eq!(vector["auroc"][0].as_f64(), Some(1.0), "{vector}");
+    let md = std::fs::read_to_string(dir.join("ablation.md")).unwrap();
+    assert!(md.contains("## Refusal by score cutoff") && md.contains("3 answerable questions of `dev.jsonl`") && md.contains("| refused: outside.jsonl | refused: sft.jsonl | refused: all out-of-corpus | AUROC |") && md.contains("| Vector | dense | "), "{md}");
+    assert!(manifest["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "refusal_out_of_corpus_2" && i["rows"] == 1), "{}", manifest["inputs"]);
+    let page = std::fs::read_to_string(root.join("eval/refusal/report.html")).unwrap();
+    assert!(page.contains("<section id=\"refusal\">") && page.contains("Refused: sft.jsonl") && page.contains("href=\"#refusal\""), "the report page shows the table");
+    // A rerun is a cache hit.
+    let again = PathBuf::from(last_line(&ok(run("evaluate", &a.iter().map(String::as_str).collect::<Vec<_>>()))));
+    assert_eq!(again, dir);
+    // Sections that cannot be measured, refused when the pipeline is read.
+    for (name, section, needle) in [
+        ("noooc", json!({"calibrate_on": "dev.jsonl", "out_of_corpus": []}), "out_of_corpus is empty"),
+        ("badshare", json!({"calibrate_on": "dev.jsonl", "out_of_corpus": ["outside.jsonl"], "max_false_refusal": 0.9}), "max_false_refusal"),
+        ("badconfig", json!({"calibrate_on": "dev.jsonl", "out_of_corpus": ["outside.jsonl"], "configs": ["Nope"]}), "`Nope`"),
+        ("badfield", json!({"calibrate_on": "dev.jsonl", "out_of_corpus": ["outside.jsonl"], "cutof": 0.3}), "cutof"),
+    ] {
+        let p = write(name, section);
+        let out = run("evaluate", &args(&p).iter().map(String::as_str).collect::<Vec<_>>());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(&format!("{name}.toml")) && err.contains(needle), "{name}: {err}");
+    }
+    // An out-of-corpus row with gold is refused with its file and line.
+    std::fs::write(&ooc, "{\"qid\": \"o1\", \"question\": \"Who designed the Eiffel Tower?\"}\n{\"qid\": \"o2\", \"question\": \"How often do lights flash?\", \"gold\": [{\"source\": \"lights.md\", \"page\": 1}]}\n").unwrap();
+    let out = run("evaluate", &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("outside.jsonl:2") && err.contains("not out of corpus"), "{err}");
 }

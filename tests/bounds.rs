@@ -85,7 +85,11 @@ fn pipeline_text(path: &str, value: &str, url: &str) -> String {
     };
     let mut baseline = row("Hybrid");
     let mut variant = row("Variant");
-    let (mut answer, mut judge, mut search, mut generator): (Option<Table>, Option<Table>, Option<Table>, Option<Table>) = (None, None, None, None);
+    let mut answer: Option<Table> = None;
+    let mut judge: Option<Table> = None;
+    let mut search: Option<Table> = None;
+    let mut generator: Option<Table> = None;
+    let mut refusal: Option<Table> = None;
     let stage_context = |table: &mut BTreeMap<String, String>, field: &str| {
         if field.starts_with("retrieval.fusion.alpha") {
             table.insert("retrieval.fusion.kind".into(), "\"weighted\"".into());
@@ -140,6 +144,13 @@ fn pipeline_text(path: &str, value: &str, url: &str) -> String {
             s.insert(field.to_string(), value.to_string());
             search = Some(s);
         }
+        "refusal" => {
+            // The golden set as its own calibration set (allowed; marked in-sample) and the
+            // out-of-corpus file the test writes.
+            let mut r: Table = [("calibrate_on".to_string(), "\"golden.jsonl\"".to_string()), ("out_of_corpus".to_string(), "[\"ooc.jsonl\"]".to_string())].into();
+            r.insert(field.to_string(), value.to_string());
+            refusal = Some(r);
+        }
         other => panic!("a schema section this test does not know: {other}"),
     }
     let table = |header: &str, t: &BTreeMap<String, String>| format!("{header}\n{}", t.iter().map(|(k, v)| format!("{k} = {v}\n")).collect::<String>());
@@ -154,6 +165,9 @@ fn pipeline_text(path: &str, value: &str, url: &str) -> String {
     }
     if let Some(j) = &judge {
         text += &table("[judge]", j);
+    }
+    if let Some(r) = &refusal {
+        text += &table("[refusal]", r);
     }
     if let Some(s) = &search {
         text += &table("[search]", s);
@@ -191,6 +205,7 @@ fn every_numeric_pipeline_field_loads_or_is_refused_in_one_line_and_runs_without
         }
     }
     write_golden(tmp.path(), &[("q1", "When must gate arms of type 2 be inspected?", "doc2.md"), ("q2", "ERA4LA14", "doc4.md"), ("q3", "type 5 gate arms", "doc5.md")]);
+    std::fs::write(tmp.path().join("ooc.jsonl"), "{\"qid\": \"o1\", \"question\": \"Who designed the Eiffel Tower?\"}\n").unwrap();
 
     // 1. Every field × every extreme through the parser.
     let mut failures = Vec::new();

@@ -90,3 +90,71 @@ fn a_hostile_manifest_reads_nothing_outside() {
     assert!(text.contains("output `../../../../etc/hostname` not read"), "{text}");
     assert!(!out.status.success(), "an output path escaping its folder must fail the check:\n{text}");
 }
+
+/// A result whose golden set is not here is "not verified" (exit 1), never "verified": the runs
+/// were not re-scored. (Before: exit 0 and "verified" after a "not checked" line.)
+#[test]
+fn without_its_golden_set_a_result_is_not_verified() {
+    let root = repo_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("fra");
+    copy_dir(&root.join("eval/fra"), &copy);
+    let path = copy.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for input in m["inputs"].as_array_mut().unwrap() {
+        if input["name"] == "golden" {
+            input["path"] = "golden/not-on-this-machine.jsonl".into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let (ok, text) = verify(&root, &copy);
+    assert!(!ok && text.contains("not verified: golden/not-on-this-machine.jsonl: golden set not here"), "{text}");
+}
+
+/// An output table that is a link (to a file elsewhere that happens to parse) is not read: the
+/// check names it. (Before: --verify followed a linked runs.parquet to any file.)
+#[test]
+fn a_linked_output_table_is_not_followed() {
+    let root = repo_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("fra");
+    copy_dir(&root.join("eval/fra"), &copy);
+    let elsewhere = tmp.path().join("elsewhere.parquet");
+    std::fs::rename(copy.join("runs.parquet"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, copy.join("runs.parquet")).unwrap();
+    let (ok, text) = verify(&root, &copy);
+    assert!(!ok && text.contains("runs.parquet") && text.contains("symbolic link"), "{text}");
+}
+
+/// `--report-only` on a folder whose manifest names a device or a file that is not its golden set
+/// finishes and shows none of it (before: `/dev/zero` spun at 100 % CPU).
+#[test]
+fn report_only_opens_no_file_a_manifest_names_outside_the_checkout() {
+    let root = repo_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("fra");
+    copy_dir(&root.join("eval/fra"), &copy);
+    std::fs::remove_file(copy.join("questions.parquet")).unwrap();
+    for target in ["/dev/zero", "/etc/passwd", "../../../../../../etc/passwd"] {
+        let path = copy.join("manifest.json");
+        let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for input in m["inputs"].as_array_mut().unwrap() {
+            if input["name"] == "golden" {
+                input["path"] = target.into();
+            }
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+        let mut child = Command::new(bin("evaluate")).current_dir(&root).arg("--report-only").arg(&copy).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(120), "--report-only with golden = {target} did not finish");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "golden = {target}: the page is drawn without the questions");
+        let page = std::fs::read_to_string(copy.join("report.html")).unwrap();
+        assert!(!page.contains("root:x:0:0"), "golden = {target}: /etc/passwd reached the page");
+    }
+}

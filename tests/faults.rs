@@ -29,6 +29,12 @@
 //!   the endpoint is back the rerun makes only the calls not made before and ends with the
 //!   uninterrupted run's output.
 //!
+//! - **The second hostile round** (#82): seeded bit flips in a committed index (12; 124 in the
+//!   full variant), each refused in one line or answered exactly as before; synth-data against an
+//!   endpoint that never answers (exit 1, nothing committed); a corpus file growing while
+//!   `extract` reads it (pages of the hashed bytes, or one line saying it changed); an index on a
+//!   read-only mount (answers); a stdout closed at once (exit 141, as after SIGPIPE; no panic).
+//!
 //! One line per try (`faults: <try>: ok|FAIL …`) and a total; any failure fails the test.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -451,14 +457,16 @@ fn races(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
                 break;
             }
             Ok(dir) => {
-                // eval/<name> is the artifact plus the report page rendered from it and the
-                // questions it shows.
+                // eval/<name> is the artifact plus the report page rendered from it, the
+                // questions and the passage texts it shows.
                 let mut copied = files(&eval_dir.join("faults"));
                 let page = copied.remove("report.html");
                 if copied.remove("questions.parquet").is_none() {
                     result = Err(format!("pair {pair}: eval/faults/questions.parquet is missing"));
                     break;
                 }
+                // The passages' texts, recorded when the index artifacts are here.
+                copied.remove("passages.parquet");
                 let made = files(Path::new(&dir));
                 if copied != made {
                     result = Err(format!("pair {pair}: eval/faults differs from the artifact"));
@@ -581,6 +589,126 @@ fn endpoint_dies(inp: &Inputs, tmp: &Path, tally: &mut Tally, refuse_from: &Atom
     }
 }
 
+/// The second hostile round's tries (issue #82): corrupt bytes in a committed index, an
+/// endpoint that never answers synth-data, a corpus file growing while `extract` reads it, an
+/// index on a read-only mount, a stdout closed early.
+fn round_two(inp: &Inputs, tmp: &Path, tally: &mut Tally) {
+    let root = tmp.join("round-two");
+    let index = PathBuf::from(last_line(&must(command_output(inp, &root, "index"))));
+    let ask = |index: &Path| Command::new(bin("query")).args(["--index", index.to_str().unwrap(), "--json", "gate arms inspection", "-k", "5"]).env("GAUGE_NO_PROGRESS", "1").output().unwrap();
+    let want = must(ask(&index)).stdout;
+    // Seeded single-bit flips anywhere in the index's files: each query refuses in one line or
+    // answers exactly as before (before: 12 of 124 flips in chunks.parquet answered differently).
+    let mut targets: Vec<PathBuf> = vec![index.join("chunks.parquet"), index.join("dense.faiss")];
+    // tantivy's segment files (their checksums); not meta.json, which neither the manifest nor
+    // tantivy checks yet (recorded as an open gap in docs/src/artifacts.md).
+    targets.extend(std::fs::read_dir(index.join("bm25")).unwrap().flatten().map(|e| e.path()).filter(|p| {
+        let n = p.file_name().unwrap().to_string_lossy();
+        !n.starts_with('.') && n != "meta.json" && std::fs::metadata(p).is_ok_and(|m| m.len() > 0)
+    }));
+    let mut rng = SplitMix64::new(82);
+    let (flips, mut refused, mut same, mut silent) = (if full() { 124 } else { 12 }, 0, 0, Vec::new());
+    for _ in 0..flips {
+        let file = &targets[rng.below(targets.len())];
+        let original = std::fs::read(file).unwrap();
+        let mut bytes = original.clone();
+        let at = rng.below(bytes.len());
+        bytes[at] ^= 1 << rng.below(8);
+        std::fs::write(file, &bytes).unwrap();
+        let out = ask(&index);
+        if out.status.success() {
+            if out.stdout == want {
+                same += 1;
+            } else {
+                silent.push(format!("{} byte {at}", file.file_name().unwrap().to_string_lossy()));
+            }
+        } else if check_refused(&out, "").is_ok() {
+            refused += 1;
+        } else {
+            silent.push(format!("{} byte {at}: not a one-line refusal ({:?})", file.file_name().unwrap().to_string_lossy(), out.status));
+        }
+        std::fs::write(file, &original).unwrap();
+    }
+    tally.record(
+        &format!("{flips} flipped bits in a committed index"),
+        if silent.is_empty() { Ok(format!("{refused} refused in one line, {same} answered as before")) } else { Err(format!("answered differently or crashed: {silent:?}")) },
+    );
+
+    // An endpoint nobody answers: synth-data commits nothing and exits 1.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", l.local_addr().unwrap())
+    };
+    let dead_root = tmp.join("round-two-dead");
+    let chunks = last_line(&must(command_output(inp, &dead_root, "chunk")));
+    let out = Command::new(bin("synth-data"))
+        .args([chunks.as_str(), "--mode", "llm", "--n", "2", "--min-chars", "60", "--base-url", &dead, "--model", "scripted", "--api-key-env", "GAUGE_NO_SUCH_KEY", "--prompts", inp.prompts.to_str().unwrap(), "--concurrency", "1", "--rpm", "0", "--timeout-s", "2", "--max-retries", "0", "--artifacts", dead_root.to_str().unwrap()])
+        .env("GAUGE_NO_PROGRESS", "1")
+        .output()
+        .unwrap();
+    let committed = std::fs::read_dir(dead_root.join("synth")).into_iter().flatten().flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count();
+    tally.record("synth-data against an endpoint that never answers", check_refused(&out, "answered none").and_then(|line| if committed == 0 { Ok(line) } else { Err(format!("{committed} artifact(s) committed")) }));
+
+    // A corpus file growing while extract reads it: the run ends either with pages that are the
+    // hashed bytes' or with one line saying the file changed — never pages the hash never saw.
+    let growing = tmp.join("round-two-growing");
+    std::fs::create_dir_all(&growing).unwrap();
+    let file = growing.join("log.md");
+    std::fs::write(&file, "# Log\n\n").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, file) = (stop.clone(), file.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                use std::io::Write as _;
+                let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap();
+                writeln!(f, "Entry {n}: gate arms inspected and the result recorded. {}", "Clause text. ".repeat(40)).unwrap();
+                n += 1;
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let out = Command::new(bin("extract")).args([growing.to_str().unwrap(), "--artifacts", tmp.join("round-two-growing-art").to_str().unwrap()]).env("GAUGE_NO_PROGRESS", "1").output().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    let result = if out.status.success() {
+        // The bytes were read once more and hashed equal: the pages are those bytes'.
+        let pages = read_parquet_any(&PathBuf::from(last_line(&out)).join("pages.parquet")).unwrap();
+        let chars: usize = Columns::new(&pages).strings_required("text").iter().map(|t| t.len()).sum();
+        Ok(format!("the writer paused between hash and read: {chars} characters of the hashed bytes"))
+    } else {
+        check_refused(&out, "changed while extract ran")
+    };
+    tally.record("a corpus file growing during extract", result);
+
+    // An index on a read-only mount answers (before: tantivy's "Failed to acquire Lockfile").
+    let ro = tmp.join("round-two-ro");
+    let result = if !mount_tmpfs(&ro, 64 << 20) {
+        Ok("skipped: mounting is not allowed here".into())
+    } else {
+        let index = PathBuf::from(last_line(&must(command_output(inp, &ro, "index"))));
+        let want = must(ask(&index)).stdout;
+        let _ = std::fs::remove_file(index.join("bm25/.tantivy-meta.lock"));
+        let r = if !Command::new("mount").args(["-o", "remount,ro", ro.to_str().unwrap()]).status().is_ok_and(|s| s.success()) {
+            Ok("skipped: remounting read-only is not allowed here".into())
+        } else {
+            let out = ask(&index);
+            if out.status.success() && out.stdout == want { Ok("answered as on a writable root".into()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
+        };
+        umount(&ro);
+        r
+    };
+    tally.record("an index on a read-only mount", result);
+
+    // A reader that closes stdout at once: the stage ends quietly, status 0 (before: a panic, 101).
+    let mut child = Command::new(bin("extract")).args([inp.corpus.to_str().unwrap(), "--artifacts", tmp.join("round-two-stdout").to_str().unwrap()]).env("GAUGE_NO_PROGRESS", "1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    tally.record("stdout closed early", if out.status.code() == Some(gauge_core::BROKEN_PIPE_STATUS) && !err.contains("panicked") { Ok("exit 141 as after SIGPIPE, no panic".into()) } else { Err(format!("{:?}: {}", out.status, err.trim())) });
+}
+
 #[test]
 #[ignore = "the fault matrix: `just faults` (long) or `just faults short`"]
 fn fault_matrix() {
@@ -608,6 +736,7 @@ fn fault_matrix() {
     concurrent(&inp, tmp.path(), &mut tally);
     races(&inp, tmp.path(), &mut tally);
     endpoint_dies(&inp, tmp.path(), &mut tally, &refuse_from, &server);
+    round_two(&inp, tmp.path(), &mut tally);
     println!("faults: {} tries, {} failed, {:.0} s ({})", tally.tries, tally.failed.len(), started.elapsed().as_secs_f64(), if full() { "full" } else { "short" });
     assert!(tally.failed.is_empty(), "fault matrix failures:\n{}", tally.failed.join("\n"));
 }

@@ -74,3 +74,42 @@ fn s3_roots_against_a_local_server() {
     let url = std::env::var("GAUGE_S3_URL").expect("GAUGE_S3_URL (e.g. s3://gauge/run-1 with AWS_ENDPOINT set); run `just test-store`");
     check_root(&url);
 }
+
+/// Links are never followed and `ls` creates nothing (before: `push` hung on a link loop and
+/// uploaded what a link pointed to, `pull` copied link targets out of a `file://` store, and
+/// `ls` of a mistyped root created it).
+#[test]
+fn links_are_never_followed_and_listing_creates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(corpus.join("gates.md"), "# gates\n\nGate arms must be fully lowered before the train arrives.\n").unwrap();
+    let node = tmp.path().join("node");
+    let pages = last_line(&ok(run("extract", &[corpus.to_str().unwrap(), "--artifacts", node.to_str().unwrap()])));
+    let missing = tmp.path().join("no-such-bucket");
+    let url_missing = format!("file://{}", missing.display());
+    refused(&run("artifact-store", &["ls", &url_missing]), "no such folder");
+    assert!(!missing.exists(), "ls created the root");
+
+    // A link inside the artifact: a loop, and a file elsewhere.
+    let secret = tmp.path().join("secret.txt");
+    std::fs::write(&secret, "a key").unwrap();
+    let linked = tmp.path().join("linked");
+    std::fs::create_dir_all(&linked).unwrap();
+    for e in std::fs::read_dir(&pages).unwrap().flatten() {
+        std::fs::copy(e.path(), linked.join(e.file_name())).unwrap();
+    }
+    std::os::unix::fs::symlink(&linked, linked.join("loop")).unwrap();
+    let url = format!("file://{}", tmp.path().join("bucket").display());
+    refused(&run("artifact-store", &["push", linked.to_str().unwrap(), &url]), "symbolic link");
+    std::fs::remove_file(linked.join("loop")).unwrap();
+    std::os::unix::fs::symlink(&secret, linked.join("notes.txt")).unwrap();
+    refused(&run("artifact-store", &["push", linked.to_str().unwrap(), &url]), "symbolic link");
+
+    // A store whose artifact holds a link: pull refuses, leaving nothing behind.
+    let name = last_line(&ok(run("artifact-store", &["push", &pages, &url])));
+    std::os::unix::fs::symlink(&secret, tmp.path().join("bucket").join(&name).join("stolen.txt")).unwrap();
+    let into = tmp.path().join("node-b");
+    refused(&run("artifact-store", &["pull", &url, &name, "--into", into.to_str().unwrap()]), "symbolic link");
+    assert!(!into.join(&name).exists());
+}

@@ -101,6 +101,8 @@ fn reference_pages_are_what_the_code_generates() {
     // The pipeline files' JSON Schema and the reference page made from it.
     let schema = gauge_evaluate::pipeline::json_schema();
     check(&root.join("pipelines/pipeline.schema.json"), &(serde_json::to_string_pretty(&schema).unwrap() + "\n"), &mut stale);
+    // The verdicts-across-sets table, from the committed evaluation folders.
+    check(&root.join("docs/src/results/cross-set.md"), &gauge_evaluate::cross_set::page(&root).unwrap_or_else(|e| panic!("docs/src/results/findings.toml: {e:#}")), &mut stale);
     check(&dir.join("pipeline.md"), &pipeline_reference(&schema), &mut stale);
     assert!(stale.is_empty(), "generated reference pages are stale: {}; regenerate them with `{REGENERATE}`", stale.join(", "));
 }

@@ -128,3 +128,47 @@ fn walk(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries.flatten().map(|e| if e.path().is_dir() { walk(&e.path()) } else { usize::from(e.path().extension().is_some_and(|x| x == "json")) }).sum()
 }
+
+/// Questions a model of the rewriting model's family wrote: `evaluate` reads the set's
+/// provenance record (`<set>.provenance.json`), puts it in the manifest, ablation.md and the
+/// report page, and marks every config whose rewriting model shares that family (†, with the
+/// reason); the baseline, which runs no model, is not marked. Without the record nothing is.
+#[test]
+fn configs_using_the_question_writers_family_are_marked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ChatServer::start(|_, r| script(r));
+    let pipeline = setup(tmp.path(), &server.url);
+    let (eval, art) = (tmp.path().join("eval"), tmp.path().join("artifacts"));
+    let args = [pipeline.to_str().unwrap(), "--artifacts", art.to_str().unwrap(), "--eval-dir", eval.to_str().unwrap()];
+    // No record: not recorded, nothing marked.
+    let out = ok(run("evaluate", &args));
+    let md = std::fs::read_to_string(eval.join("rewrite/ablation.md")).unwrap();
+    assert!(md.contains("Questions: who wrote and who judged them is not recorded"), "{md}");
+    assert!(!md.contains('†'), "{md}");
+    let first = last_line(&out);
+    // The set's record: written by a `scripted` model, judged by people.
+    let golden = tmp.path().join("golden.jsonl");
+    assert!(golden.is_file());
+    std::fs::write(tmp.path().join("golden.provenance.json"), r#"{"written_by": ["scripted-7b-instruct.gguf"], "judged_by": ["human"], "prompt": "write a question a passage answers"}"#).unwrap();
+    let out = ok(run("evaluate", &args));
+    assert_ne!(last_line(&out), first, "the record is an input: a new evaluation");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`BM25 + expansion` shares a model family"), "{stderr}");
+    let md = std::fs::read_to_string(eval.join("rewrite/ablation.md")).unwrap();
+    assert!(md.contains("Questions written by `scripted-7b-instruct.gguf`, judged by people (prompt `write a question a passage answers`)"), "{md}");
+    for row in ["BM25 + expansion †", "BM25 + multi-query †", "Vector + HyDE †"] {
+        assert!(md.contains(&format!("| {row} |")), "{row} not marked:\n{md}");
+    }
+    assert!(md.contains("| BM25 (baseline) |"), "the baseline runs no model:\n{md}");
+    assert!(md.contains("## Same family as the questions") && md.contains("query rewriting (expand) uses `scripted`: a scripted model wrote the questions"), "{md}");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(eval.join("rewrite/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["stats"]["question_provenance"]["written_by"], json!(["scripted-7b-instruct.gguf"]));
+    assert_eq!(manifest["stats"]["same_family"].as_array().unwrap().len(), 3);
+    assert!(manifest["inputs"].as_array().unwrap().iter().any(|i| i["name"] == "golden_provenance"));
+    let html = std::fs::read_to_string(eval.join("rewrite/report.html")).unwrap();
+    assert!(html.contains("Questions written by scripted-7b-instruct.gguf, judged by people") && html.matches("† same family").count() == 3, "report.html lacks the marks: {:?} marks, {:?}", html.matches("† same family").count(), html.find("Questions").map(|i| &html[i..(i + 300).min(html.len())]));
+    // A malformed record is refused naming it.
+    std::fs::write(tmp.path().join("golden.provenance.json"), r#"{"authors": ["me"]}"#).unwrap();
+    let line = refused(&run("evaluate", &args), "golden.provenance.json");
+    assert!(line.contains("written_by"), "{line}");
+}

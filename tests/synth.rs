@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gauge::chat_server::{valid_reply, ChatServer, Reply};
 use gauge::pipeline::pipeline;
-use gauge::{bin, last_line, ok, repo_root, run, shared};
+use gauge::{bin, last_line, ok, refused, repo_root, run, shared};
 use serde_json::json;
 
 const SECRET: &str = "sk-test-SECRET-4f2a9c";
@@ -247,6 +247,63 @@ fn llm_mode_retries_repairs_records_failures_and_never_writes_the_key() {
         let out = ok(run("evaluate", &[pipeline.to_str().unwrap(), "--artifacts", &art_s, "--eval-dir", eval.to_str().unwrap()]));
         let md = std::fs::read_to_string(PathBuf::from(last_line(&out)).join("ablation.md")).unwrap();
         assert!(md.contains("relevance: span") && md.contains("| BM25 (baseline) |"), "{md}");
+    }
+}
+
+#[test]
+fn copy_to_replaces_only_a_set_synth_data_wrote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let art = tmp.path().join("artifacts");
+    let chunks = chunks_of(&small_corpus(tmp.path()), &art);
+    let a = art.to_str().unwrap();
+    // Before: any JSON or JSON Lines file was replaced (a package.json, someone's own set).
+    for (name, text) in [("package.json", "{\"name\": \"site\", \"version\": \"1.0.0\"}\n"), ("mine.jsonl", "{\"qid\":\"a\",\"question\":\"my own question\",\"keywords\":[\"gate\"]}\n")] {
+        let dest = tmp.path().join(name);
+        std::fs::write(&dest, text).unwrap();
+        let out = run("synth-data", &[chunks.as_str(), "--mode", "ict", "--n", "5", "--artifacts", a, "--copy-to", dest.to_str().unwrap()]);
+        refused(&out, "did not write");
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), text);
+    }
+    // Its own previous copy: replaced.
+    let dest = tmp.path().join("golden/ict.jsonl");
+    ok(run("synth-data", &[chunks.as_str(), "--mode", "ict", "--n", "5", "--artifacts", a, "--copy-to", dest.to_str().unwrap()]));
+    ok(run("synth-data", &[chunks.as_str(), "--mode", "ict", "--n", "6", "--artifacts", a, "--copy-to", dest.to_str().unwrap()]));
+    assert_eq!(jsonl(&dest).len(), 6);
+    // A cache hit copies too (its set is read from the artifact).
+    let again = tmp.path().join("golden/ict-again.jsonl");
+    let out = ok(run("synth-data", &[chunks.as_str(), "--mode", "ict", "--n", "6", "--artifacts", a, "--copy-to", again.to_str().unwrap()]));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cache hit"));
+    assert_eq!(jsonl(&again), jsonl(&dest));
+}
+
+#[test]
+fn an_unreachable_endpoint_commits_nothing_and_never_replaces_the_users_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = small_corpus(tmp.path());
+    let art = tmp.path().join("artifacts");
+    let chunks = chunks_of(&corpus, &art);
+    // A port that was just free: nothing listens there.
+    let url = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", l.local_addr().unwrap())
+    };
+    let mine = tmp.path().join("golden/mine.jsonl");
+    std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
+    std::fs::write(&mine, "{\"qid\":\"q1\",\"question\":\"my own question\"}\n").unwrap();
+    let art_s = art.to_str().unwrap().to_string();
+    let mut args = llm_args(&chunks, &url, &art_s, "2", "1");
+    args.extend(["--copy-to", mine.to_str().unwrap()]);
+    // Before: exit 0 with "0 questions kept", an empty artifact later runs took as a cache hit,
+    // and the user's set replaced by an empty file.
+    for _ in 0..2 {
+        let out = synth_llm(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.lines().last().unwrap_or_default().contains("nothing is committed or copied"), "{err}");
+        assert!(!err.contains('\u{1b}'), "no colour codes on a stderr that is not a terminal: {err}");
+        assert_eq!(std::fs::read_to_string(&mine).unwrap(), "{\"qid\":\"q1\",\"question\":\"my own question\"}\n");
+        let committed: Vec<_> = std::fs::read_dir(art.join("synth")).into_iter().flatten().flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).collect();
+        assert!(committed.is_empty(), "{committed:?}");
     }
 }
 
@@ -681,16 +738,41 @@ fn heldout_questions_come_only_from_held_pages_and_other_modes_skip_them() {
     let smol = ["--set", "heldout.generator.kind=local", "--set", "heldout.generator.model=SmolLM2-135M-Instruct.Q4_1.gguf", "--set", "heldout.max_new_tokens=48", "--set", "heldout.min_words=4"];
     let mut args = vec![chunks_dir.as_str(), "--mode", "heldout", "--from", from.to_str().unwrap(), "--n", "3", "--set", "generation.temperature=0", "--copy-to", set.to_str().unwrap(), "--artifacts", a];
     args.extend(smol);
-    let dir = PathBuf::from(last_line(&ok(run("synth-data", &args))));
+    let out = run("synth-data", &args);
+    // A run that kept nothing (a 135M judge may keep none) is committed, but never replaces the
+    // user's set: --copy-to refuses, naming the artifact.
+    let (dir, copied) = if out.status.success() {
+        (PathBuf::from(last_line(&out)), true)
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(err.contains("the run kept nothing") && !set.exists(), "{err}");
+        (PathBuf::from(err.split("its artifact: ").nth(1).unwrap().split(')').next().unwrap()), false)
+    };
     // The split: whole held blocks plus guard pages, the same copy beside the set.
     let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("heldout_pages.json")).unwrap()).unwrap();
-    assert_eq!(std::fs::read(dir.join("heldout_pages.json")).unwrap(), std::fs::read(tmp.path().join("data/fra-heldout.pages.json")).unwrap());
+    if copied {
+        assert_eq!(std::fs::read(dir.join("heldout_pages.json")).unwrap(), std::fs::read(tmp.path().join("data/fra-heldout.pages.json")).unwrap());
+    }
     let strings = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect::<BTreeSet<String>>();
     let (asked_pages, held) = (strings(&split["question_pages"]), strings(&split["pages"]));
     assert!(!asked_pages.is_empty() && asked_pages.is_subset(&held) && held.len() > asked_pages.len(), "guard pages around the held blocks");
     // Every kept question is on held pages only, marked synthetic, and the counts add up.
     let kept = jsonl(&dir.join("golden.jsonl"));
-    assert_eq!(jsonl(&set), kept);
+    if copied {
+        assert_eq!(jsonl(&set), kept);
+    }
+    // Its provenance: the generator wrote and judged the questions; the copy sits beside the set
+    // and `evaluate` reads it from there.
+    let provenance: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("provenance.json")).unwrap()).unwrap();
+    if !kept.is_empty() {
+        assert_eq!(provenance["written_by"], serde_json::json!(["SmolLM2-135M-Instruct.Q4_1.gguf"]), "{provenance}");
+    }
+    assert_eq!(provenance["judged_by"], serde_json::json!(["SmolLM2-135M-Instruct.Q4_1.gguf"]), "{provenance}");
+    if copied {
+        assert_eq!(std::fs::read(dir.join("provenance.json")).unwrap(), std::fs::read(tmp.path().join("data/fra-heldout.provenance.json")).unwrap());
+        let record = gauge_core::golden::resolve_provenance(&set, None).unwrap();
+        assert_eq!(record.judged_by, ["SmolLM2-135M-Instruct.Q4_1.gguf"]);
+    }
     for r in &kept {
         assert_eq!(r["category"], "synthetic");
         let g = &r["gold"][0];
@@ -710,7 +792,7 @@ fn heldout_questions_come_only_from_held_pages_and_other_modes_skip_them() {
     assert_eq!(stats["questions_written"].as_u64().unwrap(), stats["questions_kept"].as_u64().unwrap() + dropped_n, "{stats}");
     assert_eq!(stats["questions_kept"].as_u64().unwrap() as usize, kept.len());
     // Inverse cloze with the split held out: no row touches a held page (guards included).
-    let split_copy = tmp.path().join("data/fra-heldout.pages.json");
+    let split_copy = if copied { tmp.path().join("data/fra-heldout.pages.json") } else { dir.join("heldout_pages.json") };
     let ict = [chunks_dir.as_str(), "--mode", "ict", "--n", "150", "--hold-out", split_copy.to_str().unwrap(), "--artifacts", a];
     let out = ok(run("synth-data", &ict));
     assert!(String::from_utf8_lossy(&out.stderr).contains("chunks left out"), "{}", String::from_utf8_lossy(&out.stderr));

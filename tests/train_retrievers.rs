@@ -96,6 +96,11 @@ fn embedder_and_reranker_train_resume_and_load_in_the_pipeline() {
     let pages: BTreeSet<String> = record["pages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
     let listed: BTreeSet<String> = m["stats"]["trained_pages"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
     assert_eq!(pages, listed);
+    // The models that wrote the training questions are recorded beside the weights (evaluate
+    // marks a config using this adapter on questions of the same family).
+    let writers: BTreeSet<String> = std::fs::read_to_string(data.join("train.jsonl")).unwrap().lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["teacher_model"].as_str().map(str::to_string)).collect();
+    let recorded: BTreeSet<String> = record["questions_by"].as_array().map(|a| a.iter().map(|m| m.as_str().unwrap().to_string()).collect()).unwrap_or_default();
+    assert_eq!(recorded, writers, "{record}");
     // Exactly the pages of the training questions (one page per Markdown file here).
     let train_rows = std::fs::read_to_string(data.join("train.jsonl")).unwrap();
     let want: BTreeSet<String> = train_rows.lines().map(|l| {

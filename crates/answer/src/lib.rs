@@ -190,6 +190,8 @@ impl Stage for Answer {
             // The rewrites depend on the model's weights (or endpoint) and the template's text.
             entries.push(FileEntry::text("rewrite", rw.template.as_deref().unwrap_or("built-in"), &rw.identity()?));
         }
+        // No room for an answer is no answer (before: an empty one, counted as answered).
+        anyhow::ensure!(config.generation.max_new_tokens >= 1, "generation.max_new_tokens = 0 leaves no room for an answer; give at least 1 (the default is 200)");
         let system = read(&options.prompts.join("answer_system.md"))?;
         gauge_core::names::plain_name(&config.template).map_err(|why| anyhow::anyhow!("template {why} (it names prompts/answer_<template>.md)"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;

@@ -16,8 +16,10 @@ use crate::{hash, CoreError, GAUGE_VERSION, GIT_COMMIT};
 
 mod inputs;
 mod replace;
+mod verify;
+pub use verify::{check_input, verify_outputs};
 pub use inputs::{artifact_dir, embedded_chunks, input_file, EmbeddedChunks};
-pub use replace::{copy_tree, manifest_of_stage, replace_dir_with_copy, replace_dir_with_finished_copy, ResultKind};
+pub use replace::{copy_tree, manifest_of_stage, replace_dir_with_copy, replace_dir_with_finished_copy, ResultKind, FILES_RECORD};
 
 /// File name of the manifest inside every artifact directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -102,7 +104,7 @@ impl Manifest {
     /// Reads `manifest.json` from an artifact directory.
     pub fn read(dir: &Path) -> Result<Manifest, CoreError> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| CoreError::Artifact {
+        let text = crate::read::read_bounded_string(&path, crate::read::MANIFEST_LIMIT).map_err(|e| CoreError::Artifact {
             path: dir.to_path_buf(),
             message: format!("not a complete gauge artifact (no readable {MANIFEST_FILE}: {e}); rerun the stage that makes it"),
         })?;
@@ -182,7 +184,11 @@ impl ArtifactStore {
             return Ok(StageOutcome::CacheHit(final_dir));
         }
         let checkpoint_dir = stage_dir.join(format!(".resume-{fingerprint}"));
+        let checkpoint_lock = std::sync::OnceLock::new();
         if force && checkpoint_dir.exists() {
+            // Another run may own these checkpoints: take them over first (or stop, saying so),
+            // never delete what a live run is writing.
+            let _ = checkpoint_lock.set(take_owner(&checkpoint_dir, spec.stage, &fingerprint)?);
             std::fs::remove_dir_all(&checkpoint_dir).map_err(|e| CoreError::io(&checkpoint_dir, e))?;
         }
         let tmp_dir = stage_dir.join(format!(".tmp-{fingerprint}-{}", crate::owner::suffix()));
@@ -214,6 +220,7 @@ impl ArtifactStore {
             final_dir,
             tmp_dir,
             checkpoint_dir,
+            checkpoint_lock,
             started: Instant::now(),
             committed: false,
             force,
@@ -227,6 +234,8 @@ pub struct StageRun {
     final_dir: PathBuf,
     tmp_dir: PathBuf,
     checkpoint_dir: PathBuf,
+    /// The lock on `checkpoint_dir`'s owner file, once taken ([`StageRun::checkpoint_dir`]).
+    checkpoint_lock: std::sync::OnceLock<std::fs::File>,
     started: Instant,
     committed: bool,
     /// A `--force` run replaces an artifact already in place; any other run that finds one at
@@ -249,6 +258,13 @@ impl StageRun {
     /// crash or `kill -9`, so a rerun of the same fingerprint finds it, and is removed when
     /// the run commits or when it is forced. Created on first call.
     pub fn checkpoint_dir(&self) -> Result<&Path, CoreError> {
+        // One owner at a time: two concurrent runs of one fingerprint would append to one journal
+        // and overwrite each other's checkpoints. The lock (on a file beside the folder, held
+        // until this run ends, released by the kernel when a process dies) makes the second one
+        // stop at once, saying why.
+        if self.checkpoint_lock.get().is_none() {
+            let _ = self.checkpoint_lock.set(take_owner(&self.checkpoint_dir, &self.manifest.stage, &self.manifest.fingerprint)?);
+        }
         std::fs::create_dir_all(&self.checkpoint_dir).map_err(|e| CoreError::io(&self.checkpoint_dir, e))?;
         Ok(&self.checkpoint_dir)
     }
@@ -393,6 +409,24 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// removes their `.tmp-*` directories, and an `.old-<fingerprint>-…` (an artifact a `--force`
 /// run had moved aside) is put back as `<fingerprint>` when that process died before its new
 /// artifact took the place, else removed. Another host's temporaries are never touched.
+/// The lock that makes this process the one owner of a fingerprint's checkpoints: an exclusive
+/// lock on `.owner-<fingerprint>` beside `.resume-<fingerprint>/` (a name of its own, so tools
+/// that look for the resume folder by its prefix find only the folder), held until the run ends
+/// and released by the kernel when its process dies. Another owner: an error saying so.
+fn take_owner(checkpoint_dir: &Path, stage: &str, fingerprint: &str) -> Result<std::fs::File, CoreError> {
+    let name = checkpoint_dir.file_name().map(|n| n.to_string_lossy().replacen(".resume-", ".owner-", 1)).unwrap_or_default();
+    let path = checkpoint_dir.with_file_name(name);
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| CoreError::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CoreError::Artifact {
+            path: checkpoint_dir.to_path_buf(),
+            message: format!("another gauge process is running this same `{stage}` run (fingerprint {fingerprint}) and owns its checkpoints; wait for it (its result is then a cache hit) or stop it and rerun to resume"),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(CoreError::io(&path, e)),
+    }
+}
+
 fn remove_stale_temporaries(stage_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(stage_dir) else { return };
     for entry in entries.flatten() {
@@ -516,6 +550,27 @@ mod tests {
         for e in std::fs::read_dir(from).unwrap().flatten() {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
+    }
+
+    #[test]
+    fn two_runs_of_one_fingerprint_never_share_its_checkpoints() {
+        let root = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(root.path());
+        let config = serde_json::json!({"n": 2});
+        let StageOutcome::Run(first) = store.begin(spec(&config), false).unwrap() else { panic!() };
+        let StageOutcome::Run(second) = store.begin(spec(&config), false).unwrap() else { panic!() };
+        first.checkpoint_dir().unwrap();
+        // Before: both appended to one journal, and the loser failed at its next checkpoint.
+        let e = second.checkpoint_dir().unwrap_err().to_string();
+        assert!(e.contains("another gauge process is running this same `demo` run"), "{e}");
+        // --force while the owner runs: refused, and the owner's checkpoints are left alone.
+        std::fs::write(first.checkpoint_dir().unwrap().join("journal"), "1").unwrap();
+        let Err(e) = store.begin(spec(&config), true) else { panic!("--force took another run's checkpoints") };
+        let e = e.to_string();
+        assert!(e.contains("owns its checkpoints"), "{e}");
+        assert!(first.checkpoint_dir().unwrap().join("journal").is_file());
+        drop(first); // the owner ends (or dies): the next run takes over and resumes
+        second.checkpoint_dir().unwrap();
     }
 
     #[test]

@@ -82,6 +82,53 @@ pub fn merge(base: &mut Value, over: &Value) {
     }
 }
 
+/// Merges `layers` over `defaults` field by field, each tagged table (one with a `kind`) taking
+/// the kind the last layer gives it: a field set in any layer for that kind is kept, whether the
+/// kind came before it or after it (`--set fusion.alpha=0.9 --fusion weighted` keeps alpha), and
+/// fields a layer set for a kind a later layer replaced are dropped (a file's `rrf` `k` does not
+/// leak into `weighted`).
+pub fn merge_layers(defaults: Value, layers: &[Layer]) -> Value {
+    // First pass: the last word on every table's kind.
+    let mut last = defaults.clone();
+    for layer in layers {
+        merge(&mut last, &layer.patch);
+    }
+    let mut merged = defaults;
+    for layer in layers {
+        merge_toward(&mut merged, &layer.patch, &last);
+    }
+    merged
+}
+
+/// [`merge`], knowing each tagged table's final kind from `last`.
+fn merge_toward(base: &mut Value, over: &Value, last: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            if let Some(kind) = last.get("kind") {
+                if o.get("kind").is_some_and(|k| k != kind) {
+                    // Fields for a kind a later layer replaced.
+                    return;
+                }
+                if b.get("kind").is_some_and(|k| k != kind) {
+                    // The defaults (or an earlier layer) hold another kind: start the final one.
+                    b.clear();
+                    b.insert("kind".into(), kind.clone());
+                }
+            }
+            for (k, v) in o {
+                let below = last.get(k).unwrap_or(&Value::Null);
+                match b.get_mut(k) {
+                    Some(slot) => merge_toward(slot, v, below),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (base, over) => *base = over.clone(),
+    }
+}
+
 /// Sets `a.b.c` in an object, creating objects on the way (a non-object in the way is
 /// replaced).
 pub fn set_path(root: &mut Value, path: &str, value: Value) {
@@ -159,7 +206,7 @@ pub fn toml_to_json(v: toml::Value) -> Value {
 /// Reads a config file as a layer: TOML for `.toml`, JSON otherwise.
 pub fn read_file(path: &Path) -> Result<Layer, ConfigError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::new(&origin, format!("cannot read config ({e})")))?;
+    let text = crate::read::read_bounded_string(path, crate::read::CONFIG_LIMIT).map_err(|e| ConfigError::new(&origin, format!("cannot read config ({e})")))?;
     let patch = if path.extension().is_some_and(|e| e == "toml") {
         let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::new(&origin, format!("invalid TOML {}", toml_error(&text, &e))))?;
         toml_to_json(toml::Value::Table(table))
@@ -177,11 +224,8 @@ pub fn read_file(path: &Path) -> Result<Layer, ConfigError> {
 pub fn resolve<C: DeserializeOwned + serde::Serialize + Default>(layers: &[Layer]) -> Result<C, ConfigError> {
     // The defaults are the first layer, so that a layer setting one field of a tagged enum
     // (`teacher.base_url`) lands in the default variant, `kind` included.
-    let mut merged = serde_json::to_value(C::default()).unwrap_or_else(|_| Value::Object(Map::new()));
-    for layer in layers {
-        merge(&mut merged, &layer.patch);
-    }
-    serde_json::from_value(merged).map_err(|e| {
+    let defaults = serde_json::to_value(C::default()).unwrap_or_else(|_| Value::Object(Map::new()));
+    serde_json::from_value(merge_layers(defaults, layers)).map_err(|e| {
         let message = e.to_string();
         // serde names the field in backticks; blame the last layer that mentions it.
         let field = message.split('`').nth(1).unwrap_or_default();
@@ -302,6 +346,21 @@ mod tests {
         let flagged: Demo = args.resolve(Layer::from_flags("flags", &Flags { size: Some(9), keep_toc: true, fusion: Some("weighted".into()) })).unwrap();
         // The kind changed, so `k` of the file's rrf does not leak into `weighted`.
         assert_eq!(flagged, Demo { size: 9, model: "org/name".into(), filters: Filters { min_chars: 7, toc: false }, fusion: Fusion::Weighted { alpha: 0.0 } });
+    }
+
+    #[test]
+    fn a_field_set_before_its_kind_is_kept() {
+        // `--set fusion.alpha=0.9 --fusion weighted`: the flag layer comes after --set.
+        let args = ConfigArgs { config: None, set: vec!["fusion.alpha=0.9".into()] };
+        let d: Demo = args.resolve(Layer::from_flags("flags", &Flags { size: None, keep_toc: false, fusion: Some("weighted".into()) })).unwrap();
+        assert_eq!(d.fusion, Fusion::Weighted { alpha: 0.9 });
+        // A field with no kind beside it goes to the final kind: one it does not have is an
+        // error naming its layer, never silently dropped.
+        let e = resolve::<Demo>(&[set_layer("fusion.k=30").unwrap(), set_layer("fusion.kind=\"weighted\"").unwrap()]).unwrap_err().to_string();
+        assert!(e.starts_with("--set fusion.k=30") && e.contains("`k`"), "{e}");
+        // Fields a layer set together with a kind that a later layer replaced are dropped.
+        let d: Demo = resolve(&[set_layer("fusion={ kind = \"rrf\", k = 30.0 }").unwrap(), set_layer("fusion.kind=\"weighted\"").unwrap(), set_layer("fusion.alpha=0.25").unwrap()]).unwrap();
+        assert_eq!(d.fusion, Fusion::Weighted { alpha: 0.25 });
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 mod folder;
+pub mod provenance;
 use folder::{folder_files, read_folder};
+pub use provenance::{model_family, resolve_provenance, Provenance};
 
 /// Errors reading a golden set.
 #[derive(Debug, thiserror::Error)]
@@ -286,6 +288,9 @@ pub fn load_golden(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     let mut seen = HashSet::new();
     for (i, q) in questions.iter().enumerate() {
         let row = |message: String| GoldenError::Row { path: p.clone(), line: i + 1, message };
+        if q.qid.is_empty() || q.qid.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(row(format!("qid {:?} is empty or holds whitespace or a control character; TREC run and qrels files separate their fields by whitespace, so write it without (e.g. {:?})", q.qid, q.qid.split(|c: char| c.is_whitespace() || c.is_control()).filter(|p| !p.is_empty()).collect::<Vec<_>>().join("_"))));
+        }
         if !seen.insert(q.qid.as_str()) {
             return Err(row(format!("duplicate qid `{}`; qids must be unique", q.qid)));
         }
@@ -329,7 +334,7 @@ pub fn golden_hash(path: &Path) -> Result<String, crate::CoreError> {
 
 fn read_jsonl(path: &Path) -> Result<Vec<GoldenQuestion>, GoldenError> {
     let p = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| GoldenError::Read { path: p.clone(), message: e.to_string() })?;
+    let text = crate::read::read_bounded_string(path, crate::read::DATA_LIMIT).map_err(|e| GoldenError::Read { path: p.clone(), message: e.to_string() })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -527,6 +532,9 @@ mod tests {
             ("{\"qid\":\"a\",\"question\":\"q\"}\n", "neither `gold` nor `keywords`"),
             ("{\"qid\":\"a\",\"question\":\"q\",\"keywords\":[\"k\"]}\n{\"qid\":\"a\",\"question\":\"r\",\"keywords\":[\"k\"]}\n", "duplicate qid"),
             ("\n", "no questions"),
+            ("{\"qid\":\"a b\",\"question\":\"q\",\"keywords\":[\"k\"]}\n", "qid \"a b\" is empty or holds whitespace"),
+            ("{\"qid\":\"a\\tb\",\"question\":\"q\",\"keywords\":[\"k\"]}\n", "(e.g. \"a_b\")"),
+            ("{\"qid\":\"\",\"question\":\"q\",\"keywords\":[\"k\"]}\n", "qid \"\" is empty"),
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
             let p = write(dir.path(), &format!("g{i}.jsonl"), text);

@@ -28,6 +28,7 @@ pub mod models;
 pub mod names;
 pub mod owner;
 pub mod progress;
+pub mod read;
 pub mod rng;
 pub mod schema;
 pub mod shard;
@@ -91,8 +92,13 @@ impl CoreError {
 pub fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour only for a person at a terminal: a log file or a pipe gets plain text, and
+    // `NO_COLOR` (no-color.org) turns it off everywhere.
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
@@ -106,7 +112,38 @@ pub fn report_outcome(stage: &str, dir: &std::path::Path, cache_hit: bool, summa
     } else {
         eprintln!("{stage}: {}", summary());
     }
-    println!("{}", dir.display());
+    outln!("{}", dir.display());
+}
+
+/// The exit status after stdout was closed early: 128 + SIGPIPE, as a shell reports a tool the
+/// signal ended.
+pub const BROKEN_PIPE_STATUS: i32 = 141;
+
+/// Writes one line to stdout, like `println!`, but a reader that closed the pipe early
+/// (`extract … | head`) ends the process quietly with status 141 — what a Unix tool killed by
+/// SIGPIPE reports, so `set -o pipefail` still sees that not everything was delivered (a check
+/// piped to `grep -m1` never reads as passed) — instead of a panic; any other write error is one
+/// line on stderr and status 1. Use it through [`outln!`].
+pub fn write_stdout_line(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(args).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(BROKEN_PIPE_STATUS),
+        Err(e) => {
+            eprintln!("gauge: cannot write to stdout ({e})");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// `println!` for a stage's stdout: a closed pipe ends the process quietly
+/// ([`write_stdout_line`]).
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_stdout_line(format_args!($($arg)*))
+    };
 }
 
 /// Runs a binary's body; on error prints one line (`<stage>: error: …`, causes joined by

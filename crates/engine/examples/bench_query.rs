@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
     for i in 0..builds {
         let dir = std::env::temp_dir().join(format!("gauge-bench-bm25-{}-{i}", std::process::id()));
         let t = Instant::now();
-        gauge_index::write_bm25(&dir, &engine.chunks().chunks, false)?;
+        gauge_index::write_bm25(&dir, &engine.chunks().chunks, Default::default())?;
         build_s.push(t.elapsed().as_secs_f64());
         std::fs::remove_dir_all(&dir)?;
     }

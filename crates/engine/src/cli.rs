@@ -49,10 +49,13 @@ fn nonempty<S: serde::Serializer>(v: &[String], s: S) -> Result<S::Ok, S::Error>
     if v.is_empty() { s.serialize_none() } else { v.serialize(s) }
 }
 
-fn page_range(raw: &str) -> Result<(i32, i32), String> {
+pub(crate) fn page_range(raw: &str) -> Result<(i32, i32), String> {
     let (a, b) = raw.split_once('-').ok_or_else(|| format!("takes A-B, got `{raw}`"))?;
     let a = a.trim().parse().map_err(|_| format!("`{a}` is not a page number"))?;
     let b = b.trim().parse().map_err(|_| format!("`{b}` is not a page number"))?;
+    if a > b {
+        return Err(format!("{a}-{b}: the first page is after the last; write {b}-{a}"));
+    }
     Ok((a, b))
 }
 
@@ -224,25 +227,25 @@ pub fn query(args: &QueryArgs) -> anyhow::Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({ "question": args.question, "config": cfg, "passages": passages, "refusal": result.refusal, "rewrite": result.rewrite }));
+        gauge_core::outln!("{}", serde_json::json!({ "question": args.question, "config": cfg, "passages": passages, "refusal": result.refusal, "rewrite": result.rewrite }));
         return Ok(());
     }
     if let Some(r) = &result.refusal {
-        println!("{r}");
+        gauge_core::outln!("{r}");
         return Ok(());
     }
     for p in &result.passages {
         let stages: Vec<String> = p.candidate.stages.iter().map(|s| format!("{} #{} ({:.4})", s.stage, s.rank, s.score)).collect();
         let pages = if p.chunk.page_start == p.chunk.page_end { format!("p. {}", p.chunk.page_start) } else { format!("pp. {}-{}", p.chunk.page_start, p.chunk.page_end) };
-        println!("{:>2}. {:.4}  {}  {}  [{}]", p.rank, p.candidate.score, p.chunk.source, pages, stages.join(", "));
+        gauge_core::outln!("{:>2}. {:.4}  {}  {}  [{}]", p.rank, p.candidate.score, p.chunk.source, pages, stages.join(", "));
         if !p.chunk.section.is_empty() {
-            println!("    § {}", p.chunk.section);
+            gauge_core::outln!("    § {}", p.chunk.section);
         }
         if p.chunk.is_summary() {
-            println!("    summary (level {}) of {} chunks", p.chunk.level, p.span.leaves.len());
+            gauge_core::outln!("    summary (level {}) of {} chunks", p.chunk.level, p.span.leaves.len());
         }
         let preview: String = p.chunk.text.chars().take(200).collect::<String>().replace('\n', " ");
-        println!("    {preview}");
+        gauge_core::outln!("    {preview}");
     }
     Ok(())
 }

@@ -1,15 +1,14 @@
 //! Retrievers: each turns a query into a ranked list of chunk ids, honouring the filter
 //! inside. The engine fuses whatever retrievers are enabled; a new one (sparse, an API…)
 //! implements [`Retriever`] and is added with [`crate::Engine::with_retriever`].
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use gauge_core::schema::ChunkRecord;
 use gauge_encoder::Embedder;
 use gauge_index::{DenseIndex, FaissDevice};
 use gauge_rank::RankedList;
-use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery};
-use tantivy::schema::IndexRecordOption;
+use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermSetQuery};
 use tantivy::Term;
 
 use crate::config::{Filter, RetrievalConfig};
@@ -236,6 +235,9 @@ impl Retriever for DenseRetriever {
 pub struct Bm25Retriever {
     shards: Vec<(tantivy::IndexReader, usize)>,
     fields: gauge_index::Bm25Fields,
+    /// The first index's registered analyzer (shards share their settings): queries are
+    /// analysed as the documents were, stemmed and stopped where the index is.
+    analyzer: tantivy::tokenizer::TextAnalyzer,
 }
 
 impl Bm25Retriever {
@@ -248,20 +250,27 @@ impl Bm25Retriever {
     pub fn sharded(indexes: &[(&tantivy::Index, usize)]) -> anyhow::Result<Bm25Retriever> {
         let (_, fields) = gauge_index::bm25_schema();
         let shards = indexes.iter().map(|(i, offset)| Ok((i.reader()?, *offset))).collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(Bm25Retriever { shards, fields })
+        let analyzer = match indexes.first() {
+            Some((index, _)) => index.tokenizer_for_field(fields.text)?,
+            None => gauge_index::analyzer(Default::default()),
+        };
+        Ok(Bm25Retriever { shards, fields, analyzer })
     }
 
     /// BM25 top-`n` with the filter inside the tantivy query.
     pub fn search(&self, query: &str, n: usize, filter: &Filter, table: &ChunkTable) -> anyhow::Result<RankedList> {
+        self.search_with(query, n, filter, &gauge_index::Bm25Params::default(), table)
+    }
+
+    /// BM25 top-`n` with the filter inside the tantivy query and the given `k1` and `b`. Each
+    /// query term is searched in the chunk text, the document title and the section path, each
+    /// a field of its own (BEIR's "multifield" BM25), the scores summed.
+    pub fn search_with(&self, query: &str, n: usize, filter: &Filter, params: &gauge_index::Bm25Params, table: &ChunkTable) -> anyhow::Result<RankedList> {
         let f = &self.fields;
         let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        let mut seen = HashSet::new();
-        for t in gauge_index::tokenizer::tokenize(query) {
-            if !seen.insert(t.text.clone()) {
-                continue;
-            }
+        for term in gauge_index::query_terms(&mut self.analyzer.clone(), query) {
             for field in [f.text, f.title, f.section] {
-                should.push((Occur::Should, Box::new(TermQuery::new(Term::from_field_text(field, &t.text), IndexRecordOption::WithFreqs))));
+                should.push((Occur::Should, params.term_query(Term::from_field_text(field, &term))));
             }
         }
         if should.is_empty() {
@@ -312,6 +321,79 @@ impl Retriever for Bm25Retriever {
     }
 
     fn retrieve(&self, query: &str, cfg: &RetrievalConfig, table: &ChunkTable) -> anyhow::Result<RankedList> {
-        self.search(query, cfg.candidates, &cfg.filter, table)
+        self.search_with(query, cfg.candidates, &cfg.filter, &cfg.bm25_params, table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gauge_index::{Bm25Analysis, Bm25Params};
+
+    fn chunks() -> Vec<ChunkRecord> {
+        [
+            ("c1", "Crossing gates are lowered before trains reach the crossing."),
+            ("c2", "Flashing lights flash between thirty five and sixty five times per minute."),
+            ("c3", "The brake pipe pressure is tested before the train departs."),
+        ]
+        .iter()
+        .map(|(id, text)| ChunkRecord::leaf(*id, "manual.pdf", 1, text))
+        .collect()
+    }
+
+    /// A BM25 index written with `analysis`, opened as `IndexReader::open` opens it.
+    fn open(dir: &std::path::Path, analysis: Bm25Analysis) -> (Bm25Retriever, ChunkTable) {
+        let chunks = chunks();
+        gauge_index::write_bm25(dir, &chunks, analysis).unwrap();
+        let index = tantivy::Index::open_in_dir(dir).unwrap();
+        gauge_index::register_tokenizer(&index, analysis);
+        (Bm25Retriever::new(&index).unwrap(), ChunkTable::new(chunks))
+    }
+
+    fn ids(list: &RankedList) -> Vec<&str> {
+        list.hits.iter().map(|h| h.0.as_str()).collect()
+    }
+
+    /// The query runs through the index's analyzer: a stemmed index is searched with stemmed
+    /// terms. (It once searched a stemmed index with unstemmed terms, so `lowered` never met
+    /// `lower` and BM25 lost 0.18 nDCG@10 on BEIR SciFact.)
+    #[test]
+    fn a_stemmed_index_is_searched_with_stemmed_terms() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, analysis) in [("plain", Bm25Analysis::default()), ("stemmed", Bm25Analysis { stemming: true, stopwords: false })] {
+            let (bm25, table) = open(&tmp.path().join(name), analysis);
+            // The document's own words, inflected as written: both indexes find it first.
+            let hits = bm25.search("gates lowered", 3, &Filter::default(), &table).unwrap();
+            assert_eq!(ids(&hits).first(), Some(&"c1"), "{name}: {hits:?}");
+            // Other inflections meet only through the stemmer.
+            let hits = bm25.search("gate lowering tests", 3, &Filter::default(), &table).unwrap();
+            if analysis.stemming {
+                assert_eq!(ids(&hits), vec!["c1", "c3"], "{name}: `gate`, `lowering` → c1; `tests` → c3 (`tested`)");
+            } else {
+                assert!(hits.hits.is_empty(), "{name}: no inflection matches unstemmed: {hits:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn stop_words_are_left_out_of_index_and_query() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (plain, table) = open(&tmp.path().join("plain"), Bm25Analysis::default());
+        let (stopped, _) = open(&tmp.path().join("stopped"), Bm25Analysis { stemming: false, stopwords: true });
+        let f = Filter::default();
+        assert_eq!(plain.search("the", 3, &f, &table).unwrap().hits.len(), 2, "two chunks hold `the`");
+        assert!(stopped.search("the and", 3, &f, &table).unwrap().hits.is_empty(), "stop words only: nothing to search");
+        assert_eq!(ids(&stopped.search("the brake", 3, &f, &table).unwrap()), vec!["c3"]);
+    }
+
+    #[test]
+    fn bm25_parameters_reach_the_scores() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (bm25, table) = open(&tmp.path().join("p"), Bm25Analysis::default());
+        let f = Filter::default();
+        let score = |p: Bm25Params| bm25.search_with("crossing", 1, &f, &p, &table).unwrap().hits[0].1;
+        let (default, anserini) = (score(Bm25Params::default()), score(Bm25Params { k1: 0.9, b: 0.4 }));
+        assert_eq!(default, bm25.search("crossing", 1, &f, &table).unwrap().hits[0].1);
+        assert!((default - anserini).abs() > 1e-3, "k1 0.9, b 0.4 score otherwise: {default} vs {anserini}");
     }
 }

@@ -88,12 +88,13 @@ fn evaluate_plan(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOpti
     }
     let names: Vec<String> = pipeline.variants.iter().filter(|v| !skip.contains(v.name.as_str())).map(|v| v.name.clone()).collect();
     let tables = RetrievalTables::of(pipeline, &plan.golden, &retrieved.query_rows, names);
+    let refusal = refusal_phase(plan, &retrieved, &skip, &SearchRun { device: &options.device, cache: &cache, trace_and_show: true }).context("[refusal]")?;
     let answers = crate::answering::answer_phase(plan, &retrieved, &cache, &options.device, run)?;
     let mut failures = retrieved.failures.clone();
     failures.extend(answers.failures.iter().cloned());
     let gate = crate::gate::rows(pipeline, &tables, &retrieved.query_rows, &plan.answers, &answers.deltas, plan.golden.len()).context("the gate")?;
     let non_inferiority = crate::gate::non_inferiority_rows(pipeline, &plan.answers, &answers.deltas)?;
-    let evaluation = crate::outputs::Evaluation { plan, retrieved: &retrieved, tables: &tables, answers: &answers, failures: &failures, gate: &gate, non_inferiority: &non_inferiority, search_md };
+    let evaluation = crate::outputs::Evaluation { plan, retrieved: &retrieved, tables: &tables, answers: &answers, failures: &failures, gate: &gate, non_inferiority: &non_inferiority, search_md, refusal: refusal.as_ref() };
     crate::outputs::write(&evaluation, run)?;
     Ok((tables.names.len(), plan.skipped.len()))
 }
@@ -104,16 +105,73 @@ fn evaluate_plan(plan: &EvaluatePlan, run: &mut StageRun, options: &EvaluateOpti
 /// previous evaluation folder (its manifest's stage is `evaluate`) is replaced; another run
 /// that put the same evaluation in place first makes this a no-op.
 pub fn copy_to_eval(dir: &Path, dest: &Path) -> anyhow::Result<()> {
-    let kind = gauge_core::artifact::ResultKind { what: "an evaluation folder (manifest.json of stage `evaluate`)", holds: &|d: &Path| gauge_core::artifact::manifest_of_stage(d, "evaluate") };
+    let kind = gauge_core::artifact::ResultKind { what: "an evaluation folder (manifest.json of stage `evaluate`)", holds: &|d: &Path| gauge_core::artifact::manifest_of_stage(d, "evaluate"), derived: &[crate::report_page::REPORT_FILE, crate::report_page::QUESTIONS_FILE, crate::report_page::PASSAGES_FILE] };
     let page = |staged: &Path| {
         // The same results as those in place (a cached rerun): their recorded questions go into
         // the copy first, so that where the golden set is absent the record is kept (the page
         // rewrites it where the golden set is present).
-        let recorded = dest.join(crate::report_page::QUESTIONS_FILE);
-        if recorded.is_file() && std::fs::read(dest.join("manifest.json")).ok() == std::fs::read(staged.join("manifest.json")).ok() {
-            std::fs::copy(&recorded, staged.join(crate::report_page::QUESTIONS_FILE)).with_context(|| format!("{}: cannot copy the recorded questions", recorded.display()))?;
+        for file in [crate::report_page::QUESTIONS_FILE, crate::report_page::PASSAGES_FILE] {
+            let recorded = dest.join(file);
+            if recorded.is_file() && std::fs::read(dest.join("manifest.json")).ok() == std::fs::read(staged.join("manifest.json")).ok() {
+                std::fs::copy(&recorded, staged.join(file)).with_context(|| format!("{}: cannot copy the recorded {file}", recorded.display()))?;
+            }
         }
         crate::report_page::write(staged, Path::new(".")).map(|_| ()).context("writing the report page into the copy")
     };
     gauge_core::artifact::replace_dir_with_finished_copy(dir, dest, &kind, &page).with_context(|| format!("{}: the results are not in place (the previous ones are kept)", dest.display()))
+}
+
+/// The `[refusal]` phase: the golden set's best scores from the searches already made (a
+/// question the config's own cutoff refused is searched again without it), the calibration and
+/// out-of-corpus questions searched with no cutoff, then [`measure`].
+fn refusal_phase(plan: &crate::planning::EvaluatePlan, retrieved: &crate::retrieve::Retrieved, skip: &BTreeSet<&str>, how: &SearchRun<'_>) -> anyhow::Result<Option<crate::refusal::RefusalOutcome>> {
+    let (Some(section), Some(questions)) = (&plan.pipeline.refusal, &plan.refusal) else { return Ok(None) };
+    let all: Vec<(String, bool)> = plan.pipeline.variants.iter().map(|v| (v.name.clone(), v.oracle_source_filter)).collect();
+    let mut configs: Vec<(&str, crate::refusal::ScoreKind)> = Vec::new();
+    for name in section.measured(&all).into_iter().filter(|c| !skip.contains(c)) {
+        let v = plan.pipeline.variants.iter().find(|v| v.name == name).expect("a measured config is defined");
+        configs.push((name, section.score.for_config(name, &v.stages.retrieval).map_err(anyhow::Error::msg)?));
+    }
+    let mut asked: Vec<(String, &gauge_core::golden::GoldenQuestion)> = questions.calibration.iter().map(|q| (crate::refusal::CALIBRATION.to_string(), q)).collect();
+    for (path, qs) in &questions.out_of_corpus {
+        asked.extend(qs.iter().map(|q| (crate::refusal::set_name(path), q)));
+    }
+    // The golden set's final scores are the rank-1 scores its searches already wrote (a
+    // question the config's own cutoff refused is searched again without it); a retriever's
+    // own score is asked for.
+    let mut known: std::collections::HashMap<(String, String, String), Option<f64>> = std::collections::HashMap::new();
+    let mut asks = Vec::new();
+    // (config, qid) → refused by the config's own cutoff, and → its rank-1 score: indexed once.
+    let refused: std::collections::HashMap<(&str, &str), bool> = retrieved.query_rows.iter().map(|r| ((r.config.as_str(), r.qid.as_str()), r.refused)).collect();
+    let first: std::collections::HashMap<(&str, &str), f64> = retrieved.run_rows.iter().filter(|x| x.rank == 1).map(|x| ((x.config.as_str(), x.qid.as_str()), x.score)).collect();
+    for &(config, kind) in &configs {
+        let mut mine = asked.clone();
+        for q in &plan.golden {
+            match refused.get(&(config, q.qid.as_str())) {
+                Some(false) if kind == crate::refusal::ScoreKind::Final => {
+                    known.insert((config.to_string(), crate::refusal::ANSWERABLE.to_string(), q.qid.clone()), first.get(&(config, q.qid.as_str())).copied());
+                }
+                _ => mine.push((crate::refusal::ANSWERABLE.to_string(), q)),
+            }
+        }
+        asks.push(crate::refusal::Ask { config, score: kind, questions: mine });
+    }
+    let searched = crate::retrieve::best_scores(&plan.pipeline, &plan.upstream, plan.mode, &asks, how)?;
+    known.extend(searched);
+    let best = |config: &str, set: &str, q: &gauge_core::golden::GoldenQuestion| known.get(&(config.to_string(), set.to_string(), q.qid.clone())).copied().flatten();
+    let (rows, summaries) = crate::refusal::measure(section, questions, &plan.golden, &configs, &best, plan.pipeline.resamples, plan.pipeline.seed);
+    for s in &summaries {
+        eprintln!(
+            "evaluate: refusal, `{}` ({} score): cutoff {}, false refusals {}/{}, out-of-corpus refused {}/{}",
+            s.config,
+            s.score,
+            s.threshold.map_or("none".into(), |t| format!("{t:.4}")),
+            s.false_refusals.k,
+            s.false_refusals.n,
+            s.refusals_all.k,
+            s.refusals_all.n
+        );
+    }
+    let markdown = crate::refusal::markdown(section, questions, &plan.pipeline.golden, &summaries);
+    Ok(Some(crate::refusal::RefusalOutcome { rows, summaries, markdown }))
 }

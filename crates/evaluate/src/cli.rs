@@ -61,7 +61,7 @@ impl StageCli for Evaluate {
     /// `--verify DIR`: the reproducibility check of a finished evaluation.
     fn instead(args: &EvaluateArgs, shared: &SharedArgs) -> Option<anyhow::Result<()>> {
         if let Some(dir) = &args.report_only {
-            return Some(crate::report_page::write(dir, Path::new(".")).map(|out| println!("{}", out.display())));
+            return Some(crate::report_page::write(dir, Path::new(".")).map(|out| gauge_core::outln!("{}", out.display())));
         }
         let dir = args.verify.as_ref()?;
         let opts = crate::verify::VerifyOptions { rebuild: args.rebuild.then(|| args.pipeline.clone()), artifacts: shared.artifacts.clone(), device: args.device.clone() };

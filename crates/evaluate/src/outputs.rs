@@ -31,6 +31,8 @@ pub struct Evaluation<'a> {
     pub non_inferiority: &'a [crate::gate::NonInferiorityRow],
     /// The config search's section of `ablation.md` (empty without `[search]`).
     pub search_md: &'a str,
+    /// What `[refusal]` measured, when the pipeline has it.
+    pub refusal: Option<&'a crate::refusal::RefusalOutcome>,
 }
 
 /// Writes the run's files and stats (see the module docs).
@@ -53,6 +55,11 @@ pub fn write(e: &Evaluation<'_>, run: &mut StageRun) -> anyhow::Result<()> {
     let n = crate::failures::write_failures(&run.path("failures.parquet"), e.failures)?;
     run.add_output("failures.parquet", Some(n))?;
     write_trec(e, run)?;
+    if let Some(r) = e.refusal {
+        let n = crate::refusal::write_rows(&run.path(crate::refusal::REFUSAL_FILE), &r.rows)?;
+        run.add_output(crate::refusal::REFUSAL_FILE, Some(n))?;
+        run.set_stat("refusal", crate::refusal::stat(&r.summaries));
+    }
     let context = report::ReportContext {
         pipeline,
         golden_len: golden.len(),
@@ -65,10 +72,12 @@ pub fn write(e: &Evaluation<'_>, run: &mut StageRun) -> anyhow::Result<()> {
         correction: pipeline.stats.correction,
         family_size: e.tables.family_size,
         power: &e.tables.power,
+        provenance: &e.plan.provenance,
+        same_family: &e.plan.same_family,
     };
     let answers_md = report::answers_markdown(pipeline.answer.as_ref(), &e.answers.tables, &e.answers.deltas, pipeline.judge.is_some());
     let failures_md = crate::failures::markdown(e.failures, &e.tables.names, pipeline.judge_depth);
-    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &answers_md + &e.answers.split_report + &e.answers.judge_report + &failures_md + &crate::gate::markdown(e.gate) + &crate::gate::non_inferiority_markdown(e.non_inferiority) + e.search_md)?;
+    std::fs::write(run.path("ablation.md"), report::ablation_markdown(&context) + &answers_md + &e.answers.split_report + &e.answers.judge_report + &failures_md + e.refusal.map_or("", |r| r.markdown.as_str()) + &crate::gate::markdown(e.gate) + &crate::gate::non_inferiority_markdown(e.non_inferiority) + e.search_md)?;
     run.add_output("ablation.md", None)?;
     report::ablation_png(&run.path("ablation.png"), &context)?;
     run.add_output("ablation.png", None)?;
@@ -76,6 +85,8 @@ pub fn write(e: &Evaluation<'_>, run: &mut StageRun) -> anyhow::Result<()> {
     run.set_stat("configs", e.tables.names.len());
     run.set_stat("skipped", serde_json::to_value(&e.plan.skipped)?);
     run.set_stat("relevance", mode.name());
+    run.set_stat("question_provenance", serde_json::to_value(&e.plan.provenance)?);
+    run.set_stat("same_family", serde_json::to_value(e.plan.same_family.iter().map(|(c, why)| serde_json::json!({"config": c, "why": why})).collect::<Vec<_>>())?);
     Ok(())
 }
 

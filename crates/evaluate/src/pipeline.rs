@@ -26,6 +26,11 @@ pub struct Pipeline {
     pub corpus: PathBuf,
     /// Golden set (JSONL or Parquet).
     pub golden: PathBuf,
+    /// Who wrote and judged the golden set's questions, as the pipeline declares it (for a
+    /// set whose folder cannot hold a `<set>.provenance.json`); see
+    /// [`gauge_core::golden::provenance`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden_provenance: Option<gauge_core::golden::Provenance>,
     /// Questions the corpus cannot answer (JSON Lines, no gold), asked by the answer rows only
     /// and scored only by the answer metrics (a refusal is right).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +68,9 @@ pub struct Pipeline {
     /// What a model of `exclude_trained_pages` trained on a page of the golden set's held-out
     /// split does: refused (default) or its questions there left out.
     pub held_out_split: HeldOutSplit,
+    /// Refusal by score cutoff (`[refusal]`), when the pipeline measures it: paths resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<crate::refusal::RefusalSection>,
 }
 
 /// `held_out_split`: a held-out question set (one with a page split beside it,
@@ -120,6 +128,11 @@ struct PipelineFile {
     corpus: PathBuf,
     /// Golden set: JSONL or Parquet, or a BEIR / TREC / MS MARCO folder (relative to this file).
     golden: PathBuf,
+    /// Who wrote and who judged the golden set's questions (`{ written_by = ["human" or a
+    /// model], judged_by = [...], prompt, note }`), when the set has no
+    /// `<set>.provenance.json` beside it (a read-only folder). Default: that sidecar, a
+    /// benchmark folder's people, the rows' `teacher_model`, else unknown.
+    golden_provenance: Option<gauge_core::golden::Provenance>,
     /// Questions the corpus cannot answer (relative to this file): JSON Lines of `qid`,
     /// `question` and optionally `reference_answer`, no `gold` or `keywords`. Needs `[answer]`:
     /// the answer rows ask them after the golden set's, and only the answer metrics score them
@@ -173,6 +186,10 @@ struct PipelineFile {
     /// left out, as for a set without a split).
     #[serde(default)]
     held_out_split: HeldOutSplit,
+    /// Refusal by score cutoff: each config's cutoff calibrated on answerable questions
+    /// (`calibrate_on`, e.g. the dev set), then its false refusals on the golden set and its
+    /// refusals of `out_of_corpus` files measured with intervals (no generation).
+    refusal: Option<crate::refusal::RefusalSection>,
 }
 
 /// One config of a pipeline (`[baseline]` or `[[variants]]`).
@@ -245,7 +262,7 @@ impl Pipeline {
     /// Reads and resolves a pipeline file.
     pub fn load(path: &Path) -> Result<Pipeline, PipelineError> {
         let err = |message: String| PipelineError { path: path.to_path_buf(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read pipeline ({e})")))?;
+        let text = gauge_core::read::read_bounded_string(path, gauge_core::read::CONFIG_LIMIT).map_err(|e| err(format!("cannot read pipeline ({e})")))?;
         let file: PipelineFile = toml::from_str(&text).map_err(|e| err(format!("invalid pipeline {}", gauge_core::config::toml_error(&text, &e))))?;
         let here = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { normalize(&here.join(p)) };
@@ -370,9 +387,19 @@ impl Pipeline {
                 Some(crate::search::plan(section, &resolved[0].1, seed, &resolve).map_err(err)?)
             }
         };
+        let refusal = match file.refusal {
+            None => None,
+            Some(mut r) => {
+                let configs: Vec<(String, bool)> = variants.iter().map(|v: &Variant| (v.name.clone(), v.oracle_source_filter)).collect();
+                r.validate(&configs).map_err(err)?;
+                r.calibrate_on = resolve(&r.calibrate_on);
+                r.out_of_corpus = r.out_of_corpus.iter().map(|p| resolve(p)).collect();
+                Some(r)
+            }
+        };
         let prompts = here.join("prompts");
         Ok(Pipeline {
-            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), out_of_corpus: file.out_of_corpus.as_deref().map(resolve), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages, held_out_split: file.held_out_split })
+            search, name, corpus: resolve(&file.corpus), golden: resolve(&file.golden), golden_provenance: file.golden_provenance, out_of_corpus: file.out_of_corpus.as_deref().map(resolve), relevance: file.relevance, judge_depth, seed: file.seed, resamples: file.resamples, variants, answer, judge, dir: here.to_path_buf(), prompts, exclude_trained_pages: file.exclude_trained_pages.iter().map(|p| resolve(p)).collect(), stats: file.stats, gold_pages: file.gold_pages, held_out_split: file.held_out_split, refusal })
     }
 }
 

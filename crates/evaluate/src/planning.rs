@@ -58,12 +58,18 @@ pub struct EvaluatePlan {
     pub(crate) skipped: Vec<(String, String)>,
     /// Notes for the report (restricted golden set, reranker fallbacks).
     pub(crate) notes: Vec<String>,
+    /// Who wrote and judged the golden set's questions.
+    pub(crate) provenance: gauge_core::golden::Provenance,
+    /// The configs (and `answers`, `judge`) using a model of that family, with why.
+    pub(crate) same_family: Vec<(String, String)>,
     /// Answer artifacts: (config, directory).
     pub(crate) answers: Vec<crate::answers::AnswerRun>,
     /// Upstream artifacts built by this run.
     pub built: Vec<String>,
     /// The config search's questions (the search split), when the pipeline has `[search]`.
     pub(crate) search_questions: Option<Vec<GoldenQuestion>>,
+    /// `[refusal]`'s calibration and out-of-corpus questions.
+    pub(crate) refusal: Option<crate::refusal::RefusalQuestions>,
 }
 
 /// Builds (or finds cached) every config's upstream artifacts of a pipeline and returns each
@@ -86,12 +92,15 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     if let Some(g) = &config.golden {
         anyhow::ensure!(g.is_file(), "--golden {}: no such file (a golden set, JSON Lines)", g.display());
         pipeline.golden = g.clone();
+        // The pipeline's declared provenance is its own set's, not this one's.
+        pipeline.golden_provenance = None;
     }
     if let Some(n) = &config.name {
-        gauge_core::names::plain_name(n).map_err(|why| anyhow::anyhow!("--name `{n}` {why} (it names the folder eval/<name>/)"))?;
+        gauge_core::names::plain_name(n).map_err(|why| anyhow::anyhow!("--name {why} (it names the folder eval/<name>/)"))?;
         pipeline.name = n.clone();
     }
     let golden = load_golden(&pipeline.golden)?;
+    let provenance = gauge_core::golden::resolve_provenance(&pipeline.golden, pipeline.golden_provenance.as_ref())?;
     // Checked against the whole golden set (the answer stage reads the whole file).
     let out_of_corpus = pipeline.out_of_corpus.as_ref().map(|o| gauge_answer::load_out_of_corpus(o, &golden).map(|q| (o.clone(), q))).transpose()?;
     let mut notes = Vec::new();
@@ -115,12 +124,22 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     check_gold_sources(&golden, &pipeline, &ups[0])?;
     let mut inputs = vec![FileEntry::hashed("golden", pipeline.golden.display(), gauge_core::golden::golden_hash(&pipeline.golden)?).with_rows(golden.len())];
     inputs.extend(exclusion_inputs);
+    // A provenance sidecar is an input (editing it changes the reports); a declared one is
+    // echoed below; one read from the rows or a folder's kind follows the golden set's hash.
+    let sidecar = gauge_core::golden::provenance::provenance_path(&pipeline.golden);
+    if provenance.source == sidecar.display().to_string() {
+        inputs.push(FileEntry::file("golden_provenance", &sidecar)?);
+    }
     let out_of_corpus = match out_of_corpus {
         Some((o, questions)) => {
             inputs.push(FileEntry::file("out_of_corpus", &o)?.with_rows(questions.len()));
             questions
         }
         None => Vec::new(),
+    };
+    let refusal = match &pipeline.refusal {
+        Some(section) => Some(refusal_questions(section, &golden, &mut inputs)?),
+        None => None,
     };
     inputs.extend(model_inputs(&pipeline, &ups, &mut skipped)?);
     for (name, reason) in &skipped {
@@ -133,7 +152,28 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     let echo = echo_and_judge_input(&pipeline, mode, &mut inputs)?;
     let seed = pipeline.seed;
     let built = dag.built.clone();
-    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, out_of_corpus, mode, upstream: ups, skipped, notes, answers, built, search_questions }).echo(echo).seed(seed))
+    let same_family = crate::provenance::same_family(&pipeline, &provenance);
+    for (config, why) in &same_family {
+        eprintln!("evaluate: `{config}` shares a model family with the questions' writer or judge ({why})");
+    }
+    Ok(Plan::new(inputs, EvaluatePlan { pipeline, golden, out_of_corpus, mode, upstream: ups, skipped, notes, provenance, same_family, answers, built, search_questions, refusal }).echo(echo).seed(seed))
+}
+
+/// Loads `[refusal]`'s questions (the calibration set as a golden set, each out-of-corpus
+/// file checked against every answerable qid) and lists them as inputs.
+fn refusal_questions(section: &crate::refusal::RefusalSection, golden: &[GoldenQuestion], inputs: &mut Vec<FileEntry>) -> anyhow::Result<crate::refusal::RefusalQuestions> {
+    let calibration = load_golden(&section.calibrate_on).with_context(|| format!("[refusal] calibrate_on = {}", section.calibrate_on.display()))?;
+    anyhow::ensure!(!calibration.is_empty(), "[refusal] calibrate_on = {}: no question to set the cutoff on", section.calibrate_on.display());
+    inputs.push(FileEntry::hashed("refusal_calibration", section.calibrate_on.display(), gauge_core::golden::golden_hash(&section.calibrate_on)?).with_rows(calibration.len()));
+    let mut taken: std::collections::BTreeSet<String> = golden.iter().chain(&calibration).map(|q| q.qid.clone()).collect();
+    let mut out_of_corpus = Vec::new();
+    for (i, path) in section.out_of_corpus.iter().enumerate() {
+        let questions = crate::refusal::load_out_of_corpus(path, &taken)?;
+        taken.extend(questions.iter().map(|q| q.qid.clone()));
+        inputs.push(FileEntry::file(format!("refusal_out_of_corpus_{}", i + 1), path)?.with_rows(questions.len()));
+        out_of_corpus.push((path.clone(), questions));
+    }
+    Ok(crate::refusal::RefusalQuestions { calibration, out_of_corpus })
 }
 
 /// Takes out the configs whose embedder adapter is not there yet (like a missing reranker,
@@ -264,6 +304,13 @@ fn echo_and_judge_input(pipeline: &Pipeline, mode: RelevanceMode, inputs: &mut V
     if let Some(sp) = &pipeline.search {
         echo["search"] = serde_json::to_value(sp)?;
     }
+    if let Some(p) = &pipeline.golden_provenance {
+        echo["golden_provenance"] = serde_json::to_value(p)?;
+    }
+    if let Some(section) = &pipeline.refusal {
+        // The files are inputs (by content); their paths depend on the checkout.
+        echo["refusal"] = serde_json::json!({ "max_false_refusal": section.max_false_refusal, "configs": section.configs, "score": section.score });
+    }
     if let Some(section) = &pipeline.answer {
         echo["answer"] = serde_json::to_value(section)?;
     }
@@ -323,7 +370,7 @@ fn restrict_to_untrained_pages(golden: Vec<GoldenQuestion>, golden_path: &Path, 
         .filter(|q| !q.gold.iter().any(|g| g.pages().is_some_and(|(a, b)| (a..=b).any(|p| pages.contains(&format!("{}#{p}", g.source()))))))
         .collect();
     let note = format!("Golden set restricted to questions whose gold pages are outside the training pages of {}: **{} of {total} questions remain**.", used.join(", "), kept.len());
-    println!("evaluate: {} of {total} questions have no gold page among the {} training pages of {}", kept.len(), pages.len(), used.join(", "));
+    gauge_core::outln!("evaluate: {} of {total} questions have no gold page among the {} training pages of {}", kept.len(), pages.len(), used.join(", "));
     notes.push(note);
     Ok((kept, inputs))
 }

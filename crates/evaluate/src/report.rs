@@ -243,6 +243,10 @@ pub struct ReportContext<'a> {
     /// Per primary metric: label, standard deviation of the paired differences, questions,
     /// minimum detectable effect.
     pub power: &'a [(String, f64, usize, f64)],
+    /// Who wrote and judged the golden set's questions.
+    pub provenance: &'a gauge_core::golden::Provenance,
+    /// Configs (and `answers`, `judge`) using a model of the writing or judging family, with why.
+    pub same_family: &'a [(String, String)],
 }
 
 impl ReportContext<'_> {
@@ -300,7 +304,7 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
     let base = &p.variants[0].name;
     let mut s = format!("# Ablation: `{}`\n\n", p.name);
     s.push_str(&format!(
-        "- Golden set: `{}` ({} questions); relevance: {}.\n- k = {}; every value is a mean over questions with its 95 % percentile-bootstrap interval ({} resamples, seed {}).\n- Δ: mean paired difference against the baseline **{}**, with its paired-bootstrap interval; `*` marks a two-sided paired sign-flip randomisation p < 0.05 {}.\n\n",
+        "- Golden set: `{}` ({} questions); relevance: {}.\n- k = {}; every value is a mean over questions with its 95 % percentile-bootstrap interval ({} resamples, seed {}).\n- Δ: mean paired difference against the baseline **{}**, with its paired-bootstrap interval; `*` marks a two-sided paired sign-flip randomisation p < 0.05 {}.\n",
         p.golden.display(),
         cx.golden_len,
         mode_text(cx.mode),
@@ -310,12 +314,18 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         base,
         family_text(cx)
     ));
+    if cx.provenance.written_by.is_empty() && cx.provenance.judged_by.is_empty() {
+        s.push_str("- Questions: who wrote and who judged them is not recorded (put a `<set>.provenance.json` beside the set, or `golden_provenance` in the pipeline).\n");
+    } else {
+        s.push_str(&format!("- Questions {} (record: {}).\n", cx.provenance.summary(), if cx.provenance.source.is_empty() { "unknown" } else { cx.provenance.source.as_str() }));
+    }
+    if !cx.same_family.is_empty() {
+        s.push_str("- † marks a config using a model of the family that wrote or judged the questions (see \"Same family as the questions\" below): its gain may come from the question set, not the method.\n");
+    }
     for note in cx.notes {
         s.push_str(&format!("- {note}\n"));
     }
-    if !cx.notes.is_empty() {
-        s.push('\n');
-    }
+    s.push('\n');
     let set: std::collections::BTreeSet<&str> = cx.metrics.iter().map(|m| m.category.as_str()).filter(|c| *c != "all").collect();
     // One category is the whole set again: no separate table.
     let cats: Vec<&str> = std::iter::once("all").chain(if set.len() >= 2 { set } else { Default::default() }).collect();
@@ -328,7 +338,8 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
         let headers: Vec<String> = main.iter().map(|m| m.label.clone()).chain(deltas.iter().map(|m| format!("Δ {}", m.label))).collect();
         s.push_str(&format!("| Config | {} |\n|---|{}\n", headers.join(" | "), "---|".repeat(headers.len())));
         for v in cx.evaluated() {
-            let name = if v.name == *base { format!("{} (baseline)", v.name) } else { v.name.clone() };
+            let mark = if cx.same_family.iter().any(|(c, _)| *c == v.name) { " †" } else { "" };
+            let name = if v.name == *base { format!("{}{mark} (baseline)", v.name) } else { format!("{}{mark}", v.name) };
             let cells: Vec<String> = main.iter().map(|m| cell(cx.get(&v.name, cat, &m.name))).chain(deltas.iter().map(|m| delta_cell(cx.get(&v.name, cat, &m.name)))).collect();
             s.push_str(&format!("| {} | {} |\n", name.replace('|', "\\|"), cells.join(" | ")));
         }
@@ -358,6 +369,12 @@ pub fn ablation_markdown(cx: &ReportContext<'_>) -> String {
     for v in &p.variants {
         let desc = if v.description.is_empty() { String::new() } else { format!(": {}", v.description) };
         s.push_str(&format!("- **{}**{}{}\n", v.name, desc, if v.oracle_source_filter { " *(oracle: filters on each question's gold source)*" } else { "" }));
+    }
+    if !cx.same_family.is_empty() {
+        s.push_str(&format!("\n## Same family as the questions\n\nThe questions were {}. These rows use a model of a family that wrote or judged them; a question a language model wrote from a passage tends to be likely under a language model given that passage, so their differences need a set of other origin to stand:\n\n", cx.provenance.summary()));
+        for (config, why) in cx.same_family {
+            s.push_str(&format!("- **{config}** †: {why}\n"));
+        }
     }
     if !cx.skipped.is_empty() {
         s.push_str("\n## Skipped\n\n");

@@ -232,3 +232,47 @@ fn sort_in_report_order(pipeline: &Pipeline, golden: &[GoldenQuestion], out: &mu
     out.run_rows.sort_by_key(|r| (order[r.config.as_str()], qorder[r.qid.as_str()], r.rank));
     out.failures.sort_by_key(|f| (order[f.config.as_str()], qorder[f.qid.as_str()]));
 }
+
+/// Each question's best score under each config of `asks` — (config, which score, its
+/// (set, question) pairs) — keyed by (config, set, qid); `None`: no passage. The final score
+/// is the rank-1 passage's, searched with no cutoff; a retriever's (`dense`, `bm25`) is the
+/// best of that retriever's own list, before any fusion. Each distinct index is opened once,
+/// each reranker loaded once; the oracle source filter is never applied (these questions may
+/// have no gold). For `[refusal]`.
+pub fn best_scores(pipeline: &Pipeline, upstream: &[Upstream], mode: RelevanceMode, asks: &[crate::refusal::Ask<'_>], how: &SearchRun<'_>) -> anyhow::Result<HashMap<(String, String, String), Option<f64>>> {
+    use crate::refusal::ScoreKind;
+    let mut by_index: BTreeMap<PathBuf, Vec<(usize, &crate::refusal::Ask<'_>)>> = BTreeMap::new();
+    for ask in asks {
+        let i = pipeline.variants.iter().position(|v| v.name == ask.config).ok_or_else(|| anyhow::anyhow!("config `{}` is not defined", ask.config))?;
+        by_index.entry(upstream[i].index.clone()).or_default().push((i, ask));
+    }
+    let mut searcher = Searcher { models: Models::new(how.device, how.cache.clone()), how: *how, judge_depth: pipeline.judge_depth, mode };
+    let total: usize = asks.iter().map(|a| a.questions.len()).sum();
+    let bar = if how.trace_and_show { gauge_core::progress::bar(total as u64, "refusal searches") } else { gauge_core::progress::hidden() };
+    let mut out = HashMap::new();
+    for (index, group) in &by_index {
+        let dense = group.iter().any(|(i, _)| pipeline.variants[*i].stages.retrieval.dense);
+        let engine = Engine::open(index, &EngineOptions { dense, model: None, device: how.device.to_string() })?;
+        for (vi, ask) in group {
+            let v = &pipeline.variants[*vi];
+            searcher.load(v)?;
+            let (reranker, rewriter) = searcher.of(v);
+            let mut cfg = v.stages.retrieval.clone();
+            cfg.cutoff = None;
+            // A retriever asked alone gets the list lengths a search would give it.
+            let alone = cfg.clone().normalize().clamped_to(engine.chunks().chunks.len());
+            for (set, q) in &ask.questions {
+                let at = || format!("config `{}`, question `{}` ({set})", v.name, q.qid);
+                let best = match ask.score {
+                    ScoreKind::Final | ScoreKind::Auto => engine.search_full(&q.question, &cfg, reranker, rewriter).with_context(at)?.passages.first().map(|p| p.candidate.score as f64),
+                    ScoreKind::Dense => engine.retrieve("dense", &q.question, &alone).with_context(at)?.hits.first().map(|h| h.1 as f64),
+                    ScoreKind::Bm25 => engine.retrieve("bm25", &q.question, &alone).with_context(at)?.hits.first().map(|h| h.1 as f64),
+                };
+                out.insert((v.name.clone(), set.clone(), q.qid.clone()), best);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(out)
+}

@@ -112,6 +112,14 @@ fn readable(recorded: &str) -> Result<PathBuf, String> {
 /// regular file or a folder — never a link or a device).
 fn inside(dir: &Path, recorded: &str) -> Result<PathBuf, String> {
     let path = gauge_core::names::confined(dir, Path::new(recorded))?;
+    // No folder on the way may be a link either (`trec/` linked elsewhere).
+    let mut at = dir.to_path_buf();
+    for part in path.strip_prefix(dir).unwrap_or(Path::new("")).parent().into_iter().flat_map(Path::components) {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!("`{}` on its way is a symbolic link; an artifact's outputs are its own files", at.display()));
+        }
+    }
     if let Ok(meta) = std::fs::symlink_metadata(&path) {
         if meta.file_type().is_symlink() {
             return Err("a symbolic link; an artifact's outputs are its own files".into());
@@ -326,7 +334,8 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     let correction: crate::stats::Correction = serde_json::from_value(cfg["stats"]["correction"].clone()).unwrap_or_default();
 
     // Ranked passages per (config, question), from runs.parquet.
-    let runs = read_parquet_any(&dir.join("runs.parquet"))?;
+    let own = |name: &str| inside(dir, name).map_err(|why| anyhow::anyhow!("{}: {name} not read: {why}", dir.display()));
+    let runs = read_parquet_any(&own("runs.parquet")?)?;
     let c = Columns::new(&runs);
     let (config, qid, rank, source, ps, pe, relevant) = (c.strings_required("config"), c.strings_required("qid"), c.i32s("rank"), c.strings_required("source"), c.i32s("page_start"), c.i32s("page_end"), c.bools("relevant"));
     let mut ranked: BTreeMap<(String, String), Vec<RankedPassage>> = BTreeMap::new();
@@ -356,7 +365,7 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     }
 
     // Per-question rows: scores re-derived; refusals, counts and latency as recorded.
-    let pq = read_parquet_any(&dir.join("per_query.parquet"))?;
+    let pq = read_parquet_any(&own("per_query.parquet")?)?;
     let p = Columns::new(&pq);
     let (pconfig, pqid, pcat, refused, nres, lat, cold, calls) = (p.strings_required("config"), p.strings_required("qid"), p.strings_required("category"), p.bools("refused"), p.i32s("n_results"), p.f64s("latency_ms"), p.f64s("cold_latency_ms"), p.i32s("model_calls"));
     let (rr, ndcg, recall) = (p.f64s("reciprocal_rank"), p.f64s("ndcg_10"), p.f64s("recall"));
@@ -425,7 +434,7 @@ fn rescore(dir: &Path, manifest: &Manifest, report: &mut Report) -> anyhow::Resu
     let mut metrics = crate::tables::summarize(&rows, &evaluated, &baseline, &reg, resamples, seed);
     let mut named = crate::tables::named_comparisons(&rows, &pairs, &evaluated, &reg, resamples, seed);
     crate::tables::correct_retrieval_family(&mut metrics, &mut named, &reg, correction);
-    let recorded = read_metric_rows(&dir.join("metrics.parquet"))?;
+    let recorded = read_metric_rows(&own("metrics.parquet")?)?;
     let mut differ = Vec::new();
     let mut compared = 0;
     for m in metrics.iter().filter(|m| !m.metric.starts_with("latency")) {
@@ -495,13 +504,23 @@ fn read_metric_rows(path: &Path) -> anyhow::Result<HashMap<(String, String, Stri
 pub fn print(report: &Report) -> anyhow::Result<()> {
     for f in &report.findings {
         match f {
-            Finding::Holds(s) => println!("holds: {s}"),
-            Finding::Absent(s) => println!("not checked: {s}"),
-            Finding::Changed(s) => println!("CHANGED: {s}"),
+            Finding::Holds(s) => gauge_core::outln!("holds: {s}"),
+            Finding::Absent(s) => gauge_core::outln!("not checked: {s}"),
+            Finding::Changed(s) => gauge_core::outln!("CHANGED: {s}"),
         }
     }
     let changed = report.changed();
     anyhow::ensure!(changed.is_empty(), "{} check(s) failed; first: {}", changed.len(), changed[0]);
-    println!("verified: every number that can be re-derived here holds");
+    // The runs re-scored against the golden set are the check that matters: without it nothing
+    // was verified, whatever else held.
+    if let Some(Finding::Absent(why)) = report.findings.iter().find(|f| matches!(f, Finding::Absent(s) if s.contains("runs not re-scored"))) {
+        anyhow::bail!("not verified: {why} (run --verify where the golden set the manifest names is)");
+    }
+    let absent = report.findings.iter().filter(|f| matches!(f, Finding::Absent(_))).count();
+    if absent > 0 {
+        gauge_core::outln!("verified, except {absent} input(s) not checked here (listed above): every number that can be re-derived here holds");
+    } else {
+        gauge_core::outln!("verified: every number that can be re-derived here holds");
+    }
     Ok(())
 }

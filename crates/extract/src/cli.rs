@@ -61,9 +61,9 @@ impl StageCli for Extract {
     const ABOUT: &'static str = "Extracts pages from documents (PDF, Markdown, text; JSONL, TSV and TREC <DOC> records) into artifacts/extract/<fingerprint>/pages.parquet; prints the artifact directory as the last line of stdout.";
     type Args = ExtractArgs;
 
-    fn invocation(args: ExtractArgs, _shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
+    fn invocation(args: ExtractArgs, shared: &gauge_core::cli::SharedArgs) -> anyhow::Result<Invocation<Self>> {
         let flags = Layer::from_flags("flags", &args);
-        Ok(Invocation { inputs: args.inputs, options: ExtractOptions { strict: args.strict, follow_symlinks: args.follow_symlinks }, flags })
+        Ok(Invocation { inputs: args.inputs, options: ExtractOptions { strict: args.strict, follow_symlinks: args.follow_symlinks, skip_dirs: vec![shared.artifacts.clone()] }, flags })
     }
 }
 

@@ -63,6 +63,12 @@ pub enum ExtractError {
     /// An input path does not exist.
     #[error("{0}: no such file or directory")]
     MissingInput(PathBuf),
+    /// An input path is neither a file nor a folder (a FIFO, a device, a socket).
+    #[error("{0}: not a regular file or a folder (a FIFO, a device or a socket); give documents or a folder of them")]
+    NotAFile(PathBuf),
+    /// An input file's bytes changed between hashing and reading.
+    #[error("{0}: changed while extract ran (its bytes no longer match the hash taken at the start, which names the result); rerun once the file is complete")]
+    ChangedWhileRead(PathBuf),
     /// No input file could be extracted.
     #[error("nothing could be extracted from {inputs} input file(s): {errors}")]
     NothingExtracted {
@@ -94,6 +100,10 @@ enum Format {
     /// TREC SGML: `<DOC> <DOCNO>…</DOCNO> … <TEXT>…</TEXT> </DOC>` records.
     Trec,
 }
+
+/// The reason a file's bytes, read for extraction, differ from those hashed for the plan (a file
+/// still being written): the run stops (its fingerprint would name bytes it never read).
+const CHANGED: &str = "changed while extract ran";
 
 fn format_of(path: &Path) -> Option<Format> {
     match path.extension()?.to_string_lossy().to_lowercase().as_str() {
@@ -155,6 +165,9 @@ pub struct ExtractOptions {
     pub strict: bool,
     /// Follow symbolic links whose target lies outside the input folder.
     pub follow_symlinks: bool,
+    /// Folders never read (the artifact store: a store inside the corpus folder would feed each
+    /// run the previous run's outputs).
+    pub skip_dirs: Vec<PathBuf>,
 }
 
 /// The `extract` stage: input folders or files → `pages.parquet` (+ `errors.parquet`).
@@ -170,7 +183,7 @@ impl Stage for Extract {
     type Summary = ExtractSummary;
 
     fn plan(_config: &ExtractConfig, inputs: &Vec<PathBuf>, options: &ExtractOptions) -> anyhow::Result<Plan<(Vec<InputFile>, WalkSkips)>> {
-        let (files, skips) = discover(inputs, options.follow_symlinks)?;
+        let (files, skips) = walk::discover_skipping(inputs, options.follow_symlinks, &options.skip_dirs)?;
         let entries: Vec<FileEntry> = files
             .par_iter()
             .map(|f| FileEntry::file(f.source.clone(), &f.path))
@@ -215,6 +228,7 @@ fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig
             Some(Format::Pdf) => pdfs.push((file.clone(), entry.hash.clone())),
             Some(fmt) => match read_text_document(file, &entry.hash, fmt, &config.jsonl) {
                 Ok(doc) => docs.push(doc),
+                Err(reason) if reason == CHANGED => return Err(ExtractError::ChangedWhileRead(file.path.clone())),
                 Err(reason) => errors.push(ErrorRecord { source: file.source.clone(), reason }),
             },
         }
@@ -224,7 +238,9 @@ fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig
         .into_par_iter()
         .map(|(file, h)| {
             let r = std::fs::read(&file.path).map_err(|e| format!("cannot read: {e}")).and_then(|b| {
-                if b.is_empty() {
+                if gauge_core::hash::bytes_hash(&b) != h {
+                    Err(CHANGED.to_string())
+                } else if b.is_empty() {
                     Err("empty file (0 bytes)".to_string())
                 } else {
                     pdf::PdfDocument::load(&b)
@@ -233,6 +249,9 @@ fn extract_files(files: &[InputFile], run: &mut StageRun, config: &ExtractConfig
             (file, h, r)
         })
         .collect();
+    if let Some((file, _, _)) = loaded.iter().find(|(_, _, r)| r.as_ref().err().is_some_and(|e| e == CHANGED)) {
+        return Err(ExtractError::ChangedWhileRead(file.path.clone()));
+    }
     let mut ok_pdfs = Vec::new();
     for (file, h, r) in loaded {
         match r {
@@ -352,6 +371,9 @@ fn windows_1252(b: u8) -> char {
 
 fn read_text_document(file: &InputFile, file_hash: &str, fmt: Format, fields: &JsonlFields) -> Result<RawDoc, String> {
     let bytes = std::fs::read(&file.path).map_err(|e| format!("cannot read: {e}"))?;
+    if gauge_core::hash::bytes_hash(&bytes) != file_hash {
+        return Err(CHANGED.to_string());
+    }
     let (text, encoding) = decode_text(&bytes)?;
     let doc_id = file_hash[..16].to_string();
     // A text file of TREC `<DOC>` records is read as records.
@@ -567,6 +589,41 @@ mod tests {
     use super::*;
 
     #[cfg(unix)]
+    #[test]
+    fn a_file_that_changes_between_hashing_and_reading_stops_the_run() {
+        use gauge_core::artifact::{ArtifactStore, StageOutcome, StageSpec};
+        let tmp = tempfile::tempdir().unwrap();
+        let corpus = tmp.path().join("corpus");
+        std::fs::create_dir_all(&corpus).unwrap();
+        std::fs::write(corpus.join("a.md"), "# A\nfirst lines").unwrap();
+        let opts = ExtractOptions::default();
+        let config = ExtractConfig::default();
+        let plan = Extract::plan(&config, &vec![corpus.clone()], &opts).unwrap();
+        let spec = StageSpec { stage: STAGE, format_version: FORMAT_VERSION, config: &config, inputs: plan.inputs, seed: None };
+        let StageOutcome::Run(mut run) = ArtifactStore::new(tmp.path().join("artifacts")).begin(spec, false).unwrap() else { unreachable!("a fresh store") };
+        // The file grows after the plan hashed it (before: pages held lines the hash never saw).
+        std::fs::write(corpus.join("a.md"), "# A\nfirst lines\nand more written since").unwrap();
+        let e = extract_files(&plan.state.0, &mut run, &config, &opts).expect_err("refused").to_string();
+        assert!(e.contains("a.md") && e.contains("changed while extract ran"), "{e}");
+    }
+
+    #[test]
+    fn the_artifact_store_inside_the_corpus_is_not_read_and_a_fifo_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let corpus = tmp.path().join("corpus");
+        std::fs::create_dir_all(corpus.join("artifacts/synth/f")).unwrap();
+        std::fs::write(corpus.join("a.md"), "# A\ntext").unwrap();
+        std::fs::write(corpus.join("artifacts/synth/f/golden.jsonl"), "{}").unwrap();
+        let (files, _) = walk::discover_skipping(std::slice::from_ref(&corpus), false, &[corpus.join("artifacts")]).unwrap();
+        let names: Vec<&str> = files.iter().map(|f| f.source.as_str()).collect();
+        assert_eq!(names, ["a.md"], "before: every run read the previous run's outputs");
+        let fifo = tmp.path().join("pipe.md");
+        if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+            let e = discover(&[fifo], false).unwrap_err().to_string();
+            assert!(e.contains("not a regular file or a folder"), "before: \"no such file\": {e}");
+        }
+    }
+
     #[test]
     fn links_are_followed_once_and_only_inside_the_input_folder() {
         use std::os::unix::fs::symlink;

@@ -39,17 +39,26 @@ impl WalkSkips {
 /// lies inside the input folder (`follow_outside` follows any), and every folder is walked
 /// once (by device and inode), so a link back up the tree is skipped instead of looping.
 pub fn discover(inputs: &[PathBuf], follow_outside: bool) -> Result<(Vec<InputFile>, WalkSkips), ExtractError> {
+    discover_skipping(inputs, follow_outside, &[])
+}
+
+/// [`discover`], never entering the folders `skip` names (those that exist: the artifact store
+/// when it lies inside an input folder).
+pub fn discover_skipping(inputs: &[PathBuf], follow_outside: bool, skip: &[PathBuf]) -> Result<(Vec<InputFile>, WalkSkips), ExtractError> {
+    let skip: Vec<(u64, u64, PathBuf)> = skip.iter().filter_map(|d| folder_id(d).ok()).collect();
     let mut files = Vec::new();
     let mut skips = WalkSkips::default();
     for input in inputs {
         if input.is_dir() {
             let canonical = input.canonicalize().map_err(|e| gauge_core::CoreError::io(input, e))?;
-            let mut walker = Walker { root: input, canonical_root: &canonical, follow_outside, visited: std::collections::HashSet::new(), skips: &mut skips };
+            let mut walker = Walker { root: input, canonical_root: &canonical, follow_outside, visited: skip.iter().cloned().collect(), skips: &mut skips };
             walker.visited.insert(folder_id(input).map_err(|e| gauge_core::CoreError::io(input, e))?);
             walker.walk(input, &mut files)?;
         } else if input.is_file() {
             let name = input.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
             files.push(InputFile { path: input.clone(), source: name, doc_type: String::new() });
+        } else if std::fs::metadata(input).is_ok() {
+            return Err(ExtractError::NotAFile(input.clone()));
         } else {
             return Err(ExtractError::MissingInput(input.clone()));
         }
@@ -115,7 +124,11 @@ impl Walker<'_> {
             if path.is_dir() {
                 let id = folder_id(&path).map_err(|e| gauge_core::CoreError::io(&path, e))?;
                 if !self.visited.insert(id) {
-                    self.skips.loops += 1;
+                    // A folder read already (through a link), or the artifact store (entered as
+                    // visited, and skipped without a count).
+                    if is_link {
+                        self.skips.loops += 1;
+                    }
                     continue;
                 }
                 self.walk(&path, out)?;

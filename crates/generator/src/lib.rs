@@ -44,6 +44,14 @@ pub enum GeneratorConfig {
 }
 
 impl GeneratorConfig {
+    /// The model as named: the local file, folder or name, or the endpoint's model.
+    pub fn model_name(&self) -> &str {
+        match self {
+            GeneratorConfig::Local { model, .. } => model,
+            GeneratorConfig::Api(c) => &c.model,
+        }
+    }
+
     /// One line for reports: ``local `MODEL` `` (`+ adapter `DIR``), or ``API `MODEL` at URL``.
     pub fn describe(&self) -> String {
         match self {

@@ -139,11 +139,11 @@ fn bm25_row(n: usize, dir: &std::path::Path) -> serde_json::Value {
         .collect();
     let path = dir.join(format!("bm25-{n}"));
     let started = Instant::now();
-    gauge_index::write_bm25(&path, &chunks, false).expect("bm25");
+    gauge_index::write_bm25(&path, &chunks, Default::default()).expect("bm25");
     let build = started.elapsed().as_secs_f64();
     let bytes = dir_size(&path);
     let index = tantivy::Index::open_in_dir(&path).expect("open");
-    gauge_index::register_tokenizer(&index, false);
+    gauge_index::register_tokenizer(&index, Default::default());
     let reader = index.reader().expect("reader");
     let searcher = reader.searcher();
     let (_, fields) = gauge_index::bm25_schema();

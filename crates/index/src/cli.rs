@@ -29,6 +29,10 @@ pub struct IndexArgs {
     #[arg(long)]
     #[serde(serialize_with = "switch_on")]
     pub stemming: bool,
+    /// Lucene's English stop words left out of the BM25 index and its queries (`stopwords`).
+    #[arg(long)]
+    #[serde(serialize_with = "switch_on")]
+    pub stopwords: bool,
     /// Where faiss trains and fills the index: cpu, or cuda[:N] in a `--features faiss-gpu`
     /// build; the index written is the CPU form either way (`device`).
     #[arg(long)]

@@ -6,6 +6,7 @@
 //! pages, section, neighbours, text) and `manifest.json` (with the embedder's settings, so a
 //! query embedder of another model or dimension is refused).
 #![deny(missing_docs)]
+pub mod bm25;
 pub mod cli;
 pub mod dense;
 pub mod reader;
@@ -17,8 +18,9 @@ use gauge_core::schema::{read_chunks, read_embeddings, ChunkRecord};
 use gauge_core::{Plan, Stage, StageRun};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING};
-use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer};
+use tantivy::tokenizer::{Language, Stemmer, StopWordFilter, TextAnalyzer};
 
+pub use bm25::{Bm25Params, ParamTermQuery};
 pub use dense::{DenseIndex, FaissDevice};
 pub use reader::{BuiltEmbedder, IndexManifest, IndexReader};
 pub use tokenizer::{IdentifierTokenizer, IDENTIFIER_TOKENIZER};
@@ -34,8 +36,13 @@ pub const FORMAT_VERSION: u32 = 1;
 pub struct IndexConfig {
     /// faiss factory string: `Flat` (exact inner product), `HNSW32`, `IVF{n},Flat`, `IVF{n},PQ{m}`.
     pub faiss: String,
-    /// English stemming in the BM25 index.
+    /// English stemming in the BM25 index (Snowball English, on documents and queries alike).
     pub stemming: bool,
+    /// English stop words left out of the BM25 index and of queries (Lucene's English set,
+    /// the one Anserini's BEIR runs use: [`ENGLISH_STOP_WORDS`]). Left out of the manifest
+    /// when off, so older artifacts keep their address.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopwords: bool,
     /// Where faiss trains and fills the index (`cpu`, `cuda[:N]` with the `faiss-gpu`
     /// feature). The written index is the CPU form either way. Left out of the manifest (and
     /// so of the fingerprint) when `cpu`, so CPU artifacts keep their address.
@@ -50,7 +57,7 @@ pub struct IndexConfig {
 
 impl Default for IndexConfig {
     fn default() -> Self {
-        IndexConfig { faiss: "Flat".into(), stemming: false, device: FaissDevice::Cpu, shard: None }
+        IndexConfig { faiss: "Flat".into(), stemming: false, stopwords: false, device: FaissDevice::Cpu, shard: None }
     }
 }
 
@@ -96,14 +103,57 @@ pub fn bm25_schema() -> (Schema, Bm25Fields) {
     (b.build(), fields)
 }
 
-/// Registers gauge's tokenizer (with or without English stemming) on an index.
-pub fn register_tokenizer(index: &tantivy::Index, stemming: bool) {
-    let analyzer = if stemming {
-        TextAnalyzer::builder(IdentifierTokenizer).filter(Stemmer::new(Language::English)).build()
-    } else {
-        TextAnalyzer::builder(IdentifierTokenizer).build()
-    };
-    index.tokenizers().register(IDENTIFIER_TOKENIZER, analyzer);
+/// Lucene's English stop words (`EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`), the set Anserini
+/// and Pyserini use for their BEIR BM25 runs.
+pub const ENGLISH_STOP_WORDS: [&str; 33] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of", "on", "or", "such",
+    "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with",
+];
+
+/// How BM25 text is analysed. The index stores it (in its manifest's `index` settings) and
+/// the query side runs the same analyzer, so a stemmed index is searched with stemmed terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Bm25Analysis {
+    /// Snowball English stemming after the identifier tokenizer.
+    pub stemming: bool,
+    /// [`ENGLISH_STOP_WORDS`] removed (before stemming, as Lucene's English analyzer does).
+    pub stopwords: bool,
+}
+
+impl IndexConfig {
+    /// The BM25 analysis these settings ask for.
+    pub fn analysis(&self) -> Bm25Analysis {
+        Bm25Analysis { stemming: self.stemming, stopwords: self.stopwords }
+    }
+}
+
+/// gauge's BM25 analyzer: the identifier tokenizer (lower-cased whole tokens and their parts),
+/// then the stop-word filter and the English stemmer where asked for.
+pub fn analyzer(analysis: Bm25Analysis) -> TextAnalyzer {
+    let builder = TextAnalyzer::builder(IdentifierTokenizer).dynamic();
+    let builder = if analysis.stopwords { builder.filter_dynamic(StopWordFilter::remove(ENGLISH_STOP_WORDS.iter().map(|w| w.to_string()))) } else { builder };
+    let builder = if analysis.stemming { builder.filter_dynamic(Stemmer::new(Language::English)) } else { builder };
+    builder.build()
+}
+
+/// The terms a query is searched with: the query run through the index's own analyzer, each
+/// distinct term once, in order of first appearance.
+pub fn query_terms(analyzer: &mut TextAnalyzer, query: &str) -> Vec<String> {
+    let mut stream = analyzer.token_stream(query);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while stream.advance() {
+        let t = &stream.token().text;
+        if seen.insert(t.clone()) {
+            out.push(t.clone());
+        }
+    }
+    out
+}
+
+/// Registers gauge's analyzer (see [`analyzer`]) on an index.
+pub fn register_tokenizer(index: &tantivy::Index, analysis: Bm25Analysis) {
+    index.tokenizers().register(IDENTIFIER_TOKENIZER, analyzer(analysis));
 }
 
 /// Builds the dense index on the CPU: factory string, training when the type needs it, then
@@ -193,7 +243,7 @@ impl Stage for Index {
         run.add_output("dense.faiss", Some(chunks.len() as u64))?;
 
         let t = std::time::Instant::now();
-        write_bm25(&run.path("bm25"), &chunks, config.stemming)?;
+        write_bm25(&run.path("bm25"), &chunks, config.analysis())?;
         run.set_stat("bm25_build_seconds", t.elapsed().as_secs_f64());
 
         if config.shard.is_some() {
@@ -252,11 +302,11 @@ fn vectors_in_order(chunks: &[ChunkRecord], paths: &[PathBuf], chunks_path: &Pat
 
 /// Writes the BM25 index of the chunks into `dir` (one segment, single-threaded, so the
 /// result does not depend on thread timing).
-pub fn write_bm25(dir: &Path, chunks: &[ChunkRecord], stemming: bool) -> anyhow::Result<()> {
+pub fn write_bm25(dir: &Path, chunks: &[ChunkRecord], analysis: Bm25Analysis) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let (schema, f) = bm25_schema();
     let index = tantivy::Index::create_in_dir(dir, schema)?;
-    register_tokenizer(&index, stemming);
+    register_tokenizer(&index, analysis);
     let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 64 * 1024 * 1024)?;
     for (row, c) in chunks.iter().enumerate() {
         let mut doc = tantivy::TantivyDocument::default();

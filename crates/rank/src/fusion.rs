@@ -54,7 +54,7 @@ pub enum Normalization {
 
 /// How ranked lists are combined.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Fusion {
     /// The first non-empty list as it is.
     None,

@@ -45,16 +45,16 @@ pub enum Command {
 /// Runs a subcommand.
 pub fn run(args: &StoreArgs) -> anyhow::Result<()> {
     match &args.command {
-        Command::Push { dir, url } => println!("{}", RemoteRoot::open(url)?.push(dir)?),
+        Command::Push { dir, url } => gauge_core::outln!("{}", RemoteRoot::open_for_push(url)?.push(dir)?),
         Command::Pull { url, names, into } => {
             let root = RemoteRoot::open(url)?;
             for n in names {
-                println!("{}", root.pull(n, into)?.display());
+                gauge_core::outln!("{}", root.pull(n, into)?.display());
             }
         }
         Command::Ls { url } => {
             for n in RemoteRoot::open(url)?.list()? {
-                println!("{n}");
+                gauge_core::outln!("{n}");
             }
         }
     }

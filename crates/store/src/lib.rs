@@ -46,6 +46,12 @@ pub enum StoreError {
         /// The artifact's URL.
         url: String,
     },
+    /// A symbolic link where an artifact holds only its own files.
+    #[error("{path}: a symbolic link; an artifact holds only its own files, and gauge never copies what a link points to (a loop, a secret): replace the link with the file")]
+    Link {
+        /// The link.
+        path: PathBuf,
+    },
     /// Local files.
     #[error(transparent)]
     Core(#[from] gauge_core::CoreError),
@@ -70,6 +76,8 @@ pub struct RemoteRoot {
     prefix: ObjectPath,
     url: String,
     runtime: tokio::runtime::Runtime,
+    /// The folder of a `file://` root (its links are refused when pulling).
+    local: Option<PathBuf>,
 }
 
 /// Whether an artifact root argument is a URL (`s3://`, `gs://`, `file://`).
@@ -84,7 +92,11 @@ fn files(dir: &Path) -> Result<Vec<String>, StoreError> {
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).map_err(io(&d))? {
             let p = e.map_err(io(&d))?.path();
-            if p.is_dir() {
+            let meta = std::fs::symlink_metadata(&p).map_err(io(&p))?;
+            if meta.file_type().is_symlink() {
+                return Err(StoreError::Link { path: p });
+            }
+            if meta.is_dir() {
                 stack.push(p);
             } else {
                 out.push(p.strip_prefix(dir).expect("under dir").components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"));
@@ -96,8 +108,18 @@ fn files(dir: &Path) -> Result<Vec<String>, StoreError> {
 }
 
 impl RemoteRoot {
-    /// Opens `url` (see the module docs for credentials).
+    /// Opens `url` for reading (see the module docs for credentials): a `file://` root that
+    /// does not exist is an error, and nothing is created.
     pub fn open(url: &str) -> Result<RemoteRoot, StoreError> {
+        RemoteRoot::open_with(url, false)
+    }
+
+    /// Opens `url` to push to: a `file://` root is created when missing.
+    pub fn open_for_push(url: &str) -> Result<RemoteRoot, StoreError> {
+        RemoteRoot::open_with(url, true)
+    }
+
+    fn open_with(url: &str, create: bool) -> Result<RemoteRoot, StoreError> {
         let bad = |message: String| StoreError::Url { url: url.to_string(), message };
         let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a URL ({e})")))?;
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
@@ -105,7 +127,11 @@ impl RemoteRoot {
             "gs" => Arc::new(object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url).build().map_err(|e| bad(format!("cannot open the bucket ({e}); set GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS")))?),
             "file" => {
                 let path = parsed.to_file_path().map_err(|_| bad("not a local path".into()))?;
-                std::fs::create_dir_all(&path).map_err(io(&path))?;
+                if create {
+                    std::fs::create_dir_all(&path).map_err(io(&path))?;
+                } else if !path.is_dir() {
+                    return Err(bad("no such folder, so no store here (`gauge-store push` creates one)".into()));
+                }
                 Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&path).map_err(|e| bad(e.to_string()))?)
             }
             other => return Err(bad(format!("scheme `{other}` is not supported; use s3://, gs:// or file://"))),
@@ -115,7 +141,8 @@ impl RemoteRoot {
             _ => ObjectPath::from(parsed.path().trim_matches('/')),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| StoreError::Io { path: PathBuf::from(url), source: e })?;
-        Ok(RemoteRoot { store, prefix, url: url.trim_end_matches('/').to_string(), runtime })
+        let local = (parsed.scheme() == "file").then(|| parsed.to_file_path().ok()).flatten();
+        Ok(RemoteRoot { store, prefix, url: url.trim_end_matches('/').to_string(), runtime, local })
     }
 
     fn key(&self, rel: &str) -> ObjectPath {
@@ -193,6 +220,17 @@ impl RemoteRoot {
             let rel: Vec<String> = o.location.prefix_match(&base).map(|parts| parts.map(|p| p.as_ref().to_string()).collect()).unwrap_or_default();
             if rel.is_empty() {
                 continue;
+            }
+            if let Some(root) = &self.local {
+                // A local store is a folder anyone may have put links in: none is followed.
+                let mut at = root.join(stage).join(fingerprint);
+                for part in &rel {
+                    at.push(part);
+                    if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                        let _ = std::fs::remove_dir_all(&tmp);
+                        return Err(StoreError::Link { path: at });
+                    }
+                }
             }
             let path = rel.iter().fold(tmp.clone(), |p, part| p.join(part));
             if let Some(parent) = path.parent() {

@@ -153,10 +153,25 @@ impl StageCli for Synth {
     /// file is refused, naming it.
     fn after(built: &Built<SynthSummary>, options: &SynthOptions) -> anyhow::Result<()> {
         let Some(dest) = &options.copy_to else { return Ok(()) };
+        // An empty result (every sample rejected: its failures are in the artifact) never
+        // replaces the user's set.
+        // (Read from the artifact, not the summary: a cache hit has no summary of its own.)
+        let golden = built.dir.join("golden.jsonl");
+        let kept = gauge_core::read::read_bounded_string(&golden, gauge_core::read::DATA_LIMIT).map_err(|e| anyhow::anyhow!("--copy-to: {e}"))?.lines().any(|l| !l.trim().is_empty());
+        anyhow::ensure!(
+            kept,
+            "--copy-to {}: the run kept nothing (its artifact: {}), so the file is left as it was",
+            dest.display(),
+            built.dir.display()
+        );
         copy_golden(&built.dir.join("golden.jsonl"), dest)?;
         let split = built.dir.join(crate::heldout::PAGES_FILE);
         if split.is_file() {
             copy_golden(&split, &dest.with_extension("pages.json"))?;
+        }
+        let provenance = built.dir.join(crate::PROVENANCE_FILE);
+        if provenance.is_file() {
+            copy_golden(&provenance, &dest.with_extension("provenance.json"))?;
         }
         Ok(())
     }
@@ -172,11 +187,20 @@ fn copy_golden(from: &std::path::Path, dest: &std::path::Path) -> anyhow::Result
         if meta.is_dir() {
             return Err(refuse("is a folder"));
         }
-        // A golden set's first line, or a page split as a whole, is a JSON object.
-        let Ok(text) = std::fs::read_to_string(dest) else { return Err(refuse("holds something else")) };
-        let object = |t: &str| serde_json::from_str::<serde_json::Value>(t.trim()).is_ok_and(|v| v.is_object());
-        if !text.trim().is_empty() && !object(text.lines().next().unwrap_or_default()) && !object(&text) {
-            return Err(refuse("holds something else"));
+        // Only what synth-data itself wrote there before is replaced: a golden set whose every
+        // row carries `qid` and `teacher_model` (synth-data's rows; a hand-written set has no
+        // teacher), a page split (`pages`), a provenance record (`written_by`). Any other file —
+        // a `package.json`, someone's own question set — is refused.
+        let Ok(text) = gauge_core::read::read_bounded_string(dest, gauge_core::read::DATA_LIMIT) else { return Err(refuse("holds something else")) };
+        let object = |t: &str| serde_json::from_str::<serde_json::Value>(t.trim()).ok().filter(serde_json::Value::is_object);
+        let has = |v: &serde_json::Value, keys: &[&str]| keys.iter().all(|k| v.get(k).is_some());
+        let ours = match from.file_name().and_then(|n| n.to_str()) {
+            Some(crate::heldout::PAGES_FILE) => object(&text).is_some_and(|v| has(&v, &["pages"])),
+            Some(crate::PROVENANCE_FILE) => object(&text).is_some_and(|v| has(&v, &["written_by"])),
+            _ => text.lines().filter(|l| !l.trim().is_empty()).all(|l| object(l).is_some_and(|v| has(&v, &["qid", "teacher_model"]))),
+        };
+        if !text.trim().is_empty() && !ours {
+            return Err(refuse("holds something synth-data did not write (a golden set of its own has `teacher_model` on every row)"));
         }
     }
     let (Some(file_name), parent) = (dest.file_name(), dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."))) else {
@@ -203,7 +227,7 @@ mod tests {
     fn copy_to_replaces_only_a_golden_set() {
         let dir = tempfile::tempdir().unwrap();
         let from = dir.path().join("golden.jsonl");
-        std::fs::write(&from, "{\"id\":\"q1\"}\n").unwrap();
+        std::fs::write(&from, "{\"qid\":\"q1\",\"teacher_model\":\"m\"}\n").unwrap();
         // A folder: refused by name, nothing left beside it.
         let folder = dir.path().join("data");
         std::fs::create_dir_all(&folder).unwrap();
@@ -212,14 +236,22 @@ mod tests {
         // Another kind of file: refused, kept.
         let notes = dir.path().join("notes.txt");
         std::fs::write(&notes, "my notes\n").unwrap();
-        assert!(super::copy_golden(&from, &notes).unwrap_err().to_string().contains("holds something else"));
+        assert!(super::copy_golden(&from, &notes).unwrap_err().to_string().contains("holds something"));
         assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
+        // JSON that is not synth-data's: a package.json, a hand-written question set (before:
+        // both replaced).
+        for (name, text) in [("package.json", "{\"name\":\"x\",\"version\":\"1.0.0\"}\n"), ("mine.jsonl", "{\"qid\":\"a\",\"question\":\"mine\"}\n")] {
+            let f = dir.path().join(name);
+            std::fs::write(&f, text).unwrap();
+            assert!(super::copy_golden(&from, &f).unwrap_err().to_string().contains("did not write"));
+            assert_eq!(std::fs::read_to_string(&f).unwrap(), text);
+        }
         // A new file, then a previous golden set: written.
         let dest = dir.path().join("out/fra.jsonl");
         super::copy_golden(&from, &dest).unwrap();
-        std::fs::write(&from, "{\"id\":\"q2\"}\n").unwrap();
+        std::fs::write(&from, "{\"qid\":\"q2\",\"teacher_model\":\"m\"}\n").unwrap();
         super::copy_golden(&from, &dest).unwrap();
-        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "{\"id\":\"q2\"}\n");
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "{\"qid\":\"q2\",\"teacher_model\":\"m\"}\n");
         let stray: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().contains("partial")).collect();
         assert!(stray.is_empty(), "{stray:?}");
         assert_eq!(std::fs::read_dir(dir.path().join("out")).unwrap().count(), 1);

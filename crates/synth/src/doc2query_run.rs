@@ -77,7 +77,7 @@ pub(crate) fn write_doc2query(chunks: &[ChunkRecord], chunks_path: &Path, plan: 
         kept.reasons.insert("near_duplicate".into(), before - rows.len());
     }
     let split_counts = if cfg.split.is_empty() { BTreeMap::new() } else { split::assign_splits(&mut rows, &cfg.split, cfg.seed) };
-    crate::write_golden_rows(&rows, &split_counts, run)?;
+    crate::write_golden_rows(&rows, &split_counts, vec!["retrieval round trip".into()], Some("kept when the untrained engine found the passage (doc2query round trip)".into()), run)?;
     write_jsonl(&run.path("dropped.jsonl"), kept.dropped.iter())?;
     run.add_output("dropped.jsonl", Some(kept.dropped.len() as u64))?;
     run.set_stat("label", "doc2query");

@@ -101,7 +101,7 @@ pub(crate) fn write_heldout(chunks: &[ChunkRecord], chunks_path: &Path, plan: &H
     let n_written = written.entries.len();
     debug_assert_eq!(n_written, rows.len() + reasons.values().sum::<usize>());
 
-    crate::write_golden_rows(&rows, &BTreeMap::new(), run)?;
+    crate::write_golden_rows(&rows, &BTreeMap::new(), vec![h.generator.model_name().to_string()], Some("held-out pages; the writing model kept a question only when, quoting the passage, it judged it answered".into()), run)?;
     std::fs::write(run.path(heldout::PAGES_FILE), serde_json::to_string_pretty(&plan.split)?)?;
     run.add_output(heldout::PAGES_FILE, Some(plan.split.pages.len() as u64))?;
     write_jsonl(&run.path("dropped.jsonl"), dropped.iter())?;

@@ -330,7 +330,21 @@ impl Stage for Synth {
         Ok(Plan::new(files, SynthState { chunks, chunks_path, styles, prompts, sft_prompts, teacher_set, doc2query, heldout, filter, held }).echo(echo).seed(cfg.seed))
     }
 
-    fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    fn build(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, inputs: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
+        Self::build_rows(state, run, cfg, inputs, rt)
+    }
+
+    fn summary_line(s: &SynthSummary) -> String {
+        if s.sft {
+            return format!("{} SFT examples written ({} skipped: no quotable sentence)", s.accepted, s.failed);
+        }
+        format!("{} questions kept, {} samples failed ({} resumed from the journal)", s.accepted, s.failed, s.resumed)
+    }
+}
+
+impl Synth {
+    /// The rows of the configured mode, written into the run.
+    fn build_rows(state: SynthState, run: &mut StageRun, cfg: &SynthConfig, _: &SynthInputs, rt: &SynthOptions) -> anyhow::Result<SynthSummary> {
         if let Some(plan) = &state.doc2query {
             return doc2query_run::write_doc2query(&state.chunks, &state.chunks_path, plan, run, cfg, rt);
         }
@@ -348,13 +362,6 @@ impl Stage for Synth {
             return write_sft(&state.chunks, &state.chunks_path, state.sft_prompts.as_ref().expect("SFT mode loads its prompts"), run, cfg);
         }
         samples::write_samples(state, run, cfg, rt)
-    }
-
-    fn summary_line(s: &SynthSummary) -> String {
-        if s.sft {
-            return format!("{} SFT examples written ({} skipped: no quotable sentence)", s.accepted, s.failed);
-        }
-        format!("{} questions kept, {} samples failed ({} resumed from the journal)", s.accepted, s.failed, s.resumed)
     }
 }
 
@@ -598,10 +605,27 @@ fn write_teacher_set_sft(records: &[teacher_set::TeacherRecord], index: &Path, (
     Ok(SynthSummary { accepted: rows.len(), failed: 0, resumed: 0, sft: true })
 }
 
-/// `golden.jsonl` and `<split>.jsonl` per split.
-pub(crate) fn write_golden_rows(rows: &[SynthRow], split_counts: &BTreeMap<String, usize>, run: &mut StageRun) -> anyhow::Result<()> {
+/// The provenance record beside a golden set (see [`gauge_core::golden::provenance`]).
+pub const PROVENANCE_FILE: &str = "provenance.json";
+
+/// `golden.jsonl`, `<split>.jsonl` per split, and `provenance.json`: who wrote the questions
+/// (the rows' `teacher_model`s) and who judged them (`judged_by`: the model that kept or
+/// rejected each, or a named rule), which `--copy-to` puts beside the copy and `evaluate`
+/// carries into its reports.
+pub(crate) fn write_golden_rows(rows: &[SynthRow], split_counts: &BTreeMap<String, usize>, judged_by: Vec<String>, note: Option<String>, run: &mut StageRun) -> anyhow::Result<()> {
     write_jsonl(&run.path("golden.jsonl"), rows.iter())?;
     run.add_output("golden.jsonl", Some(rows.len() as u64))?;
+    let mut written_by: Vec<String> = Vec::new();
+    for r in rows {
+        if !written_by.contains(&r.teacher_model) {
+            written_by.push(r.teacher_model.clone());
+        }
+    }
+    let prompts: std::collections::BTreeSet<&str> = rows.iter().filter_map(|r| r.prompt_sha256.as_deref()).collect();
+    let prompt = (prompts.len() == 1).then(|| prompts.iter().next().map(|p| format!("sha256 {p}"))).flatten();
+    let provenance = gauge_core::golden::Provenance { written_by, judged_by, prompt, note, source: String::new() };
+    std::fs::write(run.path(PROVENANCE_FILE), serde_json::to_string_pretty(&provenance)? + "\n")?;
+    run.add_output(PROVENANCE_FILE, None)?;
     for name in split_counts.keys() {
         let file = format!("{name}.jsonl");
         let part: Vec<&SynthRow> = rows.iter().filter(|r| r.split.as_deref() == Some(name.as_str())).collect();

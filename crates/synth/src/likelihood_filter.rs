@@ -147,7 +147,7 @@ pub(crate) fn write_filtered(chunks: &[ChunkRecord], rows: Vec<SynthRow>, run: &
             *split_counts.entry(s.clone()).or_default() += 1;
         }
     }
-    crate::write_golden_rows(&rows, &split_counts, run)?;
+    crate::write_golden_rows(&rows, &split_counts, vec![f.model.clone()], Some("kept by the query-likelihood gain of the judging model".into()), run)?;
     write_jsonl(&run.path("dropped.jsonl"), kept.dropped.iter())?;
     run.add_output("dropped.jsonl", Some(kept.dropped.len() as u64))?;
     run.set_stat("label", "likelihood");

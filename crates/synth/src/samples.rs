@@ -165,6 +165,18 @@ fn finalise(pending: &Pending<'_>, chunks: &[ChunkRecord], journal_path: &std::p
     let planned = pending.planned;
     let entries: BTreeMap<usize, JournalEntry> = read_journal(journal_path)?;
     anyhow::ensure!(entries.len() == planned.len(), "{}: journal holds {} of {} samples", journal_path.display(), entries.len(), planned.len());
+    // When the endpoint answered no sample at all, there is no result: nothing is committed (a
+    // later run would reuse it as a cache hit, and --copy-to would replace the user's set), and
+    // a rerun asks every sample again. (Some unanswered among answered ones are failures of
+    // those samples, recorded in failures.jsonl.)
+    let unanswered: Vec<&JournalEntry> = entries.values().filter(|e| e.no_reply).collect();
+    if let Some(last) = unanswered.last().filter(|_| unanswered.len() == planned.len()) {
+        anyhow::bail!(
+            "the teacher endpoint answered none of the {} samples (last: {}); nothing is committed or copied: check the endpoint and rerun",
+            planned.len(),
+            last.failure.clone().unwrap_or_default()
+        );
+    }
     let (mut usage, mut attempts, mut cuts) = (Usage::default(), 0u64, 0usize);
     let mut rows = Vec::new();
     let mut failures = Vec::new();
@@ -181,7 +193,7 @@ fn finalise(pending: &Pending<'_>, chunks: &[ChunkRecord], journal_path: &std::p
     let mut rows = split::drop_near_duplicates(rows, cfg.near_duplicate_jaccard);
     let duplicates = before - rows.len();
     let split_counts = if cfg.split.is_empty() { BTreeMap::new() } else { split::assign_splits(&mut rows, &cfg.split, cfg.seed) };
-    crate::write_golden_rows(&rows, &split_counts, run)?;
+    crate::write_golden_rows(&rows, &split_counts, Vec::new(), None, run)?;
     write_jsonl(&run.path("failures.jsonl"), failures.iter())?;
     run.add_output("failures.jsonl", Some(failures.len() as u64))?;
     if let (Mode::Llm, Some(p)) = (cfg.mode, sft_prompts) {

@@ -95,6 +95,7 @@ impl StageCli for TrainLora {
                 d.join("adapter_config.json").is_file()
                     || (d.join("config.json").is_file() && std::fs::read_dir(d).is_ok_and(|r| r.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))))
             },
+            derived: &[],
         };
         gauge_core::artifact::replace_dir_with_copy(&from, dest, &kind).map_err(|e| anyhow::anyhow!("--copy-to {e}"))?;
         Ok(())

@@ -300,6 +300,11 @@ pub struct TrainingPages {
     pub questions: usize,
     /// `source#page` of every page that was a positive.
     pub pages: Vec<String>,
+    /// The models that wrote the training questions (their rows' `teacher_model`; `ict` for
+    /// questions cut from the passage): `evaluate` marks a config using this model when one of
+    /// them shares a family with the writer or judge of the questions it is evaluated on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions_by: Vec<String>,
 }
 
 /// File name of [`TrainingPages`] in adapter and model folders.

@@ -14,6 +14,9 @@ pub fn input_file(arg: &Path, file: &str, made_by: &str) -> Result<(PathBuf, Fil
         return Err(CoreError::Artifact { path: dir, message: format!("no {file} here; pass the directory printed by `{made_by}`") });
     }
     let entry = FileEntry::file(file, &path)?;
+    // The bytes must be the ones the upstream stage recorded (a flipped byte is an error, not a
+    // different result).
+    super::check_input(&dir, file, &entry)?;
     Ok((path, entry))
 }
 

@@ -32,7 +32,15 @@ pub struct ResultKind<'a> {
     pub what: &'a str,
     /// Whether an existing folder is a previous result of this kind.
     pub holds: &'a dyn Fn(&Path) -> bool,
+    /// Files a result of this kind writes beside what its manifest lists (an evaluation's
+    /// `report.html`): a previous result's own, replaced without a word.
+    pub derived: &'a [&'a str],
 }
+
+/// The record of the files a copy without a manifest holds (an adapter folder), written into it
+/// by [`replace_dir_with_finished_copy`], so the next replacement can tell them from a file the
+/// user added.
+pub const FILES_RECORD: &str = ".gauge-files.json";
 
 /// Replaces the folder `dest` with a copy of `from` so that `dest` is at every moment either
 /// the old folder or the complete new one: the copy goes to `.tmp-<name>-<owner>-<pid>` beside
@@ -95,6 +103,14 @@ pub fn replace_dir_with_finished_copy(from: &Path, dest: &Path, kind: &ResultKin
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(CoreError::Artifact { path: dest.to_path_buf(), message: format!("{e:#}") });
     }
+    if !tmp.join(MANIFEST_FILE).is_file() {
+        let files = relative_files(&tmp);
+        let written = serde_json::to_string_pretty(&files).map_err(|e| CoreError::Artifact { path: tmp.clone(), message: e.to_string() }).and_then(|t| std::fs::write(tmp.join(FILES_RECORD), t + "\n").map_err(|e| CoreError::io(tmp.join(FILES_RECORD), e)));
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    }
     fsync_dir(&tmp);
     let old = parent.join(format!(".old-{name}-{suffix}"));
     // The same commit of the same artifact (its manifest byte for byte, times included: a
@@ -111,6 +127,16 @@ pub fn replace_dir_with_finished_copy(from: &Path, dest: &Path, kind: &ResultKin
             // Another process put this very result in place: done.
             let _ = std::fs::remove_dir_all(&tmp);
             return Ok(());
+        }
+        // Nothing the new result does not hold is deleted without a word: a file the user added
+        // (notes beside an evaluation, a file beside an adapter) that is neither in the copy nor
+        // among the outputs the previous result's manifest lists refuses the replacement.
+        if let Some(f) = foreign_files(dest, &tmp, kind).into_iter().next() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(CoreError::Artifact {
+                path: dest.join(&f),
+                message: format!("is not part of the new result and would be lost when {} is replaced; move it out of that folder (or delete it) and rerun", dest.display()),
+            });
         }
         let had_old = match std::fs::rename(dest, &old) {
             Ok(()) => true,
@@ -153,6 +179,48 @@ pub fn replace_dir_with_finished_copy(from: &Path, dest: &Path, kind: &ResultKin
     }
     let _ = std::fs::remove_dir_all(&tmp);
     Err(CoreError::io(dest, last_error.unwrap_or_else(|| std::io::Error::other("kept being replaced by another process"))))
+}
+
+/// Every file under `dir` (relative paths with `/`), sorted; links are listed, not followed.
+fn relative_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(dir.join(&rel)) else { continue };
+        for e in entries.flatten() {
+            let r = rel.join(e.file_name());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(r);
+            } else {
+                out.push(r.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Files (relative paths) under `dest` that the replacement would delete although no result
+/// wrote them: not in the new `copy`, and none of what the previous result owned — its
+/// manifest, the outputs the manifest lists, the files `kind` derives from them, the files the
+/// [`FILES_RECORD`] of a copy without a manifest lists — nor a desktop's or an interrupted
+/// gauge write's litter (`.DS_Store`, `Thumbs.db`, `.*.partial-*`). A previous result that
+/// recorded nothing (a folder copied before the record existed) is replaced as it always was.
+fn foreign_files(dest: &Path, copy: &Path, kind: &ResultKind<'_>) -> Vec<String> {
+    let mut owned: std::collections::BTreeSet<String> = kind.derived.iter().map(|s| s.to_string()).collect();
+    owned.extend([MANIFEST_FILE.to_string(), FILES_RECORD.to_string()]);
+    let manifest = Manifest::read(dest).ok();
+    let record: Option<Vec<String>> = crate::read::read_bounded_string(&dest.join(FILES_RECORD), crate::read::MANIFEST_LIMIT).ok().and_then(|t| serde_json::from_str(&t).ok());
+    if !dest.join(MANIFEST_FILE).is_file() && record.is_none() {
+        return Vec::new();
+    }
+    owned.extend(manifest.into_iter().flat_map(|m| m.outputs.into_iter().map(|o| o.path)));
+    owned.extend(record.into_iter().flatten());
+    let litter = |name: &str| {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        matches!(base, ".DS_Store" | "Thumbs.db" | "desktop.ini") || (base.starts_with('.') && base.contains(".partial-"))
+    };
+    relative_files(dest).into_iter().filter(|r| !owned.contains(r) && !litter(r) && std::fs::symlink_metadata(copy.join(r)).is_err()).collect()
 }
 
 /// Whether every file under `copy` is under `dest` with the same bytes.
@@ -205,6 +273,64 @@ pub fn manifest_of_stage(dir: &Path, stage: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A previous result's manifest listing `outputs`.
+    fn write_manifest(dir: &Path, outputs: &[&str]) {
+        let outputs: Vec<_> = outputs.iter().map(|o| serde_json::json!({ "path": o, "name": o, "hash": "0", "rows": null })).collect();
+        let m = serde_json::json!({ "stage": "evaluate", "format_version": 1, "fingerprint": "f", "gauge_version": "0", "git_commit": "c", "config": {},
+            "inputs": [], "outputs": outputs, "seed": null, "started_at": "", "finished_at": "", "wall_seconds": 0.0, "stats": {} });
+        std::fs::write(dir.join(MANIFEST_FILE), m.to_string()).unwrap();
+        Manifest::read(dir).expect("a readable manifest");
+    }
+
+    #[test]
+    fn a_copy_without_a_manifest_records_its_files_so_a_retrain_may_drop_one_but_not_a_users() {
+        let root = tempfile::tempdir().unwrap();
+        let (v1, v2, dest) = (root.path().join("v1"), root.path().join("v2"), root.path().join("adapters/fra"));
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::create_dir_all(&v2).unwrap();
+        for f in ["adapter_config.json", "adapter_model.safetensors", "training_pages.json"] {
+            std::fs::write(v1.join(f), "v1").unwrap();
+        }
+        for f in ["adapter_config.json", "adapter_model.safetensors"] {
+            std::fs::write(v2.join(f), "v2").unwrap();
+        }
+        let kind = ResultKind { what: "a LoRA adapter", holds: &|d: &Path| d.join("adapter_config.json").is_file(), derived: &[] };
+        replace_dir_with_copy(&v1, &dest, &kind).unwrap();
+        // A retrain that writes no page record: the old one was the adapter's own.
+        replace_dir_with_copy(&v2, &dest, &kind).unwrap();
+        assert!(!dest.join("training_pages.json").exists() && dest.join(FILES_RECORD).is_file());
+        // A file the user put beside it, and Finder's litter.
+        std::fs::write(dest.join("NOTES.md"), "tried lr 1e-3").unwrap();
+        std::fs::write(dest.join(".DS_Store"), "x").unwrap();
+        let e = replace_dir_with_copy(&v1, &dest, &kind).unwrap_err().to_string();
+        assert!(e.contains("NOTES.md") && !e.contains("DS_Store"), "{e}");
+        std::fs::remove_file(dest.join("NOTES.md")).unwrap();
+        replace_dir_with_copy(&v1, &dest, &kind).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("training_pages.json")).unwrap(), "v1");
+    }
+
+    #[test]
+    fn a_file_the_user_added_refuses_the_replacement_and_is_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let (src, dest) = (root.path().join("src"), root.path().join("eval/study"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("metrics.parquet"), "new").unwrap();
+        std::fs::create_dir_all(dest.join("notes")).unwrap();
+        std::fs::write(dest.join("metrics.parquet"), "old").unwrap();
+        write_manifest(&dest, &["metrics.parquet"]);
+        std::fs::write(dest.join("notes/mine.md"), "my notes").unwrap();
+        let kind = ResultKind { what: "an evaluation", holds: &|d: &Path| d.join(MANIFEST_FILE).is_file(), derived: &[] };
+        let e = replace_dir_with_copy(&src, &dest, &kind).unwrap_err().to_string();
+        assert!(e.contains("notes/mine.md") && e.contains("would be lost"), "{e}");
+        assert_eq!(std::fs::read_to_string(dest.join("notes/mine.md")).unwrap(), "my notes");
+        assert_eq!(std::fs::read_to_string(dest.join("metrics.parquet")).unwrap(), "old", "the previous result stays whole");
+        assert_eq!(std::fs::read_dir(root.path().join("eval")).unwrap().count(), 1, "no temporaries left");
+        // Moved out, the rerun replaces the folder.
+        std::fs::remove_dir_all(dest.join("notes")).unwrap();
+        replace_dir_with_copy(&src, &dest, &kind).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("metrics.parquet")).unwrap(), "new");
+    }
+
     #[test]
     fn a_folder_is_replaced_whole_and_recovered_after_a_death_between_renames() {
         let root = tempfile::tempdir().unwrap();
@@ -213,10 +339,12 @@ mod tests {
         std::fs::write(src.join("sub/a.txt"), "new").unwrap();
         std::fs::create_dir_all(&dest).unwrap();
         std::fs::write(dest.join("old.txt"), "old").unwrap();
+        // The previous result wrote old.txt (its manifest lists it): the new one may drop it.
+        write_manifest(&dest, &["old.txt"]);
         // A sibling whose name a `with_extension` would have produced is not touched.
         let sibling = root.path().join("adapters/v1.partial");
         std::fs::create_dir_all(&sibling).unwrap();
-        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("sub").is_dir() || d.join("old.txt").is_file() };
+        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("sub").is_dir() || d.join("old.txt").is_file(), derived: &[] };
         replace_dir_with_copy(&src, &dest, &kind).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("sub/a.txt")).unwrap(), "new");
         assert!(!dest.join("old.txt").exists() && sibling.exists());
@@ -238,7 +366,7 @@ mod tests {
         let (src, dest) = (root.path().join("src"), root.path().join("eval/fra"));
         std::fs::create_dir_all(&src).unwrap();
         std::fs::write(src.join("table.txt"), "rows").unwrap();
-        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("table.txt").is_file() };
+        let kind = ResultKind { what: "a test result", holds: &|d: &Path| d.join("table.txt").is_file(), derived: &[] };
         // `finish` sees the copy (not `dest`, not the source) beside `dest`, the tables in it.
         let page = |staged: &Path| -> anyhow::Result<()> {
             anyhow::ensure!(staged.parent() == dest.parent() && staged != dest && !staged.starts_with(&src), "finish ran on {}", staged.display());
@@ -263,6 +391,10 @@ mod tests {
         replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap();
         std::fs::remove_file(dest.join("page.html")).unwrap();
         std::fs::write(dest.join("kept.txt"), "recorded").unwrap();
+        // Swapping the copy in would lose kept.txt (the user's): refused, naming it.
+        let e = replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap_err().to_string();
+        assert!(e.contains("kept.txt"), "{e}");
+        std::fs::remove_file(dest.join("kept.txt")).unwrap();
         replace_dir_with_finished_copy(&src, &dest, &kind, &page).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("page.html")).unwrap(), "rows drawn", "the page is back");
         std::fs::write(dest.join("kept.txt"), "recorded").unwrap();
@@ -280,7 +412,7 @@ mod tests {
         let src = root.path().join("src");
         std::fs::create_dir_all(&src).unwrap();
         std::fs::write(src.join("adapter_config.json"), "{}").unwrap();
-        let kind = ResultKind { what: "a LoRA adapter", holds: &|d: &Path| d.join("adapter_config.json").is_file() };
+        let kind = ResultKind { what: "a LoRA adapter", holds: &|d: &Path| d.join("adapter_config.json").is_file(), derived: &[] };
         // A folder of other things (the parent of every adapter): refused, untouched.
         let shelf = root.path().join("adapters");
         std::fs::create_dir_all(shelf.join("other")).unwrap();

@@ -55,7 +55,7 @@ pub(super) fn folder_files(dir: &Path) -> Result<(FolderKind, std::path::PathBuf
 /// allowed) or `qid iter docno rel` (TREC, MS MARCO), whitespace-separated. Grades ≤ 0 are
 /// judged not relevant and left out.
 fn read_qrels(path: &Path, kind: FolderKind) -> Result<Vec<(String, String, f64)>, GoldenError> {
-    let text = std::fs::read_to_string(path).map_err(|e| GoldenError::Read { path: path.display().to_string(), message: e.to_string() })?;
+    let text = crate::read::read_bounded_string(path, crate::read::DATA_LIMIT).map_err(|e| GoldenError::Read { path: path.display().to_string(), message: e.to_string() })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let cols: Vec<&str> = if kind == FolderKind::Beir { line.split('\t').map(str::trim).collect() } else { line.split_whitespace().collect() };
@@ -80,7 +80,7 @@ fn read_qrels(path: &Path, kind: FolderKind) -> Result<Vec<(String, String, f64)
 /// A TREC topics file's (number, title): SGML `<top> <num> Number: 301 <title> …` topics, or
 /// XML `<topic number="1"> <query>…</query>` ones.
 fn read_topics(path: &Path) -> Result<Vec<(String, String)>, GoldenError> {
-    let text = std::fs::read_to_string(path).map_err(|e| GoldenError::Read { path: path.display().to_string(), message: e.to_string() })?;
+    let text = crate::read::read_bounded_string(path, crate::read::DATA_LIMIT).map_err(|e| GoldenError::Read { path: path.display().to_string(), message: e.to_string() })?;
     // The text after `tag` up to the next tag, whitespace collapsed.
     let field = |block: &str, tag: &str| -> Option<String> {
         let at = block.find(tag)? + tag.len();
@@ -127,7 +127,7 @@ pub(super) fn read_folder(dir: &Path) -> Result<Vec<GoldenQuestion>, GoldenError
         let source = if kind == FolderKind::Beir { format!("corpus.jsonl#{doc}") } else { format!("#{doc}") };
         gold.entry(q).or_default().push(GoldItem::Page { source, page: 1, grade: (grade != 1.0).then_some(grade) });
     }
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| GoldenError::Read { path: p.display().to_string(), message: e.to_string() });
+    let read = |p: &Path| crate::read::read_bounded_string(p, crate::read::DATA_LIMIT).map_err(|e| GoldenError::Read { path: p.display().to_string(), message: e.to_string() });
     let queries: Vec<(String, String)> = match kind {
         FolderKind::Trec => read_topics(&queries_path)?,
         FolderKind::MsMarco => {

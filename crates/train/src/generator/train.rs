@@ -171,7 +171,7 @@ pub(crate) fn train(state: TrainState, run: &mut StageRun, cfg: &TrainConfig, op
     // to questions whose gold pages the adapter never trained on.
     let pages = data::example_pages(&state.train_file)?;
     if !pages.is_empty() {
-        let record = TrainingPages { target: "generator".into(), base: cfg.base.clone(), questions: train.len(), pages };
+        let record = TrainingPages { target: "generator".into(), base: cfg.base.clone(), questions: train.len(), pages, questions_by: Vec::new() };
         std::fs::write(run.path("adapter").join(TRAINING_PAGES), serde_json::to_string_pretty(&record)?)?;
         run.add_output(&format!("adapter/{}", TRAINING_PAGES), None)?;
     }

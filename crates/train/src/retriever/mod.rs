@@ -91,6 +91,8 @@ pub struct SourcedQuestion {
     pub chunk_id: Option<String>,
     /// `ict` rows had their question cut from the chunk.
     pub ict: bool,
+    /// The model that wrote the question (the row's `teacher_model`), when recorded.
+    pub teacher: Option<String>,
 }
 
 /// Reads golden rows (JSONL) with their `chunk_id` and `teacher_model`.
@@ -104,7 +106,7 @@ pub fn read_questions(path: &Path) -> Result<Vec<SourcedQuestion>, TrainError> {
         if question.gold.is_empty() {
             return Err(bad("no `gold` pages".into()));
         }
-        out.push(SourcedQuestion { question, chunk_id: v["chunk_id"].as_str().map(str::to_string), ict: v["teacher_model"].as_str() == Some("ict") });
+        out.push(SourcedQuestion { question, chunk_id: v["chunk_id"].as_str().map(str::to_string), ict: v["teacher_model"].as_str() == Some("ict"), teacher: v["teacher_model"].as_str().filter(|t| !t.is_empty()).map(str::to_string) });
     }
     Ok(out)
 }
@@ -625,7 +627,8 @@ pub fn train_encoder(inputs: &TrainInputs, index: &Path, run: &mut StageRun, cfg
     // Outputs.
     let pages: BTreeSet<String> = train.iter().flat_map(|e| e.pages.iter().map(|(s, p)| format!("{s}#{p}"))).collect();
     let target_name = if task == EncoderTask::CrossEncoder { "reranker" } else { "embedder" };
-    let record = TrainingPages { target: target_name.into(), base: cfg.base.clone(), questions: train.len(), pages: pages.iter().cloned().collect() };
+    let questions_by: BTreeSet<String> = train_rows.iter().filter_map(|q| q.teacher.clone()).collect();
+    let record = TrainingPages { target: target_name.into(), base: cfg.base.clone(), questions: train.len(), pages: pages.iter().cloned().collect(), questions_by: questions_by.into_iter().collect() };
     let record_json = serde_json::to_string_pretty(&record)?;
     let deliverable = match (task, model.adapter(&params, Some(cfg.base.clone()))) {
         (EncoderTask::Embedder { .. }, Some(adapter)) => {
