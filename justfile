@@ -176,6 +176,11 @@ ablate-answers: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
 
+# Four-phase answers by structure (#81): Qwen2.5-Coder-1.5B free and held to the four phases by constrained decoding (the model's refusal a legal first field), 384 new tokens, on the 41 dev and 64 out-of-corpus questions, with the gate declared in the pipeline → eval/fra-structured/. Hours on 2 cores (the structured replies decode one at a time); replies are cached, so a stopped run resumes.
+ablate-structured: setup models
+    scripts/fetch-models.sh qwen2.5-1.5b
+    {{bin}}/evaluate pipelines/fra-structured.toml --artifacts {{artifacts}}
+
 # The judge at 1.5B: Qwen2.5-Coder-1.5B grades the three answer rows of fra-answers' baseline retrieval (SmolLM2-135M, Qwen2.5-1.5B free and cite-constrained; their answers reused from `just ablate-answers` when present), its faithfulness set against the citation check → eval/fra-judge/. ~40 min on 2 cores.
 ablate-judge: setup models
     scripts/fetch-models.sh qwen2.5-1.5b

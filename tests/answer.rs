@@ -567,3 +567,87 @@ fn refusal_by_score_cutoff_is_calibrated_on_one_set_and_measured_on_others() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("outside.jsonl:2") && err.contains("not out of corpus"), "{err}");
 }
+
+/// The four phases held by structure (#81): through an endpoint, each request carries its
+/// question's own schema (its passages' tags, the phase budgets, the refusal as the first
+/// field) and each reply is rendered under the template's headings — a refusal as the refusal
+/// sentence, a reply that ignored the schema kept as written; locally, SmolLM2 under the schema
+/// cannot leave it: four phases in order (or its refusal), no invented citation. Bad budgets are
+/// refused in one line naming the setting.
+#[test]
+fn four_phase_answers_are_held_by_their_schema_and_rendered_under_the_headings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = build_index(tmp.path());
+    let server = ChatServer::start(|i, r| {
+        let user = r.message(1);
+        let tag = user.lines().find(|l| l.starts_with('[') && l.ends_with(']')).unwrap_or("[none p. 1]").to_string();
+        Reply::Content(match i {
+            0 => serde_json::json!({"verdict": "answer", "contextual_audit": format!("The first passage bears {tag}."), "evidence_map": format!("Arms lowered {tag}; bells [rules.pdf p. 99]."), "synthesis": format!("The arms come down first {tag}."), "verification": "Every tag checked."}).to_string(),
+            1 => r#"{"verdict":"refuse"}"#.to_string(),
+            _ => "The arms come down first.".to_string(),
+        })
+    });
+    let golden = tmp.path().join("three.jsonl");
+    std::fs::write(&golden, ["when are gate arms lowered", "who built the eiffel tower", "how often do the lights flash"].iter().enumerate().map(|(i, q)| format!("{{\"qid\": \"q{i}\", \"question\": \"{q}\", \"gold\": [], \"keywords\": [\"x\"]}}\n")).collect::<String>()).unwrap();
+    let (art, prompts) = (tmp.path().join("artifacts"), repo_root().join("pipelines/prompts"));
+    let url = format!("generator.base_url={}", server.url);
+    let base = vec![
+        "--golden".to_string(), golden.display().to_string(), "--index".into(), index.clone(), "--artifacts".into(), art.display().to_string(), "--prompts".into(), prompts.display().to_string(),
+        "-k".into(), "2".into(), "--template".into(), "four_phase".into(), "--structure".into(), "four_phase".into(), "--max-new-tokens".into(), "384".into(),
+    ];
+    let api: Vec<String> = ["--set", "generator.kind=api", "--set", "generator.model=scripted", "--set", "generator.api_key_env=GAUGE_NO_SUCH_KEY", "--set", url.as_str()].iter().map(|s| s.to_string()).collect();
+    let args: Vec<String> = base.iter().chain(&api).cloned().collect();
+    let out = ok(run("answer", &args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let dir = last_line(&out);
+    let r = rows(&dir);
+    // Each request sent its own schema: the phases in order, each bounded, brackets only its tags.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let schema = &requests[0].body["response_format"]["json_schema"]["schema"];
+    let answer = &schema["anyOf"][0];
+    let keys: Vec<&String> = answer["properties"].as_object().unwrap_or_else(|| panic!("{}", requests[0].body)).keys().collect();
+    assert_eq!(keys, ["verdict", "contextual_audit", "evidence_map", "synthesis", "verification"]);
+    assert_eq!(schema["anyOf"][1]["properties"]["verdict"]["const"], "refuse");
+    let pattern = answer["properties"]["synthesis"]["pattern"].as_str().unwrap();
+    for p in r[0].passages.as_array().unwrap() {
+        let tag = format!("[{} p. {}]", p["source"].as_str().unwrap(), p["page_start"]);
+        assert!(pattern.contains(&regex::escape(&tag)), "{tag} in {pattern}");
+    }
+    assert_eq!(answer["properties"]["synthesis"]["maxLength"], 120 * 3, "the default budget: 35 % of (384 − 40) tokens, 3 characters each");
+    // Rendered under the headings; the endpoint's invented page is still caught by the check.
+    assert!(r[0].answer.starts_with("1. Contextual audit: The first passage bears [") && r[0].answer.contains("\n\n4. Verification: Every tag checked."), "{}", r[0].answer);
+    assert_eq!(r[0].n, (4, 3, 1), "{}", r[0].citations);
+    assert_eq!((r[1].answer.as_str(), r[1].refused), ("The provided documents do not contain this information.", false), "the model's own refusal, not the cutoff's");
+    assert_eq!(r[2].answer, "The arms come down first.", "a reply outside the schema is kept as written");
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(PathBuf::from(&dir).join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["config"]["config"]["structure"]["kind"], "four_phase", "the manifest echoes the form");
+    // Bad budgets: one line naming the setting, before any model is called.
+    for (set, says) in [("60", "raise generation.max_new_tokens"), ("structure.phase_tokens=[10, 10]", "give four"), ("structure.phase_tokens=[200, 200, 200, 200]", "over generation.max_new_tokens = 384")] {
+        let mut a = args.clone();
+        match set.parse::<usize>() {
+            Ok(_) => *a.iter_mut().find(|x| x.as_str() == "384").unwrap() = set.to_string(),
+            Err(_) => a.extend(["--set".to_string(), set.to_string()]),
+        }
+        let out = run("answer", &a.iter().map(String::as_str).collect::<Vec<_>>());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{set}: {err}");
+        assert!(err.contains(says), "{set}: {err}");
+    }
+    assert_eq!(server.requests().len(), 3);
+    // Locally the schema holds: SmolLM2 cannot leave it (small budgets: the reply ends well
+    // within its tokens), so every reply is the four phases in order or its own refusal, and
+    // no bracket is anything but a given tag.
+    let gguf = gauge_core::models::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(gguf.is_file(), "{}: missing; run `just models`", gguf.display());
+    let mut local = base.clone();
+    local.extend(["--model".to_string(), gguf.display().to_string(), "--set".into(), "structure.phase_tokens=[12, 12, 12, 12]".into()]);
+    let dir = last_line(&ok(run("answer", &local.iter().map(String::as_str).collect::<Vec<_>>())));
+    for r in rows(&dir) {
+        let lower = r.answer.to_lowercase();
+        let phases = ["contextual audit", "evidence map", "synthesis", "verification"].map(|p| lower.find(p));
+        let in_order = phases.iter().all(Option::is_some) && phases.windows(2).all(|w| w[0] < w[1]);
+        assert!(in_order || r.answer == "The provided documents do not contain this information.", "{:?} ({})", r.answer, r.finish_reason);
+        assert_eq!(r.n.2, 0, "an invented citation under the schema: {}", r.citations);
+        assert_eq!(r.finish_reason, "eos", "{:?}", r.answer);
+    }
+}

@@ -43,6 +43,11 @@ pub struct AnswerArgs {
     /// Prompt template: plain or four_phase (`template`).
     #[arg(long)]
     pub template: Option<String>,
+    /// The form the reply is held to: free, or four_phase (a JSON document of the four
+    /// phases, in order, each within its budget, citing only the given tags; `structure.kind`).
+    #[arg(long)]
+    #[serde(rename = "structure.kind")]
+    pub structure: Option<String>,
     /// Generation settings (`generation.*`).
     #[command(flatten)]
     #[serde(flatten)]

@@ -7,7 +7,9 @@
 #![deny(missing_docs)]
 pub mod cli;
 mod out_of_corpus;
+pub mod structure;
 pub use out_of_corpus::load_out_of_corpus;
+pub use structure::{StructureConfig, StructureKind};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,6 +47,11 @@ pub struct AnswerConfig {
     pub generation: GenerateOptions,
     /// What a refused question is answered with.
     pub refusal: String,
+    /// The form the reply is held to by constrained decoding (default free:
+    /// [`structure::StructureConfig`]); `four_phase` holds the four phases in order, each within
+    /// its budget, citing only the given tags, with the model's refusal as a legal first move.
+    #[serde(skip_serializing_if = "StructureConfig::is_free")]
+    pub structure: StructureConfig,
 }
 
 impl Default for AnswerConfig {
@@ -55,6 +62,7 @@ impl Default for AnswerConfig {
             template: "plain".into(),
             generation: GenerateOptions { max_new_tokens: 200, ..GenerateOptions::default() },
             refusal: "The provided documents do not contain this information.".into(),
+            structure: StructureConfig::default(),
         }
     }
 }
@@ -170,7 +178,7 @@ impl Stage for Answer {
                 if let Some(o) = &inputs.out_of_corpus {
                     // A new input only when given: earlier answer artifacts keep their fingerprint.
                     entries.push(FileEntry::file("out_of_corpus", o)?);
-                    questions.extend(load_out_of_corpus(o, &golden)?);
+                    questions.extend(load_out_of_corpus(o, golden.iter().map(|q| q.qid.as_str()))?);
                 }
                 questions
             }
@@ -192,6 +200,7 @@ impl Stage for Answer {
         }
         // No room for an answer is no answer (before: an empty one, counted as answered).
         anyhow::ensure!(config.generation.max_new_tokens >= 1, "generation.max_new_tokens = 0 leaves no room for an answer; give at least 1 (the default is 200)");
+        config.structure.validate(config.generation.max_new_tokens).map_err(|e| anyhow::anyhow!(e))?;
         let system = read(&options.prompts.join("answer_system.md"))?;
         gauge_core::names::plain_name(&config.template).map_err(|why| anyhow::anyhow!("template {why} (it names prompts/answer_<template>.md)"))?;
         let template = read(&options.prompts.join(format!("answer_{}.md", config.template)))?;
@@ -317,7 +326,24 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     let model = gauge_generator::cache::model_identity(&config.generator)?;
     // Constrained citations: each reply may cite only its own passages' tags.
     let tags: Option<Vec<Vec<String>>> = opts.constrain_citations.then(|| asked.iter().map(|&i| gauge_cite::citable_tags(&rows[i].passages)).collect());
-    let replies = if generator.is_local() {
+    let replies = if !config.structure.is_free() {
+        // The four phases: one schema per question (its own passages' tags), so each reply
+        // is decoded alone (the batch API takes one schema for all), locally or by an endpoint.
+        let budgets = config.structure.budgets(opts.max_new_tokens).map_err(|e| anyhow::anyhow!(e))?;
+        let mut out = Vec::with_capacity(chats.len());
+        for (chat, &i) in chats.iter().zip(&asked) {
+            let schema = structure::four_phase_schema(&gauge_cite::citable_tags(&rows[i].passages), budgets, config.structure.refusal);
+            let schema = gauge_chat_client::ResponseSchema { name: "four_phase".into(), schema };
+            let reply = cache.complete(&generator, &model, chat, &opts, Some(&schema));
+            bar.reply(reply.as_ref().map_or(0, |r| if r.hit { 0 } else { r.completion.completion_tokens }));
+            let failed = reply.is_err();
+            out.push(reply);
+            if failed {
+                break;
+            }
+        }
+        out
+    } else if generator.is_local() {
         cache.complete_batch_constrained(&generator, &model, &chats, &opts, None, tags.as_deref(), &|tokens| bar.reply(tokens))
     } else {
         let mut out = Vec::with_capacity(chats.len());
@@ -338,8 +364,9 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         // A cached reply reports the time its original call took.
         row.generation_seconds = reply.original_latency_ms / 1e3;
         let reply = reply.completion;
-        row.citations = check(&reply.text, &row.passages);
-        row.answer = reply.text;
+        let text = if config.structure.is_free() { reply.text } else { structure::render(&reply.text, &config.refusal).text };
+        row.citations = check(&text, &row.passages);
+        row.answer = text;
         row.prompt_tokens = reply.prompt_tokens;
         row.completion_tokens = reply.completion_tokens;
         row.finish_reason = reply.finish_reason;

@@ -102,7 +102,7 @@ pub fn answer_phase(plan: &EvaluatePlan, retrieved: &Retrieved, cache: &Arc<Call
 fn score_run(a: &AnswerRun, golden: &[GoldenQuestion], answerable: &[GoldenQuestion], section: &AnswerSection, judge: Option<(&Judge, u8)>, retrieved: &Retrieved) -> anyhow::Result<ScoredRun> {
     let mut answered = crate::answers::read_answers(&a.dir.join("answers.parquet"))?;
     answered.retain(|aq| golden.iter().any(|q| q.qid == aq.qid));
-    let mut m = crate::answers::answer_metrics(&answered, golden, section.template == "four_phase", &section.refusal);
+    let mut m = crate::answers::answer_metrics(&answered, golden, section.asks_four_phases(), &section.refusal);
     let Some((judge, faithful_at)) = judge else {
         return Ok(ScoredRun { metrics: (a.clone(), answered, m), verdicts: Vec::new(), agreement: None });
     };

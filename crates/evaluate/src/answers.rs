@@ -2,7 +2,7 @@
 //! chosen configs, and deterministic answer metrics from its `answers.parquet` — no judge.
 use std::path::Path;
 
-use gauge_answer::{AnswerConfig, GeneratorConfig};
+use gauge_answer::{AnswerConfig, GeneratorConfig, StructureConfig};
 use gauge_core::golden::GoldenQuestion;
 use gauge_core::table::Columns;
 use gauge_chat::GenerateOptions;
@@ -25,6 +25,10 @@ pub struct AnswerSection {
     pub generation: GenerateOptions,
     /// The refusal sentence.
     pub refusal: String,
+    /// The form replies are held to (default free; `four_phase`: the four phases by
+    /// constrained decoding, [`gauge_answer::StructureConfig`]); a generator row may set its own.
+    #[serde(skip_serializing_if = "StructureConfig::is_free")]
+    pub structure: StructureConfig,
     /// At most this many questions (0: all).
     pub limit: usize,
     /// Several generators compared on the same retrieved contexts (e.g. a base model and the
@@ -105,6 +109,10 @@ pub struct NamedGenerator {
     /// Generation settings replacing the section's `generation` for this row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<GenerateOptions>,
+    /// The form this row's replies are held to, replacing the section's `structure` (a
+    /// structured row against the same model free: `compare_to`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structure: Option<StructureConfig>,
     /// The generator (by name) this row is paired against (default: the first): an option's
     /// row against the same model without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,14 +146,36 @@ impl AnswerRun {
 impl Default for AnswerSection {
     fn default() -> Self {
         let a = AnswerConfig::default();
-        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, limit: 0, generators: Vec::new(), split_seed: None, gate: None }
+        AnswerSection { configs: Vec::new(), generator: a.generator, template: a.template, generation: a.generation, refusal: a.refusal, structure: a.structure, limit: 0, generators: Vec::new(), split_seed: None, gate: None }
     }
 }
 
 impl AnswerSection {
-    /// The answer stage's config for a retrieval config, a generator and its settings.
-    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig, generator: &GeneratorConfig, generation: &GenerateOptions) -> AnswerConfig {
-        AnswerConfig { retrieval: retrieval.clone(), generator: generator.clone(), template: self.template.clone(), generation: generation.clone(), refusal: self.refusal.clone() }
+    /// The answer stage's config for a retrieval config and a generator row.
+    pub fn config_for(&self, retrieval: &gauge_engine::RetrievalConfig, row: &GeneratorRow) -> AnswerConfig {
+        AnswerConfig { retrieval: retrieval.clone(), generator: row.generator.clone(), template: self.template.clone(), generation: row.generation.clone(), refusal: self.refusal.clone(), structure: row.structure.clone() }
+    }
+
+    /// The form the named generator row's replies are held to.
+    pub fn structure_of(&self, name: &Option<String>) -> StructureConfig {
+        self.generators.iter().find(|g| Some(&g.name) == name.as_ref()).and_then(|g| g.structure.clone()).unwrap_or_else(|| self.structure.clone())
+    }
+
+    /// Whether the section's rows are asked for the four phases (the template asks for them, or a
+    /// row's structure holds them): `format_compliance` is measured on every row then, so a
+    /// structured row and its free base are compared on it.
+    pub fn asks_four_phases(&self) -> bool {
+        self.template == "four_phase" || std::iter::once(&self.structure).chain(self.generators.iter().filter_map(|g| g.structure.as_ref())).any(|s| s.kind == gauge_answer::StructureKind::FourPhase)
+    }
+
+    /// Whether the gate judges answer row `a`: its generator has an adapter (a trained model
+    /// against its base), or its replies are held to a form its base's are not (a grammar
+    /// against the same model free).
+    pub fn is_gated(&self, a: &AnswerRun) -> bool {
+        let base = a.compare_to.clone().or_else(|| self.generators.first().map(|g| g.name.clone()));
+        let mine = self.structure_of(&a.generator);
+        let structured = a.generator.is_some() && a.generator != base && !mine.is_free() && mine != self.structure_of(&base);
+        self.is_adapted(a) || structured
     }
 
     /// The generator a named row is paired against, when not the first.
@@ -170,21 +200,42 @@ impl AnswerSection {
         if let Some(first) = self.generators.first().filter(|g| adapted(&g.generator) && g.compare_to.is_none()) {
             return Err(format!("answer.gate: generator `{}` has an adapter but is the first one, the default base; put its base first or give it `compare_to`", first.name));
         }
-        if self.template != "four_phase" && gate.family.iter().chain(gate.non_inferiority.keys()).any(|m| m == "format_compliance") {
-            return Err(format!("answer.gate: `format_compliance` is measured only with template = \"four_phase\" (this section's is \"{}\")", self.template));
+        if !self.asks_four_phases() && gate.family.iter().chain(gate.non_inferiority.keys()).any(|m| m == "format_compliance") {
+            return Err(format!("answer.gate: `format_compliance` is measured only with template = \"four_phase\" or a four_phase structure (this section's template is \"{}\")", self.template));
         }
         Ok(())
     }
 
     /// The generators to run with their settings: the named list, or `generator` alone
     /// (unnamed).
-    pub fn generator_list(&self) -> Vec<(Option<String>, GeneratorConfig, GenerateOptions)> {
+    pub fn generator_list(&self) -> Vec<GeneratorRow> {
         if self.generators.is_empty() {
-            vec![(None, self.generator.clone(), self.generation.clone())]
+            vec![GeneratorRow { name: None, generator: self.generator.clone(), generation: self.generation.clone(), structure: self.structure.clone() }]
         } else {
-            self.generators.iter().map(|g| (Some(g.name.clone()), g.generator.clone().unwrap_or_else(|| self.generator.clone()), g.generation.clone().unwrap_or_else(|| self.generation.clone()))).collect()
+            self.generators
+                .iter()
+                .map(|g| GeneratorRow {
+                    name: Some(g.name.clone()),
+                    generator: g.generator.clone().unwrap_or_else(|| self.generator.clone()),
+                    generation: g.generation.clone().unwrap_or_else(|| self.generation.clone()),
+                    structure: g.structure.clone().unwrap_or_else(|| self.structure.clone()),
+                })
+                .collect()
         }
     }
+}
+
+/// One generator row of an `[answer]` section with its settings resolved.
+#[derive(Debug, Clone)]
+pub struct GeneratorRow {
+    /// The row's name (`None`: the section's single generator).
+    pub name: Option<String>,
+    /// The generator.
+    pub generator: GeneratorConfig,
+    /// Its generation settings.
+    pub generation: GenerateOptions,
+    /// The form its replies are held to.
+    pub structure: StructureConfig,
 }
 
 /// One answered config for the report: name, questions, and each metric's label and row.
@@ -301,7 +352,9 @@ pub fn answer_metrics(answers: &[AnsweredQuestion], golden: &[GoldenQuestion], f
         out.push(("out_of_corpus_refusal", "Refusals of out-of-corpus questions", per(&|a, q| q.filter(|q| q.gold.is_empty() && q.keywords.is_empty()).map(|_| if a.refused || says_refusal(&a.answer, refusal_sentence) { 1.0 } else { 0.0 }))));
     }
     if four_phase {
-        out.push(("format_compliance", "Four phases in order", per(&|a, _| (!a.refused).then(|| if four_phases_in_order(&a.answer) { 1.0 } else { 0.0 }))));
+        // A refusal (the cutoff's, or the model's own: a legal first move under a structure) is
+        // not an answer in phases; refusal_accuracy and grounded_answer count it.
+        out.push(("format_compliance", "Four phases in order", per(&|a, _| (!a.refused && !says_refusal(&a.answer, refusal_sentence)).then(|| if four_phases_in_order(&a.answer) { 1.0 } else { 0.0 }))));
     }
     if golden.iter().any(|q| q.reference_answer.is_some()) {
         out.push(("reference_token_f1", "Token F1 vs reference", per(&|a, q| q.and_then(|q| q.reference_answer.as_ref()).map(|r| token_f1(&a.answer, r)))));
@@ -450,7 +503,7 @@ mod tests {
     #[test]
     fn a_gate_needs_a_base_for_every_adapter_and_the_template_its_metrics_need() {
         let local = |adapter: Option<&str>| GeneratorConfig::Local { model: "m.gguf".into(), adapter: adapter.map(Into::into) };
-        let named = |name: &str, adapter: Option<&str>, compare_to: Option<&str>| NamedGenerator { name: name.into(), generator: Some(local(adapter)), generation: None, compare_to: compare_to.map(Into::into) };
+        let named = |name: &str, adapter: Option<&str>, compare_to: Option<&str>| NamedGenerator { name: name.into(), generator: Some(local(adapter)), generation: None, structure: None, compare_to: compare_to.map(Into::into) };
         let gate = AnswerGate { family: vec!["grounded_answer".into()], non_inferiority: [("format_compliance".to_string(), 0.1)].into_iter().collect() };
         let four = |generators: Vec<NamedGenerator>| AnswerSection { template: "four_phase".into(), generators, ..Default::default() };
         assert_eq!(four(vec![named("base", None, None), named("+ a", Some("a"), None)]).check_gate_bases(&gate), Ok(()));

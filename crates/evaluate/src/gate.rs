@@ -108,7 +108,7 @@ pub fn rows(pipeline: &crate::pipeline::Pipeline, tables: &crate::tables::Retrie
     }
     let Some(section) = &pipeline.answer else { return Ok(family(out, pipeline.stats.correction)) };
     for a in answers {
-        if !section.is_adapted(a) {
+        if !section.is_gated(a) {
             continue;
         }
         let mine: Vec<&crate::answers::AnswerDelta> = deltas.iter().filter(|d| d.run == a.name()).collect();
@@ -163,7 +163,7 @@ pub fn non_inferiority_rows(pipeline: &crate::pipeline::Pipeline, answers: &[cra
     let Some(section) = &pipeline.answer else { return Ok(Vec::new()) };
     let Some(gate) = &section.gate else { return Ok(Vec::new()) };
     let mut out = Vec::new();
-    for a in answers.iter().filter(|a| section.is_adapted(a)) {
+    for a in answers.iter().filter(|a| section.is_gated(a)) {
         let name = a.name();
         for (metric, margin) in &gate.non_inferiority {
             let d = deltas.iter().find(|d| d.run == name && d.metric == metric.as_str()).ok_or_else(|| anyhow::anyhow!("pipeline `{}`, answer.gate.non_inferiority: row `{name}` has no paired `{metric}` against its base: no evaluated question the metric applies to", pipeline.name))?;

@@ -345,6 +345,11 @@ impl Pipeline {
                     let names_ooc = gate.family.iter().chain(gate.non_inferiority.keys()).any(|m| m == "out_of_corpus_refusal");
                     ensure_or(!names_ooc || file.out_of_corpus.is_some(), || err("[answer] gate names `out_of_corpus_refusal`, which only the `out_of_corpus` questions give values to; add `out_of_corpus = \"FILE\"` (top level) or take it out of the gate".into()))?;
                 }
+                // Each row's form against its own reply length (the section's alone when no row is named).
+                for row in section.generator_list() {
+                    let at = row.name.as_ref().map_or("[answer]".to_string(), |n| format!("[[answer.generators]] `{n}`:"));
+                    row.structure.validate(row.generation.max_new_tokens).map_err(|e| err(format!("{at} {e}")))?;
+                }
                 for g in &section.generators {
                     if let Some(gen) = &g.generation {
                         gen.validate().map_err(|e| err(format!("[[answer.generators]] `{}`: {e}", g.name)))?;

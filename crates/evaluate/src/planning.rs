@@ -102,7 +102,7 @@ pub fn plan_evaluation(config: &EvaluateConfig, pipeline_path: &Path, options: &
     let golden = load_golden(&pipeline.golden)?;
     let provenance = gauge_core::golden::resolve_provenance(&pipeline.golden, pipeline.golden_provenance.as_ref())?;
     // Checked against the whole golden set (the answer stage reads the whole file).
-    let out_of_corpus = pipeline.out_of_corpus.as_ref().map(|o| gauge_answer::load_out_of_corpus(o, &golden).map(|q| (o.clone(), q))).transpose()?;
+    let out_of_corpus = pipeline.out_of_corpus.as_ref().map(|o| gauge_answer::load_out_of_corpus(o, golden.iter().map(|q| q.qid.as_str())).map(|q| (o.clone(), q))).transpose()?;
     let mut notes = Vec::new();
     let (golden, exclusion_inputs) = restrict_to_untrained_pages(golden, &pipeline.golden, &pipeline.exclude_trained_pages, pipeline.held_out_split, &mut notes)?;
     anyhow::ensure!(!golden.is_empty(), "{}: no question is left once the training pages of {:?} are taken out", pipeline.golden.display(), pipeline.exclude_trained_pages);
@@ -280,9 +280,9 @@ fn build_answer_runs(pipeline: &Pipeline, ups: &[Upstream], dag: &mut Dag<'_>, o
         let i = pipeline.variants.iter().position(|v| &v.name == name).expect("checked at load");
         let (v, u) = (&pipeline.variants[i], &ups[i]);
         let inputs = gauge_answer::AnswerInputs { index: u.index.clone(), golden: Some(pipeline.golden.clone()), question: None, out_of_corpus: pipeline.out_of_corpus.clone(), limit: section.limit };
-        for (generator_name, generator, generation) in section.generator_list() {
-            let row = crate::answers::AnswerRun { config: name.clone(), compare_to: section.compare_to(&generator_name), generator: generator_name, dir: PathBuf::new() };
-            let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator, &generation), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;
+        for generator in section.generator_list() {
+            let row = crate::answers::AnswerRun { config: name.clone(), compare_to: section.compare_to(&generator.name), generator: generator.name.clone(), dir: PathBuf::new() };
+            let dir = dag.ensure_with::<gauge_answer::Answer>(&section.config_for(&v.stages.retrieval, &generator), &inputs, &answer_options).with_context(|| format!("[answer] `{}`", row.name()))?;
             answers.push(crate::answers::AnswerRun { dir, ..row });
         }
     }

@@ -141,30 +141,12 @@ pub struct RefusalQuestions {
     pub out_of_corpus: Vec<(PathBuf, Vec<GoldenQuestion>)>,
 }
 
-/// Reads an out-of-corpus file: JSON Lines with `qid` and `question`; a row with
-/// `"in_corpus": true` is skipped (a four-phase SFT file holds both kinds); a row with gold or
-/// keywords, an empty or duplicate qid, or a qid in `taken` is an error naming the line.
+/// Reads an out-of-corpus file ([`gauge_answer::load_out_of_corpus`]: rows marked
+/// `"in_corpus": true` skipped, every other row checked, a qid in `taken` an error naming the
+/// line); a file left with no out-of-corpus question cannot measure a refusal and is refused.
 pub fn load_out_of_corpus(path: &Path, taken: &BTreeSet<String>) -> anyhow::Result<Vec<GoldenQuestion>> {
-    let p = path.display();
-    let text = gauge_core::read::read_bounded_string(path, gauge_core::read::DATA_LIMIT).map_err(|e| anyhow::anyhow!("{p}: cannot read the out-of-corpus questions ({e}); one JSON object per line with `qid` and `question`"))?;
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let at = format!("{p}:{}", i + 1);
-        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{at}: {e}; each line is a JSON object with `qid` and `question`"))?;
-        if value.get("in_corpus").and_then(serde_json::Value::as_bool) == Some(true) {
-            continue;
-        }
-        let q: GoldenQuestion = serde_json::from_value(value).map_err(|e| anyhow::anyhow!("{at}: {e}; each line is a JSON object with `qid` and `question`"))?;
-        anyhow::ensure!(!q.qid.trim().is_empty() && !q.qid.chars().any(|c| c.is_whitespace() || c.is_control()), "{at}: qid `{}` is empty or holds whitespace; give each question a plain id", q.qid);
-        anyhow::ensure!(!q.question.trim().is_empty(), "{at}: question `{}` is empty", q.qid);
-        anyhow::ensure!(q.question.len() <= gauge_core::golden::MAX_QUESTION_BYTES, "{at}: question `{}` is {} bytes long; at most {} (shorten it)", q.qid, q.question.len(), gauge_core::golden::MAX_QUESTION_BYTES);
-        anyhow::ensure!(q.gold.is_empty() && q.keywords.is_empty(), "{at}: question `{}` has `gold` or `keywords`: the corpus answers it, so it is not out of corpus (mark it `\"in_corpus\": true` or move it to a golden set)", q.qid);
-        anyhow::ensure!(!taken.contains(&q.qid), "{at}: qid `{}` is also an answerable question of this pipeline; give it another id", q.qid);
-        anyhow::ensure!(seen.insert(q.qid.clone()), "{at}: duplicate qid `{}`; qids must be unique", q.qid);
-        out.push(q);
-    }
-    anyhow::ensure!(!out.is_empty(), "{p}: no out-of-corpus question (every row is in corpus, or the file is empty)");
+    let out = gauge_answer::load_out_of_corpus(path, taken.iter().map(String::as_str))?;
+    anyhow::ensure!(!out.is_empty(), "{}: no out-of-corpus question (every row is in corpus, or the file is empty)", path.display());
     Ok(out)
 }
 

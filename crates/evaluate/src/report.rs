@@ -434,7 +434,11 @@ pub fn answers_markdown(section: Option<&crate::answers::AnswerSection>, tables:
             .iter()
             .map(|g| {
                 let settings = g.generation.as_ref().map(|o| format!(" ({})", o.describe_controls())).unwrap_or_default();
-                format!("**{}** = {}{settings}", g.name, describe(g.generator.as_ref().unwrap_or(&section.generator)))
+                let form = match g.structure.as_ref().filter(|s| !s.is_free()) {
+                    Some(s) => format!(", held to the four phases by constrained decoding{}", if s.refusal { " (refusal a legal first field)" } else { "" }),
+                    None => String::new(),
+                };
+                format!("**{}** = {}{settings}{form}", g.name, describe(g.generator.as_ref().unwrap_or(&section.generator)))
             })
             .collect::<Vec<_>>()
             .join("; ")

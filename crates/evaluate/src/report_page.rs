@@ -456,7 +456,7 @@ fn golden_questions(manifest: &serde_json::Value, root: &Path) -> BTreeMap<Strin
         gauge_core::hash::file_hash(&path).ok().is_some_and(|h| Some(h.as_str()) == input["hash"].as_str()).then_some(path)
     };
     let Some(Ok(mut golden)) = recorded("golden").map(|p| gauge_core::golden::load_golden(&p)) else { return BTreeMap::new() };
-    if let Some(Ok(more)) = recorded("out_of_corpus").map(|p| gauge_answer::load_out_of_corpus(&p, &golden)) {
+    if let Some(Ok(more)) = recorded("out_of_corpus").map(|p| gauge_answer::load_out_of_corpus(&p, golden.iter().map(|q| q.qid.as_str()))) {
         golden.extend(more);
     }
     golden
