@@ -9,7 +9,7 @@ pub mod cli;
 mod out_of_corpus;
 pub mod structure;
 pub use out_of_corpus::load_out_of_corpus;
-pub use structure::{StructureConfig, StructureKind};
+pub use structure::{StructureConfig, StructureKind, VerdictPlace};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -332,7 +332,7 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         let budgets = config.structure.budgets(opts.max_new_tokens).map_err(|e| anyhow::anyhow!(e))?;
         let mut out = Vec::with_capacity(chats.len());
         for (chat, &i) in chats.iter().zip(&asked) {
-            let schema = structure::four_phase_schema(&gauge_cite::citable_tags(&rows[i].passages), budgets, config.structure.refusal);
+            let schema = structure::four_phase_schema(&gauge_cite::citable_tags(&rows[i].passages), budgets, config.structure.refusal, config.structure.verdict);
             let schema = gauge_chat_client::ResponseSchema { name: "four_phase".into(), schema };
             let reply = cache.complete(&generator, &model, chat, &opts, Some(&schema));
             bar.reply(reply.as_ref().map_or(0, |r| if r.hit { 0 } else { r.completion.completion_tokens }));

@@ -59,14 +59,36 @@ pub struct StructureConfig {
     /// Empty: 20/30/35/15 % of what `generation.max_new_tokens` leaves after the keys (40 tokens).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub phase_tokens: Vec<usize>,
-    /// Whether `{"verdict":"refuse"}` is a legal reply: the model's own verdict as the first
-    /// field (rendered as the refusal sentence). Default true.
+    /// Whether `{"verdict":"refuse"}` is a legal reply: the model's own verdict (rendered as the
+    /// refusal sentence). Default true.
     pub refusal: bool,
+    /// Where the verdict stands: `first` (before any phase: the default) or `after_audit` (after
+    /// the contextual audit, so the model has written about the passages before it decides).
+    #[serde(skip_serializing_if = "VerdictPlace::is_first")]
+    pub verdict: VerdictPlace,
+}
+
+/// Where a four-phase reply's verdict stands.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictPlace {
+    /// The first field: the model decides before it writes anything.
+    #[default]
+    First,
+    /// After the contextual audit (the seed's order: audit the passages, then decide).
+    AfterAudit,
+}
+
+impl VerdictPlace {
+    /// Whether it is the default (echoed only when not, so earlier artifacts keep their fingerprints).
+    pub fn is_first(&self) -> bool {
+        *self == VerdictPlace::First
+    }
 }
 
 impl Default for StructureConfig {
     fn default() -> Self {
-        StructureConfig { kind: StructureKind::Free, phase_tokens: Vec::new(), refusal: true }
+        StructureConfig { kind: StructureKind::Free, phase_tokens: Vec::new(), refusal: true, verdict: VerdictPlace::First }
     }
 }
 
@@ -124,23 +146,34 @@ pub fn phase_pattern(tags: &[String]) -> String {
     format!("^({plain}|{})*$", alternatives.join("|"))
 }
 
-/// The JSON Schema of one four-phase reply citing only `tags`, each phase within its budget.
-pub fn four_phase_schema(tags: &[String], budgets: [usize; 4], refusal: bool) -> serde_json::Value {
+/// The JSON Schema of one four-phase reply citing only `tags`, each phase within its budget;
+/// with `refusal`, the verdict where `verdict` puts it (a refusal ends the document there).
+pub fn four_phase_schema(tags: &[String], budgets: [usize; 4], refusal: bool, verdict: VerdictPlace) -> serde_json::Value {
     let pattern = phase_pattern(tags);
-    let mut properties = serde_json::Map::new();
+    let phase = |i: usize| serde_json::json!({ "type": "string", "description": PHASES[i].1, "pattern": pattern, "minLength": 1, "maxLength": budgets[i].saturating_mul(CHARS_PER_TOKEN) });
+    // The fields before the verdict (none, or the audit), then the verdict, then the rest.
+    let before = if refusal && verdict == VerdictPlace::AfterAudit { 1 } else { 0 };
+    let object = |properties: serde_json::Map<String, serde_json::Value>| {
+        let required: Vec<&str> = properties.keys().map(String::as_str).collect();
+        serde_json::json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
+    };
+    let mut answer = serde_json::Map::new();
+    let mut refuse = serde_json::Map::new();
+    for (i, (key, _)) in PHASES.iter().enumerate().take(before) {
+        answer.insert(key.to_string(), phase(i));
+        refuse.insert(key.to_string(), phase(i));
+    }
     if refusal {
-        properties.insert("verdict".into(), serde_json::json!({ "const": "answer" }));
+        answer.insert("verdict".into(), serde_json::json!({ "const": "answer" }));
+        refuse.insert("verdict".into(), serde_json::json!({ "const": "refuse" }));
     }
-    for ((key, heading), budget) in PHASES.iter().zip(budgets) {
-        properties.insert(key.to_string(), serde_json::json!({ "type": "string", "description": heading, "pattern": pattern, "minLength": 1, "maxLength": budget.saturating_mul(CHARS_PER_TOKEN) }));
+    for (i, (key, _)) in PHASES.iter().enumerate().skip(before) {
+        answer.insert(key.to_string(), phase(i));
     }
-    let required: Vec<&str> = properties.keys().map(String::as_str).collect();
-    let answer = serde_json::json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false });
     if !refusal {
-        return answer;
+        return object(answer);
     }
-    let refuse = serde_json::json!({ "type": "object", "properties": { "verdict": { "const": "refuse" } }, "required": ["verdict"], "additionalProperties": false });
-    serde_json::json!({ "anyOf": [answer, refuse] })
+    serde_json::json!({ "anyOf": [object(answer), object(refuse)] })
 }
 
 /// A reply rendered back into text.
@@ -265,14 +298,21 @@ mod tests {
 
     #[test]
     fn the_schema_orders_the_phases_and_offers_a_refusal() {
-        let s = four_phase_schema(&["[a.pdf p. 3]".into()], [10, 20, 30, 40], true);
+        let s = four_phase_schema(&["[a.pdf p. 3]".into()], [10, 20, 30, 40], true, VerdictPlace::First);
         let answer = &s["anyOf"][0];
         let keys: Vec<&String> = answer["properties"].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["verdict", "contextual_audit", "evidence_map", "synthesis", "verification"]);
         assert_eq!(answer["properties"]["synthesis"]["maxLength"], 90);
         assert_eq!(s["anyOf"][1]["properties"]["verdict"]["const"], "refuse");
-        let plain = four_phase_schema(&[], [10, 20, 30, 40], false);
+        let plain = four_phase_schema(&[], [10, 20, 30, 40], false, VerdictPlace::AfterAudit);
         assert!(plain.get("anyOf").is_none() && plain["properties"].get("verdict").is_none());
+        // After the audit: both alternatives open with it; the refusal ends there.
+        let after = four_phase_schema(&[], [10, 20, 30, 40], true, VerdictPlace::AfterAudit);
+        let keys = |v: &serde_json::Value| v["properties"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&after["anyOf"][0]), ["contextual_audit", "verdict", "evidence_map", "synthesis", "verification"]);
+        assert_eq!(keys(&after["anyOf"][1]), ["contextual_audit", "verdict"]);
+        assert_eq!(after["anyOf"][1]["required"], serde_json::json!(["contextual_audit", "verdict"]));
+        assert!(render(r#"{"contextual_audit":"Nothing on point.","verdict":"refuse"}"#, "No.").refused);
     }
 
     #[test]
