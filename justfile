@@ -181,6 +181,11 @@ ablate-structured: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-structured.toml --artifacts {{artifacts}}
 
+# The 1.5B's own verdict as a refusal (#81): the four-phase form with `refuse` as its first move, on the 41 dev questions (replies from `just ablate-structured`'s cache when present) and the 64 out-of-corpus questions → eval/fra-structured-refusal/. ~40 min on 2 cores.
+ablate-structured-refusal: setup models
+    scripts/fetch-models.sh qwen2.5-1.5b
+    {{bin}}/evaluate pipelines/fra-structured-refusal.toml --artifacts {{artifacts}}
+
 # The judge at 1.5B: Qwen2.5-Coder-1.5B grades the three answer rows of fra-answers' baseline retrieval (SmolLM2-135M, Qwen2.5-1.5B free and cite-constrained; their answers reused from `just ablate-answers` when present), its faithfulness set against the citation check → eval/fra-judge/. ~40 min on 2 cores.
 ablate-judge: setup models
     scripts/fetch-models.sh qwen2.5-1.5b

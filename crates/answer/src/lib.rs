@@ -9,7 +9,7 @@ pub mod cli;
 mod out_of_corpus;
 pub mod structure;
 pub use out_of_corpus::load_out_of_corpus;
-pub use structure::{StructureConfig, StructureKind, VerdictPlace};
+pub use structure::{PhaseText, StructureConfig, StructureKind, VerdictPlace};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -265,6 +265,8 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     // Streaming shows one reply at a time, so it decodes one at a time.
     let opts = GenerateOptions { stream: options.stream, batch_size: if options.stream { 1 } else { config.generation.batch_size }, ..config.generation.clone() };
     let mut cut_passages = 0usize;
+    // A four-phase reply's budgets (checked at plan time; free replies have none).
+    let budgets = if config.structure.is_free() { [0; 4] } else { config.structure.budgets(opts.max_new_tokens).map_err(|e| anyhow::anyhow!(e))? };
     // Retrieval and prompts first (fast), then every prompt through the generator at once:
     // the local decoder batches them (generation.batch_size), an endpoint takes them in turn.
     let mut rows = Vec::with_capacity(state.questions.len());
@@ -297,7 +299,11 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
         let mut texts: Vec<String> = passages.iter().map(|(_, t)| t.clone()).collect();
         let messages = |texts: &[String]| -> Vec<Message> {
             let given: Vec<(GivenPassage, String)> = passages.iter().zip(texts).map(|((g, _), t)| (g.clone(), t.clone())).collect();
-            let user = render_prompt(&state.template, &q.question, &given).unwrap_or_default();
+            let mut user = render_prompt(&state.template, &q.question, &given).unwrap_or_default();
+            if !config.structure.is_free() && config.structure.describe_format {
+                // The model is told the form the schema holds it to.
+                user = format!("{}\n\n{}", user.trim_end(), structure::format_instructions(&config.structure, budgets));
+            }
             vec![Message::system(state.system.trim()), Message::user(user)]
         };
         render_prompt(&state.template, &q.question, &passages)?;
@@ -329,10 +335,9 @@ fn answer_all(state: &AnswerState, config: &AnswerConfig, inputs: &AnswerInputs,
     let replies = if !config.structure.is_free() {
         // The four phases: one schema per question (its own passages' tags), so each reply
         // is decoded alone (the batch API takes one schema for all), locally or by an endpoint.
-        let budgets = config.structure.budgets(opts.max_new_tokens).map_err(|e| anyhow::anyhow!(e))?;
         let mut out = Vec::with_capacity(chats.len());
         for (chat, &i) in chats.iter().zip(&asked) {
-            let schema = structure::four_phase_schema(&gauge_cite::citable_tags(&rows[i].passages), budgets, config.structure.refusal, config.structure.verdict);
+            let schema = structure::four_phase_schema(&gauge_cite::citable_tags(&rows[i].passages), budgets, &config.structure);
             let schema = gauge_chat_client::ResponseSchema { name: "four_phase".into(), schema };
             let reply = cache.complete(&generator, &model, chat, &opts, Some(&schema));
             bar.reply(reply.as_ref().map_or(0, |r| if r.hit { 0 } else { r.completion.completion_tokens }));

@@ -66,6 +66,30 @@ pub struct StructureConfig {
     /// the contextual audit, so the model has written about the passages before it decides).
     #[serde(skip_serializing_if = "VerdictPlace::is_first")]
     pub verdict: VerdictPlace,
+    /// What a phase's text must be: `sentences` (the default: it opens with a letter, a digit or
+    /// a given tag and ends on `.`, `!` or `?`, so no phase is a lone comma and a budget closes a
+    /// sentence, not a word) or `any` (any text of at least one character, the first form).
+    pub phase_text: PhaseText,
+    /// Whether the synthesis must cite at least one given tag (default true: an answer that
+    /// cites nothing cannot be checked; with no passage given there is nothing to require).
+    pub synthesis_cites: bool,
+    /// Whether the prompt ends with a paragraph describing the JSON reply — its keys in order,
+    /// and when the verdict is `refuse` (default true: the model is told the form it is held
+    /// to; `false` sends the template alone, the first form). The last three are always echoed
+    /// with a four-phase form, so replies of the first form and of today's never share a
+    /// fingerprint.
+    pub describe_format: bool,
+}
+
+/// What a four-phase reply's phase text must be.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseText {
+    /// Opens with a letter, a digit or a given tag; ends on `.`, `!` or `?`.
+    #[default]
+    Sentences,
+    /// Any text of at least one character (brackets only as given tags).
+    Any,
 }
 
 /// Where a four-phase reply's verdict stands.
@@ -88,7 +112,7 @@ impl VerdictPlace {
 
 impl Default for StructureConfig {
     fn default() -> Self {
-        StructureConfig { kind: StructureKind::Free, phase_tokens: Vec::new(), refusal: true, verdict: VerdictPlace::First }
+        StructureConfig { kind: StructureKind::Free, phase_tokens: Vec::new(), refusal: true, verdict: VerdictPlace::First, phase_text: PhaseText::Sentences, synthesis_cites: true, describe_format: true }
     }
 }
 
@@ -136,21 +160,75 @@ impl StructureConfig {
 
 /// The regex a phase's text must match: any character but brackets, quotes, backslashes and
 /// control characters, or one of `tags` whole. (Quotes and backslashes would need JSON escapes,
-/// which a pattern does not see decoded.)
-pub fn phase_pattern(tags: &[String]) -> String {
+/// which a pattern does not see decoded.) With [`PhaseText::Sentences`] the text opens with a
+/// letter, a digit or a tag and ends on `.`, `!` or `?`; with `cites` (and tags to cite) it holds
+/// at least one tag.
+pub fn phase_pattern(tags: &[String], text: PhaseText, cites: bool) -> String {
     let plain = r#"[^\[\]"\\\x00-\x1f]"#;
-    if tags.is_empty() {
-        return format!("^{plain}*$");
-    }
     let alternatives: Vec<String> = tags.iter().map(|t| regex::escape(t)).collect();
-    format!("^({plain}|{})*$", alternatives.join("|"))
+    let tag = alternatives.join("|");
+    let item = if tags.is_empty() { plain.to_string() } else { format!("({plain}|{tag})") };
+    let cites = cites && !tags.is_empty();
+    match text {
+        PhaseText::Any if cites => format!("^{item}*({tag}){item}*$"),
+        PhaseText::Any => format!("^{item}*$"),
+        PhaseText::Sentences => {
+            let open = if tags.is_empty() { "[A-Za-z0-9]".to_string() } else { format!("([A-Za-z0-9]|{tag})") };
+            if cites {
+                // The tag is the opening one, or one inside.
+                format!("^(({tag}){item}*|[A-Za-z0-9]{item}*({tag}){item}*)[.!?]$")
+            } else {
+                format!("^{open}{item}*[.!?]$")
+            }
+        }
+    }
+}
+
+/// The paragraph appended to the prompt of a four-phase reply ([`StructureConfig::describe_format`]):
+/// the JSON object's keys in the order the schema holds them, when the verdict is `refuse`, and
+/// each phase's length in words (its character budget at about six characters a word, so the
+/// model can end a sentence before the budget closes the phase).
+pub fn format_instructions(structure: &StructureConfig, budgets: [usize; 4]) -> String {
+    let phases = |from: usize| PHASES[from..].iter().map(|(k, _)| format!("\"{k}\"")).collect::<Vec<_>>();
+    let list = |keys: Vec<String>| match keys.len() {
+        0 => String::new(),
+        1 => keys[0].clone(),
+        n => format!("{} and {}", keys[..n - 1].join(", "), keys[n - 1]),
+    };
+    let verdict = "\"answer\" when the passages contain the answer, and \"refuse\" only when none of them does (a refusal ends the object)";
+    let mut out = String::from("Reply with one JSON object and nothing else. ");
+    match (structure.refusal, structure.verdict) {
+        (false, _) => out.push_str(&format!("Its keys are {}, in that order, each phase as above", list(phases(0)))),
+        (true, VerdictPlace::First) => out.push_str(&format!("Its first key, \"verdict\", is {verdict}; when you answer, {} follow in that order, each phase as above", list(phases(0)))),
+        (true, VerdictPlace::AfterAudit) => out.push_str(&format!("Its first key is \"contextual_audit\"; then \"verdict\" is {verdict}; when you answer, {} follow in that order, each phase as above", list(phases(1)))),
+    }
+    if structure.phase_text == PhaseText::Sentences {
+        out.push_str(", in whole sentences");
+    }
+    let words = budgets.map(|b| (b * CHARS_PER_TOKEN / 6).max(1).to_string());
+    out.push_str(&format!(", in at most about {} words respectively.", list(words.to_vec())));
+    if structure.synthesis_cites {
+        out.push_str(" The synthesis cites at least one tag.");
+    }
+    out
 }
 
 /// The JSON Schema of one four-phase reply citing only `tags`, each phase within its budget;
-/// with `refusal`, the verdict where `verdict` puts it (a refusal ends the document there).
-pub fn four_phase_schema(tags: &[String], budgets: [usize; 4], refusal: bool, verdict: VerdictPlace) -> serde_json::Value {
-    let pattern = phase_pattern(tags);
-    let phase = |i: usize| serde_json::json!({ "type": "string", "description": PHASES[i].1, "pattern": pattern, "minLength": 1, "maxLength": budgets[i].saturating_mul(CHARS_PER_TOKEN) });
+/// with `structure.refusal`, the verdict where `structure.verdict` puts it (a refusal ends the
+/// document there); each phase's text as `structure.phase_text` says, the synthesis citing a tag
+/// with `structure.synthesis_cites`.
+pub fn four_phase_schema(tags: &[String], budgets: [usize; 4], structure: &StructureConfig) -> serde_json::Value {
+    let (refusal, verdict) = (structure.refusal, structure.verdict);
+    let pattern = phase_pattern(tags, structure.phase_text, false);
+    // A synthesis too short for its shortest tag and a closing mark cannot cite: nothing is
+    // required of it then (else the schema would admit no reply at all).
+    let synthesis_chars = budgets[2].saturating_mul(CHARS_PER_TOKEN);
+    let fits = tags.iter().map(|t| t.chars().count() + 2).min().is_some_and(|n| n <= synthesis_chars);
+    let cited = phase_pattern(tags, structure.phase_text, structure.synthesis_cites && fits);
+    let phase = |i: usize| {
+        let pattern = if PHASES[i].0 == "synthesis" { &cited } else { &pattern };
+        serde_json::json!({ "type": "string", "description": PHASES[i].1, "pattern": pattern, "minLength": 1, "maxLength": budgets[i].saturating_mul(CHARS_PER_TOKEN) })
+    };
     // The fields before the verdict (none, or the audit), then the verdict, then the rest.
     let before = if refusal && verdict == VerdictPlace::AfterAudit { 1 } else { 0 };
     let object = |properties: serde_json::Map<String, serde_json::Value>| {
@@ -286,28 +364,78 @@ mod tests {
     #[test]
     fn the_pattern_admits_the_given_tags_only() {
         let tags = vec!["[a.pdf p. 3]".to_string(), "[b (2).pdf pp. 4-5]".to_string()];
-        let re = regex::Regex::new(&phase_pattern(&tags)).unwrap();
+        let re = regex::Regex::new(&phase_pattern(&tags, PhaseText::Any, false)).unwrap();
         assert!(re.is_match("Gates close [a.pdf p. 3] and lights flash [b (2).pdf pp. 4-5]."));
         assert!(re.is_match(""));
         assert!(!re.is_match("Gates close [a.pdf p. 4]."), "a tag not given");
         assert!(!re.is_match("a stray [ bracket"));
         assert!(!re.is_match("a \"quote\""));
-        let none = regex::Regex::new(&phase_pattern(&[])).unwrap();
+        let none = regex::Regex::new(&phase_pattern(&[], PhaseText::Any, false)).unwrap();
         assert!(none.is_match("text") && !none.is_match("[a.pdf p. 3]"));
     }
 
     #[test]
+    fn sentence_phases_open_on_a_word_and_close_a_sentence_and_the_synthesis_cites() {
+        let tags = vec!["[a.pdf p. 3]".to_string(), "[b.pdf p. 4]".to_string()];
+        let re = |text, cites| regex::Regex::new(&phase_pattern(&tags, text, cites)).unwrap();
+        let sentences = re(PhaseText::Sentences, false);
+        assert!(sentences.is_match("Gates close [a.pdf p. 3]."));
+        assert!(sentences.is_match("[b.pdf p. 4] says gates close!"));
+        assert!(sentences.is_match("Passage 2 bears on it?"));
+        for bad in [",", "", " Gates close.", "Gates close", "Gates close [a.pdf p. 3]", "- a list.", "Gates close [c.pdf p. 9]."] {
+            assert!(!sentences.is_match(bad), "{bad:?}");
+        }
+        let cited = re(PhaseText::Sentences, true);
+        assert!(cited.is_match("Gates close [a.pdf p. 3]."));
+        assert!(cited.is_match("[b.pdf p. 4] gates close."));
+        assert!(!cited.is_match("Gates close."), "no tag");
+        let any_cited = re(PhaseText::Any, true);
+        assert!(any_cited.is_match(", [a.pdf p. 3]") && !any_cited.is_match("Gates close."));
+        // No tag to cite: nothing is required, and the sentence form still holds.
+        let untagged = regex::Regex::new(&phase_pattern(&[], PhaseText::Sentences, true)).unwrap();
+        assert!(untagged.is_match("Nothing given.") && !untagged.is_match("[a.pdf p. 3]."));
+    }
+
+    #[test]
+    fn the_prompt_describes_the_keys_in_the_schemas_order() {
+        let four = StructureConfig { kind: StructureKind::FourPhase, ..Default::default() };
+        let first = format_instructions(&four, [68, 103, 120, 51]);
+        assert!(first.starts_with("Reply with one JSON object"), "{first}");
+        assert!(first.contains("at most about 34, 51, 60 and 25 words"), "{first}");
+        let order = ["\"verdict\"", "\"refuse\"", "\"contextual_audit\"", "\"evidence_map\"", "\"synthesis\"", "\"verification\"", "whole sentences", "cites at least one tag"];
+        let at: Vec<usize> = order.iter().map(|k| first.find(k).unwrap_or_else(|| panic!("{k} in {first}"))).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{first}");
+        let after = format_instructions(&StructureConfig { verdict: VerdictPlace::AfterAudit, ..four.clone() }, [68, 103, 120, 51]);
+        assert!(after.find("\"contextual_audit\"").unwrap() < after.find("\"verdict\"").unwrap(), "{after}");
+        let plain = format_instructions(&StructureConfig { refusal: false, phase_text: PhaseText::Any, synthesis_cites: false, ..four }, [68, 103, 120, 51]);
+        assert!(!plain.contains("verdict") && !plain.contains("sentences") && !plain.contains("cites"), "{plain}");
+        // Every key the schema holds is named.
+        let schema = four_phase_schema(&["[a.pdf p. 3]".into()], [10, 20, 30, 40], &StructureConfig { kind: StructureKind::FourPhase, ..Default::default() });
+        for key in schema["anyOf"][0]["properties"].as_object().unwrap().keys() {
+            assert!(first.contains(&format!("\"{key}\"")), "{key}");
+        }
+        assert!(schema["anyOf"][0]["properties"]["synthesis"]["pattern"] != schema["anyOf"][0]["properties"]["evidence_map"]["pattern"]);
+        // The form is echoed whole, so an artifact of the first form is never reused for this one.
+        let echo = serde_json::to_value(StructureConfig { kind: StructureKind::FourPhase, ..Default::default() }).unwrap();
+        assert_eq!((echo["phase_text"].as_str(), echo["synthesis_cites"].as_bool(), echo["describe_format"].as_bool()), (Some("sentences"), Some(true), Some(true)));
+        // A synthesis budget shorter than any tag requires none (the schema stays satisfiable).
+        let tiny = four_phase_schema(&["[a-very-long-source-name.pdf p. 3]".into()], [10, 10, 10, 10], &StructureConfig { kind: StructureKind::FourPhase, ..Default::default() });
+        assert_eq!(tiny["anyOf"][0]["properties"]["synthesis"]["pattern"], tiny["anyOf"][0]["properties"]["evidence_map"]["pattern"]);
+    }
+
+    #[test]
     fn the_schema_orders_the_phases_and_offers_a_refusal() {
-        let s = four_phase_schema(&["[a.pdf p. 3]".into()], [10, 20, 30, 40], true, VerdictPlace::First);
+        let four = StructureConfig { kind: StructureKind::FourPhase, ..Default::default() };
+        let s = four_phase_schema(&["[a.pdf p. 3]".into()], [10, 20, 30, 40], &four);
         let answer = &s["anyOf"][0];
         let keys: Vec<&String> = answer["properties"].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["verdict", "contextual_audit", "evidence_map", "synthesis", "verification"]);
         assert_eq!(answer["properties"]["synthesis"]["maxLength"], 90);
         assert_eq!(s["anyOf"][1]["properties"]["verdict"]["const"], "refuse");
-        let plain = four_phase_schema(&[], [10, 20, 30, 40], false, VerdictPlace::AfterAudit);
+        let plain = four_phase_schema(&[], [10, 20, 30, 40], &StructureConfig { refusal: false, verdict: VerdictPlace::AfterAudit, ..four.clone() });
         assert!(plain.get("anyOf").is_none() && plain["properties"].get("verdict").is_none());
         // After the audit: both alternatives open with it; the refusal ends there.
-        let after = four_phase_schema(&[], [10, 20, 30, 40], true, VerdictPlace::AfterAudit);
+        let after = four_phase_schema(&[], [10, 20, 30, 40], &StructureConfig { verdict: VerdictPlace::AfterAudit, ..four });
         let keys = |v: &serde_json::Value| v["properties"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
         assert_eq!(keys(&after["anyOf"][0]), ["contextual_audit", "verdict", "evidence_map", "synthesis", "verification"]);
         assert_eq!(keys(&after["anyOf"][1]), ["contextual_audit", "verdict"]);
