@@ -42,6 +42,24 @@ fn every_committed_evaluation_has_the_report_its_files_render() {
     assert!(stale.is_empty(), "report.html is not what the code renders for: {}; run `just reports` (evaluate --report-only DIR for each)", stale.join(", "));
 }
 
+/// eval/fra-llm retrieves RAPTOR summaries whose source joins several PDFs (`a.pdf; b.pdf`): the
+/// page still finds the corpus, lists and links each PDF once, and names a summary by its files'
+/// short names (`S1+S3`) with no page link (a summary has no one page to open).
+#[test]
+fn summaries_over_several_files_keep_the_corpus_links() {
+    let page = std::fs::read_to_string(repo_root().join("eval/fra-llm/report.html")).unwrap();
+    let list = page.split("<p class=\"sources\">").nth(1).and_then(|r| r.split("</p>").next()).expect("a source list");
+    let entries: Vec<&str> = list.split("<span>").skip(1).collect();
+    assert_eq!(entries.len(), 4, "one entry per PDF of the corpus: {list}");
+    for e in &entries {
+        assert!(e.contains("<a id=\"src-S") && e.contains(".pdf\">") && !e.contains("; "), "a linked single file: {e}");
+    }
+    let joined = regex::Regex::new(r#"<a( class="hit")?( data-t="\d+" data-s="[^"]*")?>\d+ S\d+(\+S\d+)+ pp?\. "#).unwrap();
+    assert!(joined.is_match(&page), "a summary chip named S1+S2 …");
+    assert!(!regex::Regex::new(r#"href="[^"]*; [^"]*""#).unwrap().is_match(&page), "no link to a joined name");
+    assert!(page.contains("#page="), "single-file passages link to their page");
+}
+
 #[test]
 fn report_only_rewrites_the_page_and_refuses_a_folder_that_is_not_an_evaluation() {
     let root = repo_root();

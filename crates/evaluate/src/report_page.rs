@@ -8,8 +8,8 @@
 //! `questions.parquet` (`qid`, `question`, `gold`: the gold passages as the page names them,
 //! `reference_answer`) from the golden set (and the out-of-corpus file) the manifest names, when
 //! that file is present with its recorded hash, and the start of each ranked passage's text in
-//! `passages.parquet` from the index artifacts the manifest names, when they are here with their
-//! fingerprint; otherwise it keeps the recorded ones — so a folder whose golden set or indexes
+//! `passages.parquet` from the index artifacts the manifest names, when every one of them is here
+//! with its fingerprint; otherwise it keeps the recorded ones — so a folder whose golden set or indexes
 //! are not on this machine renders the same everywhere.
 //!
 //! What it shows: the ablation table (value and 95 % interval per metric with the best of each
@@ -314,7 +314,7 @@ fn load(dir: &Path, root: &Path) -> anyhow::Result<Study> {
     qids.extend(answer_only);
     // Read by the callers (`render` reads the record; `write` first rewrites it).
     let questions = BTreeMap::new();
-    let sources: BTreeSet<&str> = runs.values().flatten().map(|p| p.source.as_str()).collect();
+    let sources: BTreeSet<&str> = runs.values().flatten().flat_map(|p| source_files(&p.source)).collect();
     let (corpus, corpus_files) = match corpus_dir(root, dir, &sources) {
         Some((link, files)) => (Some(link), files),
         None => (None, Vec::new()),
@@ -398,8 +398,10 @@ fn index_texts(s: &Study, root: &Path) -> BTreeMap<String, String> {
         }
         let dir = root.join(path);
         let here = gauge_core::artifact::Manifest::read(&dir).is_ok_and(|m| m.fingerprint == fp);
-        let Ok(chunks) = here.then(|| gauge_core::schema::read_chunks(&dir.join("chunks.parquet"))).transpose() else { continue };
-        for c in chunks.into_iter().flatten() {
+        // Every index the study read, or none: texts from some of them would replace the
+        // recorded file with fewer passages (a machine holding only some of the artifacts).
+        let Ok(Some(chunks)) = here.then(|| gauge_core::schema::read_chunks(&dir.join("chunks.parquet"))).transpose() else { return BTreeMap::new() };
+        for c in chunks {
             all.entry(c.chunk_id).or_insert(c.text);
         }
     }
@@ -471,6 +473,12 @@ fn golden_questions(manifest: &serde_json::Value, root: &Path) -> BTreeMap<Strin
             (q.qid, (q.question, gold.collect(), q.reference_answer.filter(|r| !r.trim().is_empty())))
         })
         .collect()
+}
+
+/// The files a passage's source names: one, or several joined by `; ` (a RAPTOR summary of
+/// passages from several files).
+fn source_files(source: &str) -> impl Iterator<Item = &str> {
+    source.split("; ").filter(|f| !f.is_empty())
 }
 
 /// The corpus folder the passages' sources live in, as a path relative to `dir` (the first
@@ -1193,15 +1201,17 @@ fn search(h: &mut String, s: &Study) {
 }
 
 fn questions(h: &mut String, s: &Study) {
-    // Sources get short names (S1, S2 …) in the passage lists.
-    let sources: BTreeSet<&str> = s.runs.values().flatten().map(|p| p.source.as_str()).collect();
-    // Numbered by the source's place in the corpus folder when it is found (the same S1 on every
-    // page of one corpus), else by the sources this study retrieved.
+    // Source files get short names (S1, S2 …) in the passage lists; a summary over several files
+    // is named by its files' names joined (`S1+S3`), and links to no page.
+    let sources: BTreeSet<&str> = s.runs.values().flatten().flat_map(|p| source_files(&p.source)).collect();
+    // Numbered by the file's place in the corpus folder when it is found (the same S1 on every
+    // page of one corpus), else by the files this study retrieved.
     let alias: BTreeMap<&str, String> = sources
         .iter()
         .enumerate()
         .map(|(i, src)| (*src, format!("S{}", s.corpus_files.iter().position(|f| f == src).map_or(i + 1, |p| p + 1))))
         .collect();
+    let alias_of = |source: &str| source_files(source).map(|f| alias.get(f).cloned().unwrap_or_default()).collect::<Vec<_>>().join("+");
     let _ = writeln!(h, "<section id=\"questions\"><h2>Questions</h2>\n<p>Each config's rank of the first relevant passage (– : none in the top k; R : refused). Open a question for where the gold was lost, the ranked passages (relevant ones highlighted; S<i>n</i> p. <i>a</i>–<i>b</i> links to the page{}) and the answers.</p>",
         if s.corpus.is_some() { "" } else { " when the corpus is found" });
     h.push_str("<p class=\"sources\">");
@@ -1276,7 +1286,8 @@ fn questions(h: &mut String, s: &Study) {
                 let _ = write!(h, "<tr><th>{}<br><small>{rank}, RR {} · Hit@1 {}</small>{lost}{button}</th><td>", esc(c), f3(row.reciprocal_rank), f3(row.hit_1));
                 for (i, p) in s.runs.get(&(c.clone(), q.clone())).into_iter().flatten().enumerate() {
                     let pages = if p.page_start == p.page_end { format!("p. {}", p.page_start) } else { format!("pp. {}–{}", p.page_start, p.page_end) };
-                    let a = alias.get(p.source.as_str()).cloned().unwrap_or_default();
+                    let a = alias_of(&p.source);
+                    let one_file = !p.source.contains("; ");
                     let class = if p.relevant { " class=\"hit\"" } else { "" };
                     // A passage whose text is recorded carries its place in the texts array and its
                     // score, for the "texts" button (the others carry nothing: thousands of
@@ -1290,11 +1301,11 @@ fn questions(h: &mut String, s: &Study) {
                         // others get their link from the script (from the source list above
                         // and the page in their text): a full href on every one of thousands
                         // of passages made large evaluations' pages several megabytes.
-                        Some(corpus) if p.relevant => {
+                        Some(corpus) if p.relevant && one_file => {
                             let _ = write!(h, "<a{class}{data} href=\"{}/{}#page={}\">{} {a} {pages}</a> ", esc(corpus), esc(&p.source), p.page_start, i + 1);
                         }
                         Some(_) => {
-                            let _ = write!(h, "<a{data}>{} {a} {pages}</a> ", i + 1);
+                            let _ = write!(h, "<a{class}{data}>{} {a} {pages}</a> ", i + 1);
                         }
                         None => {
                             let _ = write!(h, "<span{class}{data}>{} {a} {pages}</span> ", i + 1);
