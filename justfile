@@ -186,6 +186,11 @@ ablate-structured-refusal: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-structured-refusal.toml --artifacts {{artifacts}}
 
+# Where a four-phase structured answer's seconds go (#81): three cached replies of each form (the first form, and today's) replayed through the decoder — schema compile, prefill, constrained decode, the masks alone, the same tokens decoded free — beside the bench-rate estimate. After `just ablate-structured`; ~10 min.
+structure-speed: setup models
+    {{bin}}/examples/structure_speed qwen2.5-coder-1.5b-instruct-q4_k_m.gguf {{artifacts}}/llm-cache --structure '{"kind":"four_phase","phase_text":"any","synthesis_cites":false,"describe_format":false}'
+    {{bin}}/examples/structure_speed qwen2.5-coder-1.5b-instruct-q4_k_m.gguf {{artifacts}}/llm-cache
+
 # The judge at 1.5B: Qwen2.5-Coder-1.5B grades the three answer rows of fra-answers' baseline retrieval (SmolLM2-135M, Qwen2.5-1.5B free and cite-constrained; their answers reused from `just ablate-answers` when present), its faithfulness set against the citation check → eval/fra-judge/. ~40 min on 2 cores.
 ablate-judge: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
