@@ -176,7 +176,7 @@ ablate-answers: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-answers.toml --artifacts {{artifacts}}
 
-# Four-phase answers by structure (#81): Qwen2.5-Coder-1.5B free and held to the four phases by constrained decoding (the model's refusal a legal first field), 384 new tokens, on the 41 dev and 64 out-of-corpus questions, with the gate declared in the pipeline → eval/fra-structured/. Hours on 2 cores (the structured replies decode one at a time); replies are cached, so a stopped run resumes.
+# Four-phase answers by structure (#81): Qwen2.5-Coder-1.5B free and held to the four phases by constrained decoding (the first form, and today's: told the keys and lengths, phases as sentences, a synthesis that cites), 384 new tokens, on the 41 dev questions (the 64 out-of-corpus ones: `just ablate-structured-refusal`), with the gate declared in the pipeline → eval/fra-structured/. Hours on 2 cores (the structured replies decode one at a time); replies are cached, so a stopped run resumes.
 ablate-structured: setup models
     scripts/fetch-models.sh qwen2.5-1.5b
     {{bin}}/evaluate pipelines/fra-structured.toml --artifacts {{artifacts}}
