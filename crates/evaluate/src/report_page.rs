@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use gauge_core::table::{read_parquet_any, Columns};
+use gauge_raptor::source_files;
 
 /// The file name beside `ablation.md`.
 pub const REPORT_FILE: &str = "report.html";
@@ -473,12 +474,6 @@ fn golden_questions(manifest: &serde_json::Value, root: &Path) -> BTreeMap<Strin
             (q.qid, (q.question, gold.collect(), q.reference_answer.filter(|r| !r.trim().is_empty())))
         })
         .collect()
-}
-
-/// The files a passage's source names: one, or several joined by `; ` (a RAPTOR summary of
-/// passages from several files).
-fn source_files(source: &str) -> impl Iterator<Item = &str> {
-    source.split("; ").filter(|f| !f.is_empty())
 }
 
 /// The corpus folder the passages' sources live in, as a path relative to `dir` (the first
@@ -1287,7 +1282,7 @@ fn questions(h: &mut String, s: &Study) {
                 for (i, p) in s.runs.get(&(c.clone(), q.clone())).into_iter().flatten().enumerate() {
                     let pages = if p.page_start == p.page_end { format!("p. {}", p.page_start) } else { format!("pp. {}–{}", p.page_start, p.page_end) };
                     let a = alias_of(&p.source);
-                    let one_file = !p.source.contains("; ");
+                    let one_file = source_files(&p.source).nth(1).is_none();
                     let class = if p.relevant { " class=\"hit\"" } else { "" };
                     // A passage whose text is recorded carries its place in the texts array and its
                     // score, for the "texts" button (the others carry nothing: thousands of

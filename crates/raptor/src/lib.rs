@@ -301,8 +301,16 @@ fn label(c: &ChunkRecord) -> String {
     }
 }
 
+/// What joins a summary's source files in its `source` (`a.pdf; b.pdf`).
+pub const SOURCE_SEPARATOR: &str = "; ";
+
+/// The files a passage's `source` names: one, or a summary's several.
+pub fn source_files(source: &str) -> impl Iterator<Item = &str> {
+    source.split(SOURCE_SEPARATOR).filter(|f| !f.is_empty())
+}
+
 /// A summary row: id from its level and children; source, doc type, title and pages from its
-/// leaves (sources joined by `; ` when it spans several documents).
+/// leaves (sources joined by [`SOURCE_SEPARATOR`] when it spans several documents).
 fn summary_node<'a>(level: i32, index: usize, children: &[&'a ChunkRecord], text: String, lookup: &dyn Fn(&str) -> Option<&'a ChunkRecord>) -> ChunkRecord {
     let ids: Vec<String> = children.iter().map(|c| c.chunk_id.clone()).collect();
     let leaves = leaves_of(children.iter().map(|c| c.chunk_id.as_str()), lookup);
@@ -314,7 +322,7 @@ fn summary_node<'a>(level: i32, index: usize, children: &[&'a ChunkRecord], text
     ChunkRecord {
         doc_id: format!("raptor-{chunk_id}"),
         chunk_id,
-        source: sources.join("; "),
+        source: sources.join(SOURCE_SEPARATOR),
         doc_type: if doc_types.len() == 1 { doc_types[0].clone() } else { String::new() },
         title: if titles.len() == 1 { format!("{} (summary of {} passages)", titles[0], leaves.len()) } else { format!("Summary of {} passages from {} documents", leaves.len(), titles.len()) },
         section: String::new(),
